@@ -1,0 +1,207 @@
+//! `JoinHandle`: the owned result slot of a spawned task.
+
+use crate::completion::Completion;
+use crate::task::{self, TaskBlock, TaskRef};
+use crate::worker::{Until, Worker};
+use std::future::Future;
+use std::marker::PhantomData;
+use std::panic::resume_unwind;
+use std::pin::Pin;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+/// An owned permission to join a task: wait for it and take its result.
+///
+/// Dropping the handle detaches the task: it still runs, and its result is
+/// dropped. The handle is also a [`Future`], so async code can `.await` it;
+/// the awaiting task is woken when the result is ready, never polled in a
+/// loop.
+///
+/// ```
+/// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
+/// let h = rt.submit(|| "done");
+/// assert_eq!(h.join(), "done");
+/// ```
+#[must_use = "dropping a JoinHandle detaches the task; join it to get the result"]
+pub struct JoinHandle<T> {
+    block: Option<NonNull<TaskBlock>>,
+    /// The worker whose deque received the task, and where, so `join` can
+    /// take it back without searching; 0 when it went to the injector.
+    origin: usize,
+    pos: u64,
+    _result: PhantomData<T>,
+}
+
+// SAFETY: the handle only moves a `T` out of the block (needs `T: Send`);
+// `&JoinHandle` only reads the completion state with atomics.
+unsafe impl<T: Send> Send for JoinHandle<T> {}
+// SAFETY: as above: no `&T` is ever handed out through `&JoinHandle`.
+unsafe impl<T: Send> Sync for JoinHandle<T> {}
+
+impl<T> std::fmt::Debug for JoinHandle<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinHandle")
+            .field("finished", &self.is_finished())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Wakes a thread blocked in `join` outside any worker.
+struct ThreadUnparker(std::thread::Thread);
+
+impl Wake for ThreadUnparker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+thread_local! {
+    static THREAD_WAKER: Waker = Waker::from(Arc::new(ThreadUnparker(std::thread::current())));
+}
+
+impl<T> JoinHandle<T> {
+    /// A handle for `task`, which must be a handled task returning `T`.
+    ///
+    /// # Safety
+    /// `task` must come from `task::new_handled` with result type `T`, and if
+    /// its closure or `T` is not `'static`, the handle must be joined before
+    /// those borrows end.
+    pub(crate) unsafe fn new(task: &TaskRef) -> Self {
+        Self {
+            block: Some(task.ptr()),
+            origin: 0,
+            pos: 0,
+            _result: PhantomData,
+        }
+    }
+
+    /// Records that `worker` pushed the task at deque position `pos`.
+    #[inline]
+    pub(crate) fn at(mut self, worker: &Worker, pos: u64) -> Self {
+        self.origin = worker.id();
+        self.pos = pos;
+        self
+    }
+
+    fn completion(&self) -> &Completion {
+        let block = self.block.expect("JoinHandle used after completion");
+        // SAFETY: the handle keeps the block alive until it releases it.
+        unsafe { task::completion(block) }
+    }
+
+    /// Whether the task has finished (its result is ready).
+    ///
+    /// ```
+    /// let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
+    /// let h = rt.submit(|| 1);
+    /// rt.sync_root();
+    /// assert!(h.is_finished());
+    /// ```
+    pub fn is_finished(&self) -> bool {
+        self.block.is_none() || self.completion().is_complete()
+    }
+
+    /// Waits for the task and returns its value; resumes its panic, with the
+    /// original payload, if it panicked.
+    ///
+    /// On a worker thread, `join` runs the task in place when no thief took
+    /// it, and otherwise keeps working (its own children first, then stolen
+    /// tasks) until the result is ready. Elsewhere it blocks without
+    /// spinning.
+    ///
+    /// ```
+    /// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
+    /// let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    ///     rt.run(|| selvedge::spawn(|| panic!("boom")).join())
+    /// }));
+    /// let payload = r.unwrap_err();
+    /// assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom"));
+    /// ```
+    pub fn join(self) -> T {
+        match self.join_result() {
+            Ok(v) => v,
+            Err(payload) => resume_unwind(payload),
+        }
+    }
+
+    /// Like [`JoinHandle::join`], but returns a panic payload instead of
+    /// resuming it.
+    pub(crate) fn join_result(mut self) -> std::thread::Result<T> {
+        let block = self.block.take().expect("JoinHandle used after completion");
+        if let Some(w) = Worker::current() {
+            if self.origin == w.id() {
+                if let Some(task) = w.take_back(self.pos, block) {
+                    w.count_inline_run();
+                    // SAFETY: the task is ours, of result type T, and never
+                    // left this worker.
+                    return unsafe { task::run_inline_for_handle::<T>(task) };
+                }
+            }
+            // SAFETY: the block lives until we release it.
+            w.wait_until(Until::Complete(unsafe { task::completion(block) }));
+        } else {
+            // SAFETY: as above.
+            let c = unsafe { task::completion(block) };
+            THREAD_WAKER.with(|waker| {
+                while !c.register(waker) {
+                    std::thread::park();
+                }
+            });
+        }
+        // SAFETY: the completion is complete, the result untaken, of type T.
+        unsafe { Self::take_and_release(block) }
+    }
+
+    /// # Safety
+    /// The block's completion must be complete and the result not taken.
+    unsafe fn take_and_release(block: NonNull<TaskBlock>) -> std::thread::Result<T> {
+        let result = task::take_result::<T>(block);
+        let release = task::completion(block).release_handle(true);
+        task::finish_release(block, release);
+        result
+    }
+}
+
+impl<T> Drop for JoinHandle<T> {
+    fn drop(&mut self) {
+        if let Some(block) = self.block.take() {
+            // SAFETY: the handle still holds the block; after release it is
+            // freed by whichever side is last.
+            unsafe {
+                let release = task::completion(block).release_handle(false);
+                task::finish_release(block, release);
+            }
+        }
+    }
+}
+
+impl<T> Future for JoinHandle<T> {
+    type Output = T;
+
+    /// Ready with the task's value once it finished; resumes its panic.
+    ///
+    /// # Panics
+    /// When polled again after it returned `Ready`.
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let block = self
+            .block
+            .expect("JoinHandle polled after it completed");
+        // SAFETY: the handle holds the block.
+        let c = unsafe { task::completion(block) };
+        if !c.register(cx.waker()) {
+            return Poll::Pending;
+        }
+        self.block = None;
+        // SAFETY: complete (register returned true), result untaken.
+        match unsafe { Self::take_and_release(block) } {
+            Ok(v) => Poll::Ready(v),
+            Err(payload) => resume_unwind(payload),
+        }
+    }
+}
+
+impl<T> Unpin for JoinHandle<T> {}

@@ -1,0 +1,90 @@
+//! # selvedge
+//!
+//! Nested task parallelism with dataflow dependencies, in the style of the
+//! Nim runtime [Weave]: a *work-requesting* scheduler in which every worker
+//! owns a private deque (no atomics on the owner's path), idle workers send
+//! steal requests to random victims' mailboxes, and victims answer at task
+//! boundaries with one task or half their deque, whichever the thief's
+//! adaptive policy asks for.
+//!
+//! [Weave]: https://github.com/mratsim/weave
+//!
+//! ```
+//! use selvedge::{spawn, Runtime};
+//!
+//! fn fib(n: u64) -> u64 {
+//!     if n < 2 {
+//!         return n;
+//!     }
+//!     let x = spawn(move || fib(n - 1)); // a handle, unlike rayon::spawn
+//!     let y = fib(n - 2);
+//!     x.join() + y // runs fib(n-1) in place unless a thief took it
+//! }
+//!
+//! let rt = Runtime::builder().num_threads(4).build()?;
+//! assert_eq!(rt.run(|| fib(25)), 75025);
+//! # Ok::<(), selvedge::BuildError>(())
+//! ```
+//!
+//! ## The pieces
+//!
+//! - [`Runtime`] and [`Builder`]: worker threads; [`Runtime::run`] runs a root
+//!   task and blocks, [`Runtime::submit`] queues work from any thread without
+//!   blocking, [`Runtime::sync_root`] waits until everything finished, and
+//!   [`Runtime::stats`] reads per-worker counters. Dropping a runtime
+//!   finishes its queued work and joins its threads.
+//! - [`spawn`] returns a [`JoinHandle`]: [`JoinHandle::join`] works while it
+//!   waits (or runs the task in place), resumes a panic with its payload, and
+//!   the handle is a [`std::future::Future`] too.
+//! - [`scope`] lets tasks borrow from the stack and waits for all of them;
+//!   [`join`] is fork-join for two closures.
+//! - Outside any runtime, [`spawn`], [`scope`], [`join`] and [`sync_root`] use
+//!   a global runtime built on first use ([`global_runtime`]); its size comes
+//!   from `SELVEDGE_NUM_THREADS`, else the available parallelism.
+
+#![warn(missing_docs)]
+
+mod completion;
+mod park;
+mod steal;
+mod sync;
+
+#[cfg(not(loom))]
+mod deque;
+#[cfg(not(loom))]
+mod error;
+#[cfg(not(loom))]
+mod handle;
+#[cfg(not(loom))]
+mod runtime;
+#[cfg(not(loom))]
+mod scope;
+#[cfg(not(loom))]
+mod stats;
+#[cfg(not(loom))]
+mod task;
+#[cfg(not(loom))]
+mod worker;
+
+#[cfg(not(loom))]
+pub use error::BuildError;
+#[cfg(not(loom))]
+pub use handle::JoinHandle;
+#[cfg(not(loom))]
+pub use runtime::{
+    current_num_threads, global_runtime, spawn, sync_root, Builder, Runtime,
+};
+#[cfg(not(loom))]
+pub use scope::{join, scope, Scope};
+#[cfg(not(loom))]
+pub use stats::{RuntimeStats, WorkerStats};
+
+/// The concurrent protocols, exposed for the loom models in `loom-tests/`
+/// (built with `--cfg loom`). Not part of the public API.
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod protocols {
+    pub use crate::completion::{Completion, Release};
+    pub use crate::park::Sleep;
+    pub use crate::steal::{Mailbox, Reply, ReplySlot, StealRequest, VictimSet};
+}

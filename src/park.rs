@@ -1,0 +1,194 @@
+//! Parking idle workers and waking them without losing a wake-up.
+//!
+//! Each worker has a state word: `AWAKE`, `SLEEPING` (idle, nothing to do) or
+//! `JOIN_WAITING` (inside a join whose child runs elsewhere; it may still hold
+//! older tasks for thieves). The protocol is a Dekker pair:
+//!
+//! - the sleeper stores its state, issues a SeqCst fence, then re-checks every
+//!   source of work a waker could have filled (mailbox, reply slot, injector,
+//!   shutdown, the awaited completion) and parks only if all are empty;
+//! - a waker publishes the work, issues a SeqCst fence, then reads the state
+//!   and, if the target is parked or about to park, CASes it to `AWAKE` and
+//!   unparks its thread.
+//!
+//! Either the sleeper sees the work or the waker sees the state, so no wake-up
+//! is lost. `std::thread::park` keeps a token, so an unpark that lands before
+//! the park is not lost either.
+//!
+//! Idle sleepers also *commit* under a mutex: the count of committed sleepers
+//! is how a runtime knows it is quiescent (`sync_root`, shutdown), and the
+//! mutex makes "all committed and all still asleep" a stable observation.
+
+use crate::sync::{fence, lock, thread, AtomicU8, AtomicUsize, Condvar, Mutex, Ordering};
+use crossbeam_utils::CachePadded;
+
+const AWAKE: u8 = 0;
+const SLEEPING: u8 = 1;
+const JOIN_WAITING: u8 = 2;
+
+/// The parking registry of one runtime's workers.
+#[derive(Debug)]
+pub struct Sleep {
+    states: Box<[CachePadded<AtomicU8>]>,
+    threads: Box<[thread::Thread]>,
+    committed: Mutex<usize>,
+    /// A lock-free copy of `committed`, for cheap "is anyone asleep?" hints.
+    sleepers_hint: AtomicUsize,
+    quiescent: Condvar,
+    next_wake: AtomicUsize,
+}
+
+impl Sleep {
+    /// A registry for the workers running on `threads`, all awake.
+    pub fn new(threads: Vec<thread::Thread>) -> Self {
+        Self {
+            states: threads
+                .iter()
+                .map(|_| CachePadded::new(AtomicU8::new(AWAKE)))
+                .collect(),
+            threads: threads.into_boxed_slice(),
+            committed: Mutex::new(0),
+            sleepers_hint: AtomicUsize::new(0),
+            quiescent: Condvar::new(),
+            next_wake: AtomicUsize::new(0),
+        }
+    }
+
+    /// Number of workers.
+    pub fn workers(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// Parks the idle worker `me` unless `has_work` finds something. Returns
+    /// whether it actually slept. `has_work` must check every source whose
+    /// producer calls [`Sleep::wake`] or [`Sleep::wake_any`] afterwards.
+    pub fn idle_park(&self, me: usize, has_work: impl Fn() -> bool) -> bool {
+        let state = &self.states[me];
+        state.store(SLEEPING, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if has_work() {
+            let _ = state.compare_exchange(SLEEPING, AWAKE, Ordering::SeqCst, Ordering::SeqCst);
+            return false;
+        }
+        self.commit(1);
+        while state.load(Ordering::SeqCst) == SLEEPING {
+            thread::park();
+        }
+        self.commit(-1);
+        true
+    }
+
+    fn commit(&self, delta: isize) {
+        let mut c = lock(&self.committed);
+        *c = c.wrapping_add_signed(delta);
+        self.sleepers_hint.store(*c, Ordering::Relaxed);
+        if *c == self.threads.len() {
+            self.quiescent.notify_all();
+        }
+    }
+
+    /// Parks worker `me`, which waits in a join, once, unless `ready` says the
+    /// wait is over or work arrived. The caller loops.
+    pub fn join_park(&self, me: usize, ready: impl Fn() -> bool) {
+        let state = &self.states[me];
+        state.store(JOIN_WAITING, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if !ready() {
+            thread::park();
+        }
+        state.store(AWAKE, Ordering::SeqCst);
+    }
+
+    /// Wakes `target` if it is parked or about to park. Call after publishing
+    /// the work that target should see.
+    pub fn wake(&self, target: usize) -> bool {
+        fence(Ordering::SeqCst);
+        let state = &self.states[target];
+        let s = state.load(Ordering::SeqCst);
+        if s != AWAKE
+            && state
+                .compare_exchange(s, AWAKE, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            self.threads[target].unpark();
+            return true;
+        }
+        false
+    }
+
+    /// Wakes one idle worker, if any: for work that any worker may take (the
+    /// injector). Call after publishing the work.
+    pub fn wake_any(&self) -> bool {
+        fence(Ordering::SeqCst);
+        let n = self.threads.len();
+        let start = self.next_wake.load(Ordering::Relaxed);
+        self.next_wake.store(start.wrapping_add(1), Ordering::Relaxed);
+        for k in 0..n {
+            let i = (start + k) % n;
+            let state = &self.states[i];
+            if state.load(Ordering::SeqCst) == SLEEPING
+                && state
+                    .compare_exchange(SLEEPING, AWAKE, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+            {
+                self.threads[i].unpark();
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Wakes every worker (shutdown).
+    pub fn wake_all(&self) {
+        for i in 0..self.threads.len() {
+            self.wake(i);
+            self.threads[i].unpark();
+        }
+    }
+
+    /// Unparks `target`'s thread without touching its state: for a waiter
+    /// that re-checks its own condition in a loop (a scope's owner).
+    pub fn unpark(&self, target: usize) {
+        self.threads[target].unpark();
+    }
+
+    /// Whether `worker` is idle-parked (so it has no work to give).
+    #[inline]
+    pub fn is_sleeping(&self, worker: usize) -> bool {
+        self.states[worker].load(Ordering::Relaxed) == SLEEPING
+    }
+
+    /// A cheap hint that some worker is idle-parked.
+    #[inline]
+    pub fn has_sleepers(&self) -> bool {
+        self.sleepers_hint.load(Ordering::Relaxed) != 0
+    }
+
+    fn all_asleep_except(&self, committed: usize, except: Option<usize>) -> bool {
+        let n = self.threads.len();
+        let expected = if except.is_some() { n - 1 } else { n };
+        committed == expected
+            && (0..n)
+                .filter(|&i| Some(i) != except)
+                .all(|i| self.states[i].load(Ordering::SeqCst) == SLEEPING)
+    }
+
+    /// Whether every worker but `me` is committed asleep and `extra` holds,
+    /// observed while no sleeper can change its commitment.
+    pub fn quiescent_except(&self, me: usize, extra: impl Fn() -> bool) -> bool {
+        let c = lock(&self.committed);
+        self.all_asleep_except(*c, Some(me)) && extra()
+    }
+
+    /// Blocks (without spinning) until every worker is committed asleep and
+    /// `extra` holds. For threads that are not workers of this runtime.
+    pub fn wait_quiescent(&self, extra: impl Fn() -> bool) {
+        let mut c = lock(&self.committed);
+        while !(self.all_asleep_except(*c, None) && extra()) {
+            c = match self.quiescent.wait(c) {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+        }
+    }
+}

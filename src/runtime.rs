@@ -1,0 +1,453 @@
+//! The runtime: its threads, what they share, and the ways in.
+
+use crate::error::BuildError;
+use crate::handle::JoinHandle;
+use crate::park::Sleep;
+use crate::stats::{Counters, RuntimeStats, WorkerCounters, WorkerStats};
+use crate::steal::{Mailbox, ReplySlot, MAX_WORKERS};
+use crate::sync::{AtomicBool, Ordering};
+use crate::task::{self, BlockPool, TaskBlock, TaskRef};
+use crate::worker::{Until, Worker};
+use crossbeam_queue::SegQueue;
+use crossbeam_utils::CachePadded;
+use std::sync::{mpsc, Arc, OnceLock};
+
+/// What a runtime's workers share.
+pub(crate) struct Shared {
+    pub(crate) sleep: Sleep,
+    pub(crate) mailboxes: Box<[CachePadded<Mailbox>]>,
+    pub(crate) replies: Box<[CachePadded<ReplySlot<TaskBlock>>]>,
+    pub(crate) counters: Counters,
+    /// Tasks from outside the workers (and shared with parked workers).
+    pub(crate) injector: SegQueue<TaskRef>,
+    pub(crate) shutdown: AtomicBool,
+}
+
+impl Shared {
+    pub(crate) fn num_threads(&self) -> usize {
+        self.sleep.workers()
+    }
+
+    /// Queues a task from anywhere and wakes a parked worker for it.
+    pub(crate) fn inject(&self, task: TaskRef) {
+        self.injector.push(task);
+        self.sleep.wake_any();
+    }
+}
+
+/// Configures and starts a [`Runtime`].
+///
+/// ```
+/// let rt = selvedge::Runtime::builder()
+///     .num_threads(2)
+///     .thread_name("solver")
+///     .stack_size(4 << 20)
+///     .build()?;
+/// assert_eq!(rt.num_threads(), 2);
+/// # Ok::<(), selvedge::BuildError>(())
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Builder {
+    num_threads: Option<usize>,
+    thread_name: Option<String>,
+    stack_size: Option<usize>,
+}
+
+impl Builder {
+    /// The number of worker threads. Default: the `SELVEDGE_NUM_THREADS`
+    /// environment variable, else the available parallelism.
+    ///
+    /// ```
+    /// let rt = selvedge::Runtime::builder().num_threads(3).build().unwrap();
+    /// assert_eq!(rt.num_threads(), 3);
+    /// ```
+    pub fn num_threads(mut self, n: usize) -> Self {
+        self.num_threads = Some(n);
+        self
+    }
+
+    /// Worker threads are named `"{name}-{index}"`. Default: `"selvedge"`.
+    ///
+    /// ```
+    /// let rt = selvedge::Runtime::builder().num_threads(1).thread_name("io").build().unwrap();
+    /// let name = rt.run(|| std::thread::current().name().map(str::to_owned));
+    /// assert_eq!(name.as_deref(), Some("io-0"));
+    /// ```
+    pub fn thread_name(mut self, name: impl Into<String>) -> Self {
+        self.thread_name = Some(name.into());
+        self
+    }
+
+    /// Stack size of each worker thread in bytes. Default: std's.
+    ///
+    /// ```
+    /// let rt = selvedge::Runtime::builder().num_threads(1).stack_size(16 << 20).build().unwrap();
+    /// assert_eq!(rt.run(|| 7), 7);
+    /// ```
+    pub fn stack_size(mut self, bytes: usize) -> Self {
+        self.stack_size = Some(bytes);
+        self
+    }
+
+    fn resolve_num_threads(&self) -> Result<usize, BuildError> {
+        let n = match self.num_threads {
+            Some(n) => n,
+            None => match std::env::var("SELVEDGE_NUM_THREADS") {
+                Ok(v) => v
+                    .trim()
+                    .parse()
+                    .map_err(|_| BuildError::InvalidThreadCountVar { value: v.clone() })?,
+                Err(_) => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            },
+        };
+        if n == 0 {
+            return Err(BuildError::ZeroThreads);
+        }
+        if n > MAX_WORKERS {
+            return Err(BuildError::TooManyThreads {
+                requested: n,
+                max: MAX_WORKERS,
+            });
+        }
+        Ok(n)
+    }
+
+    /// Starts the worker threads.
+    ///
+    /// Fails when the thread count is 0, above the maximum, or unreadable
+    /// from `SELVEDGE_NUM_THREADS`, or when the OS refuses a thread (then the
+    /// threads already started are stopped and joined).
+    ///
+    /// ```
+    /// let err = selvedge::Runtime::builder().num_threads(0).build().unwrap_err();
+    /// assert_eq!(err, selvedge::BuildError::ZeroThreads);
+    /// ```
+    pub fn build(self) -> Result<Runtime, BuildError> {
+        let n = self.resolve_num_threads()?;
+        let name = self.thread_name.as_deref().unwrap_or("selvedge");
+        let mut threads = Vec::with_capacity(n);
+        let mut senders = Vec::with_capacity(n);
+        for index in 0..n {
+            let (tx, rx) = mpsc::channel::<Arc<Shared>>();
+            let mut b = std::thread::Builder::new().name(format!("{name}-{index}"));
+            if let Some(size) = self.stack_size {
+                b = b.stack_size(size);
+            }
+            let spawned = b.spawn(move || {
+                // Without a runtime (a sibling failed to start) just exit.
+                let Ok(shared) = rx.recv() else { return };
+                let mut pool = BlockPool::new();
+                let _installed = task::install_pool(&mut pool);
+                Worker::run(index, shared);
+            });
+            match spawned {
+                Ok(t) => {
+                    threads.push(t);
+                    senders.push(tx);
+                }
+                Err(source) => {
+                    drop(senders);
+                    for t in threads {
+                        let _ = t.join();
+                    }
+                    return Err(BuildError::ThreadSpawn {
+                        index,
+                        message: source.to_string(),
+                    });
+                }
+            }
+        }
+        let shared = Arc::new(Shared {
+            sleep: Sleep::new(threads.iter().map(|t| t.thread().clone()).collect()),
+            mailboxes: (0..n).map(|_| CachePadded::new(Mailbox::new(n))).collect(),
+            replies: (0..n).map(|_| CachePadded::new(ReplySlot::new())).collect(),
+            counters: (0..n)
+                .map(|_| CachePadded::new(WorkerCounters::default()))
+                .collect(),
+            injector: SegQueue::new(),
+            shutdown: AtomicBool::new(false),
+        });
+        for tx in senders {
+            // A worker that died before receiving cannot exist: it only
+            // waits on this channel.
+            let _ = tx.send(shared.clone());
+        }
+        Ok(Runtime { shared, threads })
+    }
+}
+
+/// A pool of worker threads running a work-requesting scheduler.
+///
+/// Dropping a runtime finishes every queued task, then stops and joins its
+/// threads.
+///
+/// ```
+/// let rt = selvedge::Runtime::builder().num_threads(2).build()?;
+/// let sum = rt.run(|| {
+///     let a = selvedge::spawn(|| (0..1000u64).sum::<u64>());
+///     let b = selvedge::spawn(|| (1000..2000u64).sum::<u64>());
+///     a.join() + b.join()
+/// });
+/// assert_eq!(sum, (0..2000u64).sum());
+/// # Ok::<(), selvedge::BuildError>(())
+/// ```
+pub struct Runtime {
+    shared: Arc<Shared>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("num_threads", &self.num_threads())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// A [`Builder`] with default settings.
+    ///
+    /// ```
+    /// let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
+    /// assert_eq!(rt.run(|| 1 + 1), 2);
+    /// ```
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// A runtime with default settings (see [`Builder::num_threads`]).
+    ///
+    /// ```
+    /// let rt = selvedge::Runtime::new()?;
+    /// assert!(rt.num_threads() >= 1);
+    /// # Ok::<(), selvedge::BuildError>(())
+    /// ```
+    pub fn new() -> Result<Self, BuildError> {
+        Builder::default().build()
+    }
+
+    /// Number of worker threads.
+    ///
+    /// ```
+    /// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
+    /// assert_eq!(rt.num_threads(), 2);
+    /// ```
+    pub fn num_threads(&self) -> usize {
+        self.shared.num_threads()
+    }
+
+    fn is_current(&self) -> bool {
+        Worker::current().is_some_and(|w| Arc::ptr_eq(&w.shared, &self.shared))
+    }
+
+    /// Runs `f` as the root task on the pool, blocks the caller until it
+    /// returns, and returns its value (or resumes its panic). `f` may borrow
+    /// from the caller. Called from one of this runtime's workers, it runs
+    /// `f` in place; from a worker of another runtime, that worker keeps
+    /// working while it waits.
+    ///
+    /// ```
+    /// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
+    /// let data = vec![1, 2, 3];
+    /// let total: i32 = rt.run(|| data.iter().sum());
+    /// assert_eq!(total, 6);
+    /// ```
+    pub fn run<F, R>(&self, f: F) -> R
+    where
+        F: FnOnce() -> R + Send,
+        R: Send,
+    {
+        if self.is_current() {
+            return f();
+        }
+        let task = task::new_handled(f);
+        // SAFETY: the handle is joined before this function returns, so the
+        // borrows in `f` and a non-'static `R` outlive the task.
+        let handle = unsafe { JoinHandle::<R>::new(&task) };
+        self.shared.inject(task);
+        handle.join()
+    }
+
+    /// Queues `f` from any thread without blocking and returns its handle.
+    ///
+    /// ```
+    /// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
+    /// let handles: Vec<_> = (0..4).map(|i| rt.submit(move || i * 10)).collect();
+    /// let out: Vec<i32> = handles.into_iter().map(|h| h.join()).collect();
+    /// assert_eq!(out, [0, 10, 20, 30]);
+    /// ```
+    pub fn submit<F, T>(&self, f: F) -> JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let task = task::new_handled(f);
+        // SAFETY: `F` and `T` are 'static.
+        let handle = unsafe { JoinHandle::new(&task) };
+        self.shared.inject(task);
+        handle
+    }
+
+    /// Waits until the whole runtime is quiescent: every task spawned so far
+    /// (and every task those spawned) has finished. Weave's `syncRoot`.
+    ///
+    /// Call it from outside the runtime or from the root task; a task that
+    /// calls it waits for itself.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// static DONE: AtomicUsize = AtomicUsize::new(0);
+    /// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
+    /// for _ in 0..10 {
+    ///     drop(rt.submit(|| DONE.fetch_add(1, Ordering::Relaxed)));
+    /// }
+    /// rt.sync_root();
+    /// assert_eq!(DONE.load(Ordering::Relaxed), 10);
+    /// ```
+    pub fn sync_root(&self) {
+        match Worker::current() {
+            Some(w) if Arc::ptr_eq(&w.shared, &self.shared) => w.wait_until(Until::Quiescent),
+            _ => {
+                let shared = &*self.shared;
+                shared.sleep.wait_quiescent(|| shared.injector.is_empty());
+            }
+        }
+    }
+
+    /// Per-worker counters: tasks run, steal requests, thefts, parks.
+    ///
+    /// ```
+    /// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
+    /// rt.run(|| selvedge::spawn(|| 1).join());
+    /// assert!(rt.stats().total().tasks_run >= 2);
+    /// ```
+    pub fn stats(&self) -> RuntimeStats {
+        RuntimeStats {
+            workers: self
+                .shared
+                .counters
+                .iter()
+                .map(|c| WorkerStats::read(c))
+                .collect(),
+        }
+    }
+}
+
+fn shut_down(shared: Arc<Shared>, threads: Vec<std::thread::JoinHandle<()>>) {
+    shared
+        .sleep
+        .wait_quiescent(|| shared.injector.is_empty());
+    shared.shutdown.store(true, Ordering::SeqCst);
+    shared.sleep.wake_all();
+    for t in threads {
+        // Workers catch every task panic, so a join error is impossible; if
+        // one happened anyway there is nothing left to clean up.
+        let _ = t.join();
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        let shared = self.shared.clone();
+        let threads = std::mem::take(&mut self.threads);
+        if self.is_current() {
+            // A worker cannot wait for its own runtime to go quiet: the
+            // task dropping us is still running. Let another thread do it.
+            let _ = std::thread::Builder::new()
+                .name("selvedge-shutdown".into())
+                .spawn(move || shut_down(shared, threads));
+        } else {
+            shut_down(shared, threads);
+        }
+    }
+}
+
+static GLOBAL: OnceLock<Runtime> = OnceLock::new();
+
+/// The global runtime, built on first use with default settings. `spawn`,
+/// `scope`, `join` and `sync_root` called outside any runtime use it.
+///
+/// # Panics
+/// If the global runtime cannot start (see [`Builder::build`]); the message
+/// says why.
+///
+/// ```
+/// let rt = selvedge::global_runtime();
+/// assert_eq!(rt.run(|| 5), 5);
+/// ```
+pub fn global_runtime() -> &'static Runtime {
+    GLOBAL.get_or_init(|| {
+        Runtime::new().unwrap_or_else(|e| panic!("selvedge: cannot start the global runtime: {e}"))
+    })
+}
+
+/// Spawns `f` as a task and returns its handle. On a worker the task goes on
+/// that worker's own deque; elsewhere it is submitted to the global runtime.
+///
+/// ```
+/// fn fib(n: u64) -> u64 {
+///     if n < 2 {
+///         return n;
+///     }
+///     let a = selvedge::spawn(move || fib(n - 1));
+///     let b = fib(n - 2);
+///     a.join() + b
+/// }
+/// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
+/// assert_eq!(rt.run(|| fib(20)), 6765);
+/// ```
+pub fn spawn<F, T>(f: F) -> JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    match Worker::current() {
+        Some(w) => {
+            let task = task::new_handled(f);
+            // SAFETY: `F` and `T` are 'static.
+            let handle = unsafe { JoinHandle::new(&task) };
+            let pos = w.push(task);
+            handle.at(w, pos)
+        }
+        None => global_runtime().submit(f),
+    }
+}
+
+/// Waits until the runtime of the calling worker (or the global runtime,
+/// from any other thread) is quiescent. See [`Runtime::sync_root`].
+///
+/// ```
+/// selvedge::sync_root();
+/// ```
+pub fn sync_root() {
+    match Worker::current() {
+        Some(w) => w.wait_until(Until::Quiescent),
+        None => global_runtime().sync_root(),
+    }
+}
+
+/// The number of worker threads of the current runtime (the global one from
+/// outside any runtime).
+///
+/// ```
+/// let rt = selvedge::Runtime::builder().num_threads(3).build().unwrap();
+/// assert_eq!(rt.run(selvedge::current_num_threads), 3);
+/// ```
+pub fn current_num_threads() -> usize {
+    match Worker::current() {
+        Some(w) => w.shared.num_threads(),
+        None => global_runtime().num_threads(),
+    }
+}
+
+/// Runs `f` on the current worker, or on the global runtime from any other
+/// thread (blocking until it returns).
+pub(crate) fn on_worker<R: Send>(f: impl FnOnce(&Worker) -> R + Send) -> R {
+    match Worker::current() {
+        Some(w) => f(w),
+        None => global_runtime().run(|| {
+            let w = Worker::current().expect("the root task runs on a worker");
+            f(w)
+        }),
+    }
+}

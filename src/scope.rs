@@ -1,0 +1,193 @@
+//! Structured parallelism that may borrow: `scope` and fork-join `join`.
+
+use crate::handle::JoinHandle;
+use crate::runtime::{on_worker, Shared};
+use crate::sync::{lock, AtomicUsize, Mutex, Ordering};
+use crate::task;
+use crate::worker::{Until, Worker};
+use std::any::Any;
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+
+/// A scope in which tasks may borrow from the enclosing stack frame.
+/// Created by [`scope`].
+///
+/// ```
+/// let mut counts = [0usize; 4];
+/// selvedge::scope(|s| {
+///     for (i, c) in counts.iter_mut().enumerate() {
+///         s.spawn(move |_| *c = i * i);
+///     }
+/// });
+/// assert_eq!(counts, [0, 1, 4, 9]);
+/// ```
+pub struct Scope<'scope> {
+    /// Unfinished tasks, plus one for the scope's own body.
+    pending: AtomicUsize,
+    /// The worker waiting for the scope, unparked by the last task.
+    owner: usize,
+    runtime: *const Shared,
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+    /// Invariant in `'scope`, as std's scoped threads.
+    _borrows: PhantomData<&'scope mut &'scope ()>,
+}
+
+// SAFETY: `runtime` points to the Shared of the owner's runtime, which the
+// owner worker keeps alive for the whole scope; everything else is Sync.
+unsafe impl Sync for Scope<'_> {}
+// SAFETY: as above.
+unsafe impl Send for Scope<'_> {}
+
+impl std::fmt::Debug for Scope<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scope")
+            .field("pending", &self.pending.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs `f` with a [`Scope`] whose tasks may borrow anything that outlives
+/// the call, and returns once `f` and every task spawned in the scope (by
+/// `f` or by those tasks) finished. If any of them panicked, the first
+/// panic is resumed after all finished.
+///
+/// On a worker it runs in place, and the worker keeps working while it
+/// waits; elsewhere it runs on the global runtime and blocks the caller.
+///
+/// ```
+/// let words = vec!["a", "bb", "ccc"];
+/// let mut lengths = vec![0; words.len()];
+/// selvedge::scope(|s| {
+///     for (w, len) in words.iter().zip(lengths.iter_mut()) {
+///         s.spawn(move |_| *len = w.len());
+///     }
+/// });
+/// assert_eq!(lengths, [1, 2, 3]);
+/// ```
+pub fn scope<'scope, F, R>(f: F) -> R
+where
+    F: FnOnce(&Scope<'scope>) -> R + Send,
+    R: Send,
+{
+    on_worker(|w| {
+        let scope = Scope {
+            pending: AtomicUsize::new(1),
+            owner: w.index,
+            runtime: &*w.shared,
+            panic: Mutex::new(None),
+            _borrows: PhantomData,
+        };
+        let body = catch_unwind(AssertUnwindSafe(|| f(&scope)));
+        if scope.pending.fetch_sub(1, Ordering::AcqRel) != 1 {
+            w.wait_until(Until::Zero(&scope.pending));
+        }
+        let body = body.unwrap_or_else(|p| resume_unwind(p));
+        if let Some(p) = scope.take_panic() {
+            resume_unwind(p);
+        }
+        body
+    })
+}
+
+impl<'scope> Scope<'scope> {
+    /// Spawns `f` in this scope. It may borrow anything that outlives the
+    /// scope, and receives the scope to spawn more.
+    ///
+    /// ```
+    /// let total = std::sync::atomic::AtomicU64::new(0);
+    /// selvedge::scope(|s| {
+    ///     s.spawn(|s| {
+    ///         s.spawn(|_| { total.fetch_add(1, std::sync::atomic::Ordering::Relaxed); });
+    ///         total.fetch_add(10, std::sync::atomic::Ordering::Relaxed);
+    ///     });
+    /// });
+    /// assert_eq!(total.into_inner(), 11);
+    /// ```
+    pub fn spawn<F>(&self, f: F)
+    where
+        F: FnOnce(&Scope<'scope>) + Send + 'scope,
+    {
+        self.pending.fetch_add(1, Ordering::Relaxed);
+        let scope = self as *const Scope<'scope> as usize;
+        let task = task::new_detached(move || {
+            // SAFETY: the scope outlives its tasks: its owner waits for
+            // `pending` to reach zero, and this task decrements it last.
+            let scope = unsafe { &*(scope as *const Scope<'scope>) };
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(scope))) {
+                scope.record_panic(p);
+            }
+            scope.finish_task();
+        });
+        match Worker::current() {
+            Some(w) if std::ptr::eq(&*w.shared, self.runtime) => {
+                w.push(task);
+            }
+            // SAFETY: the owner's runtime is alive while the scope is.
+            _ => unsafe { &*self.runtime }.inject(task),
+        }
+    }
+
+    fn record_panic(&self, payload: Box<dyn Any + Send>) {
+        let mut slot = lock(&self.panic);
+        if slot.is_none() {
+            *slot = Some(payload);
+        }
+    }
+
+    fn take_panic(&self) -> Option<Box<dyn Any + Send>> {
+        lock(&self.panic).take()
+    }
+
+    fn finish_task(&self) {
+        // Copy what we need first: once the count hits zero the owner may
+        // return and the scope be gone.
+        let (owner, runtime) = (self.owner, self.runtime);
+        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // SAFETY: this task runs on a worker of the scope's runtime (or
+            // was injected into it), which keeps the runtime alive.
+            unsafe { &*runtime }.sleep.unpark(owner);
+        }
+    }
+}
+
+/// Runs `a` and `b`, potentially in parallel, and returns both results. `b`
+/// is offered to idle workers while the caller runs `a`; if nobody took it,
+/// the caller runs it next, in place. Both closures may borrow.
+///
+/// If either panics, `join` still waits for the other, then resumes the
+/// panic (`a`'s if both panicked).
+///
+/// ```
+/// fn sum(v: &[u64]) -> u64 {
+///     if v.len() <= 1024 {
+///         return v.iter().sum();
+///     }
+///     let (l, r) = v.split_at(v.len() / 2);
+///     let (a, b) = selvedge::join(|| sum(l), || sum(r));
+///     a + b
+/// }
+/// let v: Vec<u64> = (0..100_000).collect();
+/// assert_eq!(sum(&v), v.iter().sum());
+/// ```
+pub fn join<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
+where
+    A: FnOnce() -> RA + Send,
+    B: FnOnce() -> RB + Send,
+    RA: Send,
+    RB: Send,
+{
+    on_worker(|w| {
+        let task_b = task::new_handled(b);
+        // SAFETY: `hb` is joined below, before the borrows of `b` end, on
+        // every path (a's panic is caught first).
+        let hb = unsafe { JoinHandle::<RB>::new(&task_b) };
+        let pos = w.push(task_b);
+        let hb = hb.at(w, pos);
+        let ra = catch_unwind(AssertUnwindSafe(a));
+        let rb = hb.join_result();
+        match (ra, rb) {
+            (Ok(ra), Ok(rb)) => (ra, rb),
+            (Err(p), _) | (_, Err(p)) => resume_unwind(p),
+        }
+    })
+}

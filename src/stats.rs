@@ -1,0 +1,129 @@
+//! Per-worker counters, written only by their worker and read by anyone.
+//!
+//! Each counter is an atomic that its worker updates with a plain load and
+//! store (no read-modify-write), on a cache line of its own, so counting
+//! costs a task nothing shared.
+
+use crate::sync::{AtomicU64, Ordering};
+use crossbeam_utils::CachePadded;
+
+/// A counter with one writer.
+#[derive(Debug, Default)]
+pub(crate) struct Counter(AtomicU64);
+
+impl Counter {
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        self.0
+            .store(self.0.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub(crate) fn bump(&self) {
+        self.add(1);
+    }
+
+    #[inline]
+    pub(crate) fn set(&self, n: u64) {
+        self.0.store(n, Ordering::Relaxed);
+    }
+
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The live counters of one worker.
+#[derive(Debug, Default)]
+pub(crate) struct WorkerCounters {
+    pub(crate) tasks_run: Counter,
+    pub(crate) requests_sent: Counter,
+    pub(crate) requests_answered: Counter,
+    pub(crate) requests_declined: Counter,
+    pub(crate) tasks_given: Counter,
+    pub(crate) tasks_stolen: Counter,
+    pub(crate) parks: Counter,
+}
+
+pub(crate) type Counters = Box<[CachePadded<WorkerCounters>]>;
+
+/// A snapshot of one worker's counters, from [`crate::Runtime::stats`].
+///
+/// ```
+/// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
+/// rt.run(|| (0..100).map(|i| selvedge::spawn(move || i)).for_each(|h| { h.join(); }));
+/// let stats = rt.stats();
+/// assert!(stats.total().tasks_run >= 101);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Tasks this worker ran from a queue (its deque, the injector or a
+    /// theft). Tasks a join ran in place, without ever being shared, are not
+    /// counted: they cost no more than a function call.
+    pub tasks_run: u64,
+    /// Steal requests this worker sent as a thief.
+    pub steal_requests_sent: u64,
+    /// Requests this worker answered with work, as a victim.
+    pub steal_requests_answered: u64,
+    /// Requests this worker had no work for and forwarded or returned.
+    pub steal_requests_declined: u64,
+    /// Tasks this worker gave to thieves.
+    pub tasks_given: u64,
+    /// Tasks this worker received from victims.
+    pub tasks_stolen: u64,
+    /// Times this worker parked (idle, or waiting in a join).
+    pub parks: u64,
+}
+
+impl WorkerStats {
+    pub(crate) fn read(c: &WorkerCounters) -> Self {
+        Self {
+            tasks_run: c.tasks_run.get(),
+            steal_requests_sent: c.requests_sent.get(),
+            steal_requests_answered: c.requests_answered.get(),
+            steal_requests_declined: c.requests_declined.get(),
+            tasks_given: c.tasks_given.get(),
+            tasks_stolen: c.tasks_stolen.get(),
+            parks: c.parks.get(),
+        }
+    }
+
+    fn plus(self, o: Self) -> Self {
+        Self {
+            tasks_run: self.tasks_run + o.tasks_run,
+            steal_requests_sent: self.steal_requests_sent + o.steal_requests_sent,
+            steal_requests_answered: self.steal_requests_answered + o.steal_requests_answered,
+            steal_requests_declined: self.steal_requests_declined + o.steal_requests_declined,
+            tasks_given: self.tasks_given + o.tasks_given,
+            tasks_stolen: self.tasks_stolen + o.tasks_stolen,
+            parks: self.parks + o.parks,
+        }
+    }
+}
+
+/// A snapshot of every worker's counters.
+///
+/// ```
+/// let rt = selvedge::Runtime::builder().num_threads(3).build().unwrap();
+/// assert_eq!(rt.stats().workers.len(), 3);
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RuntimeStats {
+    /// One entry per worker, by index.
+    pub workers: Vec<WorkerStats>,
+}
+
+impl RuntimeStats {
+    /// The sum over all workers.
+    ///
+    /// ```
+    /// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
+    /// assert_eq!(rt.stats().total().tasks_stolen, 0);
+    /// ```
+    pub fn total(&self) -> WorkerStats {
+        self.workers
+            .iter()
+            .copied()
+            .fold(WorkerStats::default(), WorkerStats::plus)
+    }
+}

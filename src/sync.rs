@@ -1,0 +1,64 @@
+//! The one place where atomics, cells, locks and threads come from.
+//!
+//! Under `--cfg loom` every primitive is loom's, so the models in `loom-tests/`
+//! explore the real protocol code; otherwise they are std's. Code that shares
+//! state between threads imports from here, never from `std::sync` directly.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{fence, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+#[cfg(loom)]
+pub(crate) use loom::sync::{Condvar, Mutex};
+#[cfg(loom)]
+pub(crate) use loom::thread;
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{fence, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Condvar, Mutex};
+#[cfg(not(loom))]
+pub(crate) use std::thread;
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64};
+
+/// A cell whose accesses loom can check for data races.
+///
+/// std's `UnsafeCell` behind loom's `with`/`with_mut` interface, so the same
+/// code compiles against both.
+#[cfg(not(loom))]
+#[derive(Debug)]
+pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+impl<T> UnsafeCell<T> {
+    pub(crate) const fn new(value: T) -> Self {
+        Self(std::cell::UnsafeCell::new(value))
+    }
+
+    #[inline(always)]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+
+    #[inline(always)]
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}
+
+#[cfg(loom)]
+pub(crate) use loom::cell::UnsafeCell;
+
+/// Locks a mutex, ignoring poisoning: the data behind our mutexes stays
+/// consistent whatever panicked, because user code never runs under them.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> crate::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+#[cfg(loom)]
+pub(crate) use loom::sync::MutexGuard;
+#[cfg(not(loom))]
+pub(crate) use std::sync::MutexGuard;

@@ -1,0 +1,338 @@
+//! Type-erased tasks stored inline in fixed-size, pooled blocks.
+//!
+//! A task is one [`TaskBlock`]: a small header (vtable, intrusive link, join
+//! state) and [`INLINE`] bytes of payload. The payload first holds the closure
+//! and, after the task ran, its result (`std::thread::Result<T>`), so a handle
+//! that knows only `T` finds the result at offset 0. A closure or result that
+//! does not fit is boxed and only the box pointer is stored: that is the one
+//! case where a spawn allocates.
+//!
+//! Blocks come from a per-thread free list on worker threads and go back to
+//! the free list of whichever worker frees them; foreign threads use the
+//! global allocator.
+
+use crate::completion::{Completion, Release};
+use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
+use std::cell::{Cell, UnsafeCell};
+use std::mem::{align_of, size_of, MaybeUninit};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::{self, NonNull};
+
+/// Payload bytes stored inline in a block.
+pub(crate) const INLINE: usize = 192;
+const PAYLOAD_ALIGN: usize = 16;
+/// Free blocks a worker keeps before returning them to the allocator.
+const POOL_CAPACITY: usize = 4096;
+
+#[repr(C, align(16))]
+struct Payload(MaybeUninit<[u8; INLINE]>);
+
+/// Functions that know the erased closure and result types of a block.
+pub(crate) struct VTable {
+    /// Runs a queued task; publishes the result or frees the block.
+    run: unsafe fn(NonNull<TaskBlock>),
+    /// Runs the task for its own joining handle, writing the
+    /// `std::thread::Result<T>` to `out`; the block is left for the caller.
+    run_inline: unsafe fn(NonNull<TaskBlock>, *mut ()),
+    /// Drops a stored result nobody will take.
+    drop_result: unsafe fn(NonNull<TaskBlock>),
+}
+
+/// One task: header plus inline payload.
+#[repr(C, align(64))]
+pub(crate) struct TaskBlock {
+    vtable: &'static VTable,
+    /// Link for batches of stolen tasks; touched only by the block's owner.
+    next: Cell<*mut TaskBlock>,
+    completion: Completion,
+    payload: UnsafeCell<Payload>,
+}
+
+static_assertions::const_assert!(size_of::<TaskBlock>() <= 256);
+
+/// An owned, type-erased, runnable task.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct TaskRef(NonNull<TaskBlock>);
+
+// SAFETY: a TaskRef is created only for closures that are Send (or whose
+// non-'static borrows are kept alive by a scope/join that waits for them), and
+// it is the unique owner of the right to run the task.
+unsafe impl Send for TaskRef {}
+
+impl TaskRef {
+    /// The block address, for identity checks.
+    #[inline]
+    pub(crate) fn ptr(&self) -> NonNull<TaskBlock> {
+        self.0
+    }
+
+    /// Runs the task, consuming it.
+    #[inline]
+    pub(crate) fn run(self) {
+        // SAFETY: a TaskRef owns a block whose payload holds an unrun closure
+        // matching its vtable.
+        unsafe { (self.0.as_ref().vtable.run)(self.0) }
+    }
+
+    /// Links `self` in front of `next` (a batch for a thief).
+    pub(crate) fn into_list(self, next: *mut TaskBlock) -> *mut TaskBlock {
+        // SAFETY: we own the block.
+        unsafe { self.0.as_ref().next.set(next) };
+        self.0.as_ptr()
+    }
+
+    /// Splits the head off a list made by [`TaskRef::into_list`].
+    ///
+    /// # Safety
+    /// `list` must be a non-null list received through a reply slot.
+    pub(crate) unsafe fn pop_list(list: *mut TaskBlock) -> (TaskRef, *mut TaskBlock) {
+        let head = NonNull::new_unchecked(list);
+        let next = head.as_ref().next.replace(ptr::null_mut());
+        (TaskRef(head), next)
+    }
+}
+
+/// Whether a value of type `X` is stored inline (else boxed).
+const fn fits<X>() -> bool {
+    size_of::<X>() <= INLINE && align_of::<X>() <= PAYLOAD_ALIGN
+}
+
+/// # Safety
+/// `block` must be live and its payload free to overwrite.
+unsafe fn store<X>(block: NonNull<TaskBlock>, x: X) {
+    let p = (*block.as_ref().payload.get()).0.as_mut_ptr();
+    if fits::<X>() {
+        ptr::write(p.cast::<X>(), x);
+    } else {
+        ptr::write(p.cast::<Box<X>>(), Box::new(x));
+    }
+}
+
+/// # Safety
+/// The payload must hold an `X` written by [`store`], which is moved out.
+unsafe fn take<X>(block: NonNull<TaskBlock>) -> X {
+    let p = (*block.as_ref().payload.get()).0.as_ptr();
+    if fits::<X>() {
+        ptr::read(p.cast::<X>())
+    } else {
+        *ptr::read(p.cast::<Box<X>>())
+    }
+}
+
+struct Typed<F, T>(std::marker::PhantomData<(F, T)>);
+
+impl<F: FnOnce() -> T, T> Typed<F, T> {
+    const HANDLED: VTable = VTable {
+        run: Self::run_handled,
+        run_inline: Self::run_inline,
+        drop_result: Self::drop_result,
+    };
+
+    unsafe fn run_handled(block: NonNull<TaskBlock>) {
+        let f = take::<F>(block);
+        let result = catch_unwind(AssertUnwindSafe(f));
+        store::<std::thread::Result<T>>(block, result);
+        if let Release::Free { drop_result } = block.as_ref().completion.complete() {
+            if drop_result {
+                Self::drop_result(block);
+            }
+            free_block(block);
+        }
+    }
+
+    unsafe fn run_inline(block: NonNull<TaskBlock>, out: *mut ()) {
+        let f = take::<F>(block);
+        ptr::write(
+            out.cast::<std::thread::Result<T>>(),
+            catch_unwind(AssertUnwindSafe(f)),
+        );
+    }
+
+    unsafe fn drop_result(block: NonNull<TaskBlock>) {
+        drop(take::<std::thread::Result<T>>(block));
+    }
+}
+
+impl<F: FnOnce()> Typed<F, ()> {
+    const DETACHED: VTable = VTable {
+        run: Self::run_detached,
+        run_inline: Self::run_detached_inline,
+        drop_result: Self::no_result,
+    };
+
+    unsafe fn run_detached(block: NonNull<TaskBlock>) {
+        let f = take::<F>(block);
+        // Nobody holds the block: recycle it before running, so the task's
+        // own spawns reuse a cache-hot block.
+        free_block(block);
+        // Detached closures handle their own panics (scopes record them);
+        // this only keeps a worker from ever unwinding.
+        let _ = catch_unwind(AssertUnwindSafe(f));
+    }
+
+    unsafe fn run_detached_inline(block: NonNull<TaskBlock>, _out: *mut ()) {
+        Self::run_detached(block)
+    }
+
+    unsafe fn no_result(_block: NonNull<TaskBlock>) {}
+}
+
+/// A new task whose result a [`crate::JoinHandle`] will take.
+///
+/// The closure may borrow: the caller guarantees it outlives the task (it is
+/// `'static`, or a scope or join waits for the task).
+pub(crate) fn new_handled<F, T>(f: F) -> TaskRef
+where
+    F: FnOnce() -> T + Send,
+    T: Send,
+{
+    let block = alloc_block(&Typed::<F, T>::HANDLED);
+    // SAFETY: the block is fresh.
+    unsafe { store::<F>(block, f) };
+    TaskRef(block)
+}
+
+/// A new task with no handle: it frees its block itself.
+pub(crate) fn new_detached<F>(f: F) -> TaskRef
+where
+    F: FnOnce() + Send,
+{
+    let block = alloc_block(&Typed::<F, ()>::DETACHED);
+    // SAFETY: the block is fresh.
+    unsafe { store::<F>(block, f) };
+    TaskRef(block)
+}
+
+/// The join state of a handled block.
+///
+/// # Safety
+/// `block` must be live (the handle side keeps it so until it releases).
+#[inline]
+pub(crate) unsafe fn completion<'a>(block: NonNull<TaskBlock>) -> &'a Completion {
+    &(*block.as_ptr()).completion
+}
+
+/// Runs a handled task that never left its owner for its handle, moving the
+/// result out and freeing the block. No atomic operation: nobody else has
+/// seen the block.
+///
+/// # Safety
+/// `task` must be the handled task of type `T` belonging to the calling handle.
+#[inline]
+pub(crate) unsafe fn run_inline_for_handle<T>(task: TaskRef) -> std::thread::Result<T> {
+    let mut out = MaybeUninit::<std::thread::Result<T>>::uninit();
+    (task.0.as_ref().vtable.run_inline)(task.0, out.as_mut_ptr().cast());
+    free_block(task.0);
+    out.assume_init()
+}
+
+/// Moves the result out of a completed block.
+///
+/// # Safety
+/// The block's completion must be complete (acquired) and the result not yet
+/// taken; `T` must be its result type.
+pub(crate) unsafe fn take_result<T>(block: NonNull<TaskBlock>) -> std::thread::Result<T> {
+    take::<std::thread::Result<T>>(block)
+}
+
+/// Carries out a [`Release`] decision of the handle side.
+///
+/// # Safety
+/// `release` must have been returned for `block` to the handle side.
+pub(crate) unsafe fn finish_release(block: NonNull<TaskBlock>, release: Release) {
+    if let Release::Free { drop_result } = release {
+        if drop_result {
+            (block.as_ref().vtable.drop_result)(block);
+        }
+        free_block(block);
+    }
+}
+
+/// A worker's free list of blocks.
+pub(crate) struct BlockPool {
+    free: Vec<NonNull<TaskBlock>>,
+}
+
+impl BlockPool {
+    pub(crate) fn new() -> Self {
+        Self {
+            free: Vec::with_capacity(POOL_CAPACITY),
+        }
+    }
+}
+
+impl Drop for BlockPool {
+    fn drop(&mut self) {
+        for b in self.free.drain(..) {
+            // SAFETY: pooled blocks are allocated with this layout and unused.
+            unsafe { dealloc(b.as_ptr().cast(), Layout::new::<TaskBlock>()) };
+        }
+    }
+}
+
+thread_local! {
+    /// The pool of the worker running on this thread; null elsewhere.
+    static POOL: Cell<*mut BlockPool> = const { Cell::new(ptr::null_mut()) };
+}
+
+/// Installs `pool` as this thread's block pool until the guard drops.
+pub(crate) fn install_pool(pool: &mut BlockPool) -> PoolGuard {
+    POOL.with(|p| p.set(pool));
+    PoolGuard
+}
+
+pub(crate) struct PoolGuard;
+
+impl Drop for PoolGuard {
+    fn drop(&mut self) {
+        POOL.with(|p| p.set(ptr::null_mut()));
+    }
+}
+
+fn alloc_block(vtable: &'static VTable) -> NonNull<TaskBlock> {
+    let pooled = POOL.with(|p| {
+        let pool = p.get();
+        if pool.is_null() {
+            None
+        } else {
+            // SAFETY: the pool belongs to this thread's worker and is only
+            // touched here and in free_block, never reentrantly.
+            unsafe { (*pool).free.pop() }
+        }
+    });
+    let block = pooled.unwrap_or_else(|| {
+        let layout = Layout::new::<TaskBlock>();
+        // SAFETY: the layout has non-zero size.
+        let p = unsafe { alloc(layout) }.cast::<TaskBlock>();
+        NonNull::new(p).unwrap_or_else(|| handle_alloc_error(layout))
+    });
+    // SAFETY: the block is unused memory of the right layout; the header
+    // fields are written without reading (or dropping) what was there.
+    unsafe {
+        let b = block.as_ptr();
+        ptr::addr_of_mut!((*b).vtable).write(vtable);
+        ptr::addr_of_mut!((*b).next).write(Cell::new(ptr::null_mut()));
+        ptr::addr_of_mut!((*b).completion).write(Completion::new());
+    }
+    block
+}
+
+/// Returns a block whose payload is already moved out or dropped.
+///
+/// # Safety
+/// No one may use `block` afterwards.
+unsafe fn free_block(block: NonNull<TaskBlock>) {
+    ptr::drop_in_place(ptr::addr_of_mut!((*block.as_ptr()).completion));
+    let kept = POOL.with(|p| {
+        let pool = p.get();
+        if !pool.is_null() && (*pool).free.len() < POOL_CAPACITY {
+            (*pool).free.push(block);
+            true
+        } else {
+            false
+        }
+    });
+    if !kept {
+        dealloc(block.as_ptr().cast(), Layout::new::<TaskBlock>());
+    }
+}

@@ -1,0 +1,392 @@
+//! A worker thread: its private state and its loop.
+//!
+//! A worker runs tasks from its own deque, newest first. At every task
+//! boundary (and at every spawn) it looks at its mailbox and answers steal
+//! requests from the oldest end of its deque. Out of work, it takes from the
+//! injector, then asks a random victim for work, backs off, and finally parks.
+//! A worker waiting for a join or a scope runs the same loop (restricted to
+//! its own frame's children, then stealing) until the wait is over.
+
+use crate::completion::Completion;
+use crate::deque::Deque;
+use crate::runtime::Shared;
+use crate::steal::{Reply, StealPolicy, StealRequest, VictimSet};
+use crate::sync::{AtomicUsize, Ordering};
+use crate::task::{TaskBlock, TaskRef};
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
+use std::cell::{Cell, UnsafeCell};
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::task::{Wake, Waker};
+use std::time::Duration;
+
+/// Failed rounds spent spinning before yielding the CPU.
+const SPIN_ROUNDS: u32 = 32;
+/// Failed rounds before an idle or waiting worker parks.
+const PARK_AFTER: u32 = 256;
+/// How often a worker waiting in `sync_root` re-checks quiescence while parked.
+const SYNC_ROOT_POLL: Duration = Duration::from_micros(500);
+
+thread_local! {
+    static CURRENT: Cell<*const Worker> = const { Cell::new(std::ptr::null()) };
+}
+
+/// What a worker waits for in [`Worker::wait_until`].
+pub(crate) enum Until<'a> {
+    /// The runtime shuts down (the worker's main loop).
+    Shutdown,
+    /// A joined task completes.
+    Complete(&'a Completion),
+    /// A scope's count of unfinished tasks reaches zero.
+    Zero(&'a AtomicUsize),
+    /// The whole runtime is quiescent (`sync_root`).
+    Quiescent,
+}
+
+/// Wakes a worker thread parked in a join.
+struct ThreadWaker(std::thread::Thread);
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// State only the worker's own thread touches.
+struct Local {
+    deque: Deque,
+    rng: SmallRng,
+    policy: StealPolicy,
+    /// A steal request of ours is travelling.
+    in_flight: bool,
+    /// Deque position where the running task's children start.
+    frame_base: u64,
+    tasks_run: u64,
+}
+
+/// One worker of a runtime.
+pub(crate) struct Worker {
+    pub(crate) index: usize,
+    pub(crate) shared: Arc<Shared>,
+    waker: Waker,
+    local: UnsafeCell<Local>,
+}
+
+impl Worker {
+    /// The worker running on this thread, if any.
+    #[inline]
+    pub(crate) fn current<'a>() -> Option<&'a Worker> {
+        let p = CURRENT.with(Cell::get);
+        // SAFETY: CURRENT points to the worker on this thread's stack while
+        // its loop runs, and is reset before that frame ends; every caller
+        // runs inside that loop.
+        unsafe { p.as_ref() }
+    }
+
+    /// Runs worker `index` of `shared` on this thread until shutdown.
+    pub(crate) fn run(index: usize, shared: Arc<Shared>) {
+        let seed = 0x9E37_79B9_7F4A_7C15u64 ^ ((index as u64 + 1) << 17);
+        let worker = Worker {
+            index,
+            shared,
+            waker: Waker::from(Arc::new(ThreadWaker(std::thread::current()))),
+            local: UnsafeCell::new(Local {
+                deque: Deque::new(),
+                rng: SmallRng::seed_from_u64(seed),
+                policy: StealPolicy::new(),
+                in_flight: false,
+                frame_base: 0,
+                tasks_run: 0,
+            }),
+        };
+        CURRENT.with(|c| c.set(&worker));
+        worker.wait_until(Until::Shutdown);
+        CURRENT.with(|c| c.set(std::ptr::null()));
+    }
+
+    /// Identity of this worker, stored in handles to find their task again.
+    #[inline]
+    pub(crate) fn id(&self) -> usize {
+        self as *const Worker as usize
+    }
+
+    #[allow(clippy::mut_from_ref)]
+    #[inline(always)]
+    fn local(&self) -> &mut Local {
+        // SAFETY: only this worker's thread calls this (the worker is reached
+        // through the thread-local CURRENT), and no caller keeps the
+        // reference across a call that could reach `local` again (user code,
+        // running a task).
+        unsafe { &mut *self.local.get() }
+    }
+
+    /// Pushes a task spawned on this worker; returns its deque position.
+    #[inline]
+    pub(crate) fn push(&self, task: TaskRef) -> u64 {
+        let pos = self.local().deque.push(task);
+        if !self.shared.mailboxes[self.index].is_empty() {
+            self.answer_requests();
+        } else if self.shared.sleep.has_sleepers() {
+            self.share_with_sleepers();
+        }
+        pos
+    }
+
+    /// Takes back a task this worker pushed at `pos`, if no thief took it.
+    #[inline]
+    pub(crate) fn take_back(&self, pos: u64, block: NonNull<TaskBlock>) -> Option<TaskRef> {
+        self.local().deque.take_at(pos, block)
+    }
+
+    /// Counts a task a join ran in place.
+    #[inline]
+    pub(crate) fn count_inline_run(&self) {
+        let l = self.local();
+        l.tasks_run += 1;
+        self.shared.counters[self.index].tasks_run.set(l.tasks_run);
+    }
+
+    /// Runs one task as a new frame, then answers pending steal requests.
+    #[inline]
+    fn execute(&self, task: TaskRef) {
+        let saved = {
+            let l = self.local();
+            std::mem::replace(&mut l.frame_base, l.deque.top())
+        };
+        task.run();
+        let l = self.local();
+        l.frame_base = saved;
+        l.tasks_run += 1;
+        let run = l.tasks_run;
+        self.shared.counters[self.index].tasks_run.set(run);
+        if !self.shared.mailboxes[self.index].is_empty() {
+            self.answer_requests();
+        }
+    }
+
+    /// Workers are parked while this one has surplus work: hand the oldest
+    /// task to the injector and wake one. Parked workers send no requests, so
+    /// without this a task spawned before a long leaf would wait for it.
+    #[cold]
+    fn share_with_sleepers(&self) {
+        if !self.shared.injector.is_empty() {
+            return; // the previous share is not taken yet
+        }
+        if let Some(task) = self.local().deque.steal_one() {
+            self.shared.injector.push(task);
+            self.shared.sleep.wake_any();
+        }
+    }
+
+    /// Answers every waiting steal request: with work from the old end of
+    /// the deque, else by forwarding the request.
+    #[cold]
+    fn answer_requests(&self) {
+        let shared = &*self.shared;
+        while let Some(req) = shared.mailboxes[self.index].take() {
+            let l = self.local();
+            let work = if req.half {
+                l.deque.steal_half()
+            } else {
+                l.deque.steal_one().map(|t| (t.into_list(std::ptr::null_mut()), 1))
+            };
+            let c = &shared.counters[self.index];
+            match work {
+                Some((list, n)) => {
+                    c.requests_answered.bump();
+                    c.tasks_given.add(n as u64);
+                    shared.replies[req.thief].send_work(list);
+                    shared.sleep.wake(req.thief);
+                }
+                None => {
+                    c.requests_declined.bump();
+                    self.forward(req);
+                }
+            }
+        }
+    }
+
+    fn forward(&self, mut req: StealRequest) {
+        req.tried.insert(self.index);
+        match self.pick_victim(&req.tried) {
+            Some(v) => {
+                self.shared.mailboxes[v].post(req);
+                self.shared.sleep.wake(v);
+            }
+            None => {
+                self.shared.replies[req.thief].send_declined();
+                self.shared.sleep.wake(req.thief);
+            }
+        }
+    }
+
+    /// A random worker not in `tried` and not idle-parked.
+    fn pick_victim(&self, tried: &VictimSet) -> Option<usize> {
+        let n = self.shared.num_threads();
+        let sleep = &self.shared.sleep;
+        let eligible = |i: &usize| !tried.contains(*i) && !sleep.is_sleeping(*i);
+        let count = (0..n).filter(eligible).count();
+        if count == 0 {
+            return None;
+        }
+        let k = self.local().rng.random_range(0..count);
+        (0..n).filter(eligible).nth(k)
+    }
+
+    fn send_request(&self) {
+        let tried = VictimSet::only(self.index);
+        if let Some(v) = self.pick_victim(&tried) {
+            let half = {
+                let l = self.local();
+                l.in_flight = true;
+                l.policy.steal_half()
+            };
+            self.shared.counters[self.index].requests_sent.bump();
+            self.shared.mailboxes[v].post(StealRequest {
+                thief: self.index,
+                tried,
+                half,
+            });
+            self.shared.sleep.wake(v);
+        }
+    }
+
+    /// Collects the answer to our request: stolen tasks go on our deque and
+    /// the newest is returned to run.
+    fn take_reply(&self) -> Option<TaskRef> {
+        match self.shared.replies[self.index].take() {
+            Reply::Pending => None,
+            Reply::Declined => {
+                self.local().in_flight = false;
+                None
+            }
+            Reply::Work(mut list) => {
+                let l = self.local();
+                l.in_flight = false;
+                let mut n = 0u64;
+                while !list.is_null() {
+                    // SAFETY: the list came through our reply slot.
+                    let (task, rest) = unsafe { TaskRef::pop_list(list) };
+                    l.deque.push(task);
+                    list = rest;
+                    n += 1;
+                }
+                l.policy.record_theft(n, l.tasks_run);
+                self.shared.counters[self.index].tasks_stolen.add(n);
+                l.deque.pop_above(0)
+            }
+        }
+    }
+
+    /// Work that arrives from outside the deque: injector, then our reply.
+    fn find_outside_work(&self) -> Option<TaskRef> {
+        self.answer_requests();
+        if let Some(task) = self.shared.injector.pop() {
+            return Some(task);
+        }
+        self.take_reply()
+    }
+
+    fn done(&self, until: &Until<'_>) -> bool {
+        match until {
+            Until::Shutdown => {
+                self.shared.shutdown.load(Ordering::Acquire) && self.local().deque.is_empty()
+            }
+            Until::Complete(c) => c.is_complete(),
+            Until::Zero(count) => count.load(Ordering::Acquire) == 0,
+            // Checked only when out of work: it takes a lock.
+            Until::Quiescent => false,
+        }
+    }
+
+    fn quiescent(&self) -> bool {
+        let l = self.local();
+        l.deque.is_empty()
+            && !l.in_flight
+            && self
+                .shared
+                .sleep
+                .quiescent_except(self.index, || self.shared.injector.is_empty())
+    }
+
+    /// Runs work until `until` holds: first the children of the current
+    /// frame, then outside work and stolen work. Backs off and parks when
+    /// nothing is found, but never stops answering steal requests for long.
+    pub(crate) fn wait_until(&self, until: Until<'_>) {
+        let base = self.local().frame_base;
+        let mut rounds = 0u32;
+        loop {
+            if self.done(&until) {
+                return;
+            }
+            if let Some(task) = self.local().deque.pop_above(base) {
+                self.execute(task);
+                rounds = 0;
+                continue;
+            }
+            if let Some(task) = self.find_outside_work() {
+                self.execute(task);
+                rounds = 0;
+                continue;
+            }
+            if matches!(until, Until::Quiescent) && self.quiescent() {
+                return;
+            }
+            if rounds < PARK_AFTER && !self.local().in_flight {
+                self.send_request();
+            }
+            rounds = rounds.saturating_add(1);
+            if rounds < SPIN_ROUNDS {
+                std::hint::spin_loop();
+            } else if rounds < PARK_AFTER {
+                std::thread::yield_now();
+            } else {
+                self.park(&until);
+                if !matches!(until, Until::Shutdown) {
+                    // A waiter goes back to asking for work after a park; an
+                    // idle worker waits to be handed some.
+                    rounds = SPIN_ROUNDS;
+                }
+            }
+        }
+    }
+
+    #[cold]
+    fn park(&self, until: &Until<'_>) {
+        let shared = &*self.shared;
+        let me = self.index;
+        let incoming = || {
+            !shared.mailboxes[me].is_empty() || shared.replies[me].has_reply()
+        };
+        shared.counters[me].parks.bump();
+        match until {
+            Until::Shutdown => {
+                shared.sleep.idle_park(me, || {
+                    incoming()
+                        || !shared.injector.is_empty()
+                        || shared.shutdown.load(Ordering::SeqCst)
+                });
+            }
+            Until::Complete(c) => {
+                if c.register(&self.waker) {
+                    return;
+                }
+                shared.sleep.join_park(me, || incoming() || c.is_complete());
+            }
+            Until::Zero(count) => {
+                // The task that brings the count to zero unparks us.
+                shared
+                    .sleep
+                    .join_park(me, || incoming() || count.load(Ordering::SeqCst) == 0);
+            }
+            Until::Quiescent => {
+                // Nobody signals quiescence to a worker: poll, slowly.
+                std::thread::park_timeout(SYNC_ROOT_POLL);
+            }
+        }
+    }
+}
