@@ -5,54 +5,57 @@
 //! when the owner answers a steal request it takes from the tail (oldest),
 //! one task or half.
 //!
-//! Positions are absolute (`taken_from_tail + index`), so a frame can
+//! Positions are absolute (`offset + index`), so a frame can
 //! remember where its own children start ([`Deque::top`]) and pop only those,
 //! and a join can find its task in O(1) from the position [`Deque::push`]
 //! returned, even after thieves took older tasks. A task removed from the
 //! middle leaves a hole (`None`) that pops skip, so positions never shift.
 
-use crate::task::{TaskBlock, TaskRef};
-use std::collections::VecDeque;
+use crate::task::{Header, TaskRef};
 use std::ptr::NonNull;
 
 pub(crate) struct Deque {
-    slots: VecDeque<Option<TaskRef>>,
-    /// Slots ever removed from the tail.
-    taken_from_tail: u64,
+    /// Live tasks are `slots[bottom..]`; holes are `None`.
+    slots: Vec<Option<TaskRef>>,
+    /// Index of the oldest live slot: thieves are served from here.
+    bottom: usize,
+    /// Absolute position of `slots[0]`.
+    offset: u64,
 }
 
 impl Deque {
     pub(crate) fn new() -> Self {
         Self {
-            slots: VecDeque::with_capacity(256),
-            taken_from_tail: 0,
+            slots: Vec::with_capacity(256),
+            bottom: 0,
+            offset: 0,
         }
     }
 
     #[inline]
     pub(crate) fn is_empty(&self) -> bool {
-        self.slots.is_empty()
+        self.bottom == self.slots.len()
     }
 
     /// Absolute position one past the newest slot.
     #[inline]
     pub(crate) fn top(&self) -> u64 {
-        self.taken_from_tail + self.slots.len() as u64
+        self.offset + self.slots.len() as u64
     }
 
     /// Pushes `task` and returns its absolute position.
     #[inline]
     pub(crate) fn push(&mut self, task: TaskRef) -> u64 {
         let pos = self.top();
-        self.slots.push_back(Some(task));
+        self.slots.push(Some(task));
         pos
     }
 
     /// Pops the newest task whose position is at or above `base`.
     #[inline]
     pub(crate) fn pop_above(&mut self, base: u64) -> Option<TaskRef> {
-        while self.top() > base {
-            if let Some(task) = self.slots.pop_back()? {
+        while self.top() > base && !self.is_empty() {
+            if let Some(task) = self.slots.pop().flatten() {
                 return Some(task);
             }
         }
@@ -61,45 +64,67 @@ impl Deque {
 
     /// Takes `block` back if it is still at `pos`.
     #[inline]
-    pub(crate) fn take_at(&mut self, pos: u64, block: NonNull<TaskBlock>) -> Option<TaskRef> {
-        let index = usize::try_from(pos.checked_sub(self.taken_from_tail)?).ok()?;
-        let slot = self.slots.get_mut(index)?;
+    pub(crate) fn take_at(&mut self, pos: u64, block: NonNull<Header>) -> Option<TaskRef> {
+        let index = pos.wrapping_sub(self.offset) as usize;
+        let len = self.slots.len();
+        if index >= len || index < self.bottom {
+            return None;
+        }
+        let slot = &mut self.slots[index];
         if slot.as_ref().map(TaskRef::ptr) != Some(block) {
             return None;
         }
-        let task = slot.take();
-        if index + 1 == self.slots.len() {
-            self.slots.pop_back();
+        if index + 1 == len {
+            // The common case: joining the newest child.
+            self.slots.pop().flatten()
+        } else {
+            slot.take()
         }
-        task
+    }
+
+    /// Drops the slots thieves emptied once they are most of the vector, so
+    /// memory stays proportional to live tasks.
+    fn compact(&mut self) {
+        if self.bottom == self.slots.len() {
+            self.offset += self.slots.len() as u64;
+            self.slots.clear();
+            self.bottom = 0;
+        } else if self.bottom >= 64 && self.bottom * 2 >= self.slots.len() {
+            self.slots.drain(..self.bottom);
+            self.offset += self.bottom as u64;
+            self.bottom = 0;
+        }
     }
 
     /// Takes the oldest task, for a thief.
     pub(crate) fn steal_one(&mut self) -> Option<TaskRef> {
-        while let Some(slot) = self.slots.pop_front() {
-            self.taken_from_tail += 1;
-            if slot.is_some() {
-                return slot;
-            }
+        let mut found = None;
+        while found.is_none() && !self.is_empty() {
+            found = self.slots[self.bottom].take();
+            self.bottom += 1;
         }
-        None
+        self.compact();
+        found
     }
 
     /// Takes the older half of the slots (at least one task), linked as a
     /// list for a thief, oldest first. Returns the list head and the count.
-    pub(crate) fn steal_half(&mut self) -> Option<(*mut TaskBlock, usize)> {
+    pub(crate) fn steal_half(&mut self) -> Option<(*mut Header, usize)> {
         let mut list = std::ptr::null_mut();
         let mut count = 0;
-        while count == 0 && !self.slots.is_empty() {
-            let n = self.slots.len().div_ceil(2);
-            self.taken_from_tail += n as u64;
+        while count == 0 && !self.is_empty() {
+            let n = (self.slots.len() - self.bottom).div_ceil(2);
             // Prepend newest to oldest, so the list runs oldest first and the
             // thief, pushing in list order, keeps the victim's order.
-            for task in self.slots.drain(..n).rev().flatten() {
-                list = task.into_list(list);
-                count += 1;
+            for slot in self.slots[self.bottom..self.bottom + n].iter_mut().rev() {
+                if let Some(task) = slot.take() {
+                    list = task.into_list(list);
+                    count += 1;
+                }
             }
+            self.bottom += n;
         }
+        self.compact();
         (count > 0).then_some((list, count))
     }
 }

@@ -1,7 +1,7 @@
 //! `JoinHandle`: the owned result slot of a spawned task.
 
 use crate::completion::Completion;
-use crate::task::{self, TaskBlock, TaskRef};
+use crate::task::{self, Header, TaskRef};
 use crate::worker::{Until, Worker};
 use std::future::Future;
 use std::marker::PhantomData;
@@ -25,7 +25,7 @@ use std::task::{Context, Poll, Wake, Waker};
 /// ```
 #[must_use = "dropping a JoinHandle detaches the task; join it to get the result"]
 pub struct JoinHandle<T> {
-    block: Option<NonNull<TaskBlock>>,
+    block: Option<NonNull<Header>>,
     /// The worker whose deque received the task, and where, so `join` can
     /// take it back without searching; 0 when it went to the injector.
     origin: usize,
@@ -121,6 +121,7 @@ impl<T> JoinHandle<T> {
     /// let payload = r.unwrap_err();
     /// assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom"));
     /// ```
+    #[inline]
     pub fn join(self) -> T {
         match self.join_result() {
             Ok(v) => v,
@@ -130,9 +131,11 @@ impl<T> JoinHandle<T> {
 
     /// Like [`JoinHandle::join`], but returns a panic payload instead of
     /// resuming it.
+    #[inline]
     pub(crate) fn join_result(mut self) -> std::thread::Result<T> {
         let block = self.block.take().expect("JoinHandle used after completion");
-        if let Some(w) = Worker::current() {
+        let worker = Worker::current();
+        if let Some(w) = worker {
             if self.origin == w.id() {
                 if let Some(task) = w.take_back(self.pos, block) {
                     w.count_inline_run();
@@ -141,6 +144,15 @@ impl<T> JoinHandle<T> {
                     return unsafe { task::run_inline_for_handle::<T>(task) };
                 }
             }
+        }
+        Self::wait_and_take(block, worker)
+    }
+
+    /// The slow path of a join: the task left this worker (or was never on
+    /// it). Wait for its completion, then take the result.
+    #[cold]
+    fn wait_and_take(block: NonNull<Header>, worker: Option<&Worker>) -> std::thread::Result<T> {
+        if let Some(w) = worker {
             // SAFETY: the block lives until we release it.
             w.wait_until(Until::Complete(unsafe { task::completion(block) }));
         } else {
@@ -158,7 +170,7 @@ impl<T> JoinHandle<T> {
 
     /// # Safety
     /// The block's completion must be complete and the result not taken.
-    unsafe fn take_and_release(block: NonNull<TaskBlock>) -> std::thread::Result<T> {
+    unsafe fn take_and_release(block: NonNull<Header>) -> std::thread::Result<T> {
         let result = task::take_result::<T>(block);
         let release = task::completion(block).release_handle(true);
         task::finish_release(block, release);

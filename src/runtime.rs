@@ -6,7 +6,7 @@ use crate::park::Sleep;
 use crate::stats::{Counters, RuntimeStats, WorkerCounters, WorkerStats};
 use crate::steal::{Mailbox, ReplySlot, MAX_WORKERS};
 use crate::sync::{AtomicBool, Ordering};
-use crate::task::{self, BlockPool, TaskBlock, TaskRef};
+use crate::task::{self, BlockPool, Header, TaskRef};
 use crate::worker::{Until, Worker};
 use crossbeam_queue::SegQueue;
 use crossbeam_utils::CachePadded;
@@ -16,7 +16,7 @@ use std::sync::{mpsc, Arc, OnceLock};
 pub(crate) struct Shared {
     pub(crate) sleep: Sleep,
     pub(crate) mailboxes: Box<[CachePadded<Mailbox>]>,
-    pub(crate) replies: Box<[CachePadded<ReplySlot<TaskBlock>>]>,
+    pub(crate) replies: Box<[CachePadded<ReplySlot<Header>>]>,
     pub(crate) counters: Counters,
     /// Tasks from outside the workers (and shared with parked workers).
     pub(crate) injector: SegQueue<TaskRef>,
@@ -396,6 +396,7 @@ pub fn global_runtime() -> &'static Runtime {
 /// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
 /// assert_eq!(rt.run(|| fib(20)), 6765);
 /// ```
+#[inline]
 pub fn spawn<F, T>(f: F) -> JoinHandle<T>
 where
     F: FnOnce() -> T + Send + 'static,

@@ -1,9 +1,8 @@
 //! Structured parallelism that may borrow: `scope` and fork-join `join`.
 
-use crate::handle::JoinHandle;
 use crate::runtime::{on_worker, Shared};
 use crate::sync::{lock, AtomicUsize, Mutex, Ordering};
-use crate::task;
+use crate::task::{self, StackJob};
 use crate::worker::{Until, Worker};
 use std::any::Any;
 use std::marker::PhantomData;
@@ -177,14 +176,26 @@ where
     RB: Send,
 {
     on_worker(|w| {
-        let task_b = task::new_handled(b);
-        // SAFETY: `hb` is joined below, before the borrows of `b` end, on
-        // every path (a's panic is caught first).
-        let hb = unsafe { JoinHandle::<RB>::new(&task_b) };
-        let pos = w.push(task_b);
-        let hb = hb.at(w, pos);
+        let job_b = StackJob::new(b);
+        // SAFETY: `job_b` stays in this frame until it was taken back, or
+        // completed and its runner left (waited for below on every path:
+        // a's panic is caught first).
+        let pos = w.push(unsafe { job_b.as_task() });
         let ra = catch_unwind(AssertUnwindSafe(a));
-        let rb = hb.join_result();
+        let rb = if w.take_back(pos, job_b.header()).is_some() {
+            w.count_inline_run();
+            // SAFETY: taken back: nobody else runs it.
+            unsafe { job_b.run_here() }
+        } else {
+            let c = job_b.completion();
+            w.wait_until(Until::Complete(c));
+            while !c.is_runner_gone() {
+                // The runner is between publishing and its last touch.
+                std::thread::yield_now();
+            }
+            // SAFETY: complete and the runner gone.
+            unsafe { job_b.take_result() }
+        };
         match (ra, rb) {
             (Ok(ra), Ok(rb)) => (ra, rb),
             (Err(p), _) | (_, Err(p)) => resume_unwind(p),

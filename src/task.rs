@@ -30,21 +30,41 @@ struct Payload(MaybeUninit<[u8; INLINE]>);
 /// Functions that know the erased closure and result types of a block.
 pub(crate) struct VTable {
     /// Runs a queued task; publishes the result or frees the block.
-    run: unsafe fn(NonNull<TaskBlock>),
+    pub(crate) run: unsafe fn(NonNull<Header>),
     /// Runs the task for its own joining handle, writing the
     /// `std::thread::Result<T>` to `out`; the block is left for the caller.
-    run_inline: unsafe fn(NonNull<TaskBlock>, *mut ()),
+    pub(crate) run_inline: unsafe fn(NonNull<Header>, *mut ()),
     /// Drops a stored result nobody will take.
-    drop_result: unsafe fn(NonNull<TaskBlock>),
+    pub(crate) drop_result: unsafe fn(NonNull<Header>),
 }
 
-/// One task: header plus inline payload.
+/// What every runnable task starts with: pooled blocks and the stack jobs of
+/// fork-join alike. Queues and reply slots hold pointers to headers.
+#[repr(C)]
+pub(crate) struct Header {
+    vtable: &'static VTable,
+    /// Link for batches of stolen tasks (and the pool's free list); touched
+    /// only by whoever owns the task at the time.
+    next: Cell<*mut Header>,
+    completion: Completion,
+}
+
+impl Header {
+    /// A header for a task run by `vtable`, with a fresh completion.
+    pub(crate) fn new(vtable: &'static VTable) -> Self {
+        Self {
+            vtable,
+            next: Cell::new(ptr::null_mut()),
+            completion: Completion::new(),
+        }
+    }
+
+}
+
+/// One pooled task: header plus inline payload.
 #[repr(C, align(64))]
 pub(crate) struct TaskBlock {
-    vtable: &'static VTable,
-    /// Link for batches of stolen tasks; touched only by the block's owner.
-    next: Cell<*mut TaskBlock>,
-    completion: Completion,
+    header: Header,
     payload: UnsafeCell<Payload>,
 }
 
@@ -52,7 +72,7 @@ static_assertions::const_assert!(size_of::<TaskBlock>() <= 256);
 
 /// An owned, type-erased, runnable task.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct TaskRef(NonNull<TaskBlock>);
+pub(crate) struct TaskRef(NonNull<Header>);
 
 // SAFETY: a TaskRef is created only for closures that are Send (or whose
 // non-'static borrows are kept alive by a scope/join that waits for them), and
@@ -60,9 +80,9 @@ pub(crate) struct TaskRef(NonNull<TaskBlock>);
 unsafe impl Send for TaskRef {}
 
 impl TaskRef {
-    /// The block address, for identity checks.
+    /// The header address, for identity checks.
     #[inline]
-    pub(crate) fn ptr(&self) -> NonNull<TaskBlock> {
+    pub(crate) fn ptr(&self) -> NonNull<Header> {
         self.0
     }
 
@@ -75,7 +95,7 @@ impl TaskRef {
     }
 
     /// Links `self` in front of `next` (a batch for a thief).
-    pub(crate) fn into_list(self, next: *mut TaskBlock) -> *mut TaskBlock {
+    pub(crate) fn into_list(self, next: *mut Header) -> *mut Header {
         // SAFETY: we own the block.
         unsafe { self.0.as_ref().next.set(next) };
         self.0.as_ptr()
@@ -85,7 +105,7 @@ impl TaskRef {
     ///
     /// # Safety
     /// `list` must be a non-null list received through a reply slot.
-    pub(crate) unsafe fn pop_list(list: *mut TaskBlock) -> (TaskRef, *mut TaskBlock) {
+    pub(crate) unsafe fn pop_list(list: *mut Header) -> (TaskRef, *mut Header) {
         let head = NonNull::new_unchecked(list);
         let next = head.as_ref().next.replace(ptr::null_mut());
         (TaskRef(head), next)
@@ -99,8 +119,8 @@ const fn fits<X>() -> bool {
 
 /// # Safety
 /// `block` must be live and its payload free to overwrite.
-unsafe fn store<X>(block: NonNull<TaskBlock>, x: X) {
-    let p = (*block.as_ref().payload.get()).0.as_mut_ptr();
+unsafe fn store<X>(block: NonNull<Header>, x: X) {
+    let p = (*block.cast::<TaskBlock>().as_ref().payload.get()).0.as_mut_ptr();
     if fits::<X>() {
         ptr::write(p.cast::<X>(), x);
     } else {
@@ -110,8 +130,8 @@ unsafe fn store<X>(block: NonNull<TaskBlock>, x: X) {
 
 /// # Safety
 /// The payload must hold an `X` written by [`store`], which is moved out.
-unsafe fn take<X>(block: NonNull<TaskBlock>) -> X {
-    let p = (*block.as_ref().payload.get()).0.as_ptr();
+unsafe fn take<X>(block: NonNull<Header>) -> X {
+    let p = (*block.cast::<TaskBlock>().as_ref().payload.get()).0.as_ptr();
     if fits::<X>() {
         ptr::read(p.cast::<X>())
     } else {
@@ -128,7 +148,7 @@ impl<F: FnOnce() -> T, T> Typed<F, T> {
         drop_result: Self::drop_result,
     };
 
-    unsafe fn run_handled(block: NonNull<TaskBlock>) {
+    unsafe fn run_handled(block: NonNull<Header>) {
         let f = take::<F>(block);
         let result = catch_unwind(AssertUnwindSafe(f));
         store::<std::thread::Result<T>>(block, result);
@@ -140,7 +160,7 @@ impl<F: FnOnce() -> T, T> Typed<F, T> {
         }
     }
 
-    unsafe fn run_inline(block: NonNull<TaskBlock>, out: *mut ()) {
+    unsafe fn run_inline(block: NonNull<Header>, out: *mut ()) {
         let f = take::<F>(block);
         ptr::write(
             out.cast::<std::thread::Result<T>>(),
@@ -148,7 +168,7 @@ impl<F: FnOnce() -> T, T> Typed<F, T> {
         );
     }
 
-    unsafe fn drop_result(block: NonNull<TaskBlock>) {
+    unsafe fn drop_result(block: NonNull<Header>) {
         drop(take::<std::thread::Result<T>>(block));
     }
 }
@@ -160,7 +180,7 @@ impl<F: FnOnce()> Typed<F, ()> {
         drop_result: Self::no_result,
     };
 
-    unsafe fn run_detached(block: NonNull<TaskBlock>) {
+    unsafe fn run_detached(block: NonNull<Header>) {
         let f = take::<F>(block);
         // Nobody holds the block: recycle it before running, so the task's
         // own spawns reuse a cache-hot block.
@@ -170,11 +190,11 @@ impl<F: FnOnce()> Typed<F, ()> {
         let _ = catch_unwind(AssertUnwindSafe(f));
     }
 
-    unsafe fn run_detached_inline(block: NonNull<TaskBlock>, _out: *mut ()) {
+    unsafe fn run_detached_inline(block: NonNull<Header>, _out: *mut ()) {
         Self::run_detached(block)
     }
 
-    unsafe fn no_result(_block: NonNull<TaskBlock>) {}
+    unsafe fn no_result(_block: NonNull<Header>) {}
 }
 
 /// A new task whose result a [`crate::JoinHandle`] will take.
@@ -208,7 +228,7 @@ where
 /// # Safety
 /// `block` must be live (the handle side keeps it so until it releases).
 #[inline]
-pub(crate) unsafe fn completion<'a>(block: NonNull<TaskBlock>) -> &'a Completion {
+pub(crate) unsafe fn completion<'a>(block: NonNull<Header>) -> &'a Completion {
     &(*block.as_ptr()).completion
 }
 
@@ -231,7 +251,7 @@ pub(crate) unsafe fn run_inline_for_handle<T>(task: TaskRef) -> std::thread::Res
 /// # Safety
 /// The block's completion must be complete (acquired) and the result not yet
 /// taken; `T` must be its result type.
-pub(crate) unsafe fn take_result<T>(block: NonNull<TaskBlock>) -> std::thread::Result<T> {
+pub(crate) unsafe fn take_result<T>(block: NonNull<Header>) -> std::thread::Result<T> {
     take::<std::thread::Result<T>>(block)
 }
 
@@ -239,7 +259,7 @@ pub(crate) unsafe fn take_result<T>(block: NonNull<TaskBlock>) -> std::thread::R
 ///
 /// # Safety
 /// `release` must have been returned for `block` to the handle side.
-pub(crate) unsafe fn finish_release(block: NonNull<TaskBlock>, release: Release) {
+pub(crate) unsafe fn finish_release(block: NonNull<Header>, release: Release) {
     if let Release::Free { drop_result } = release {
         if drop_result {
             (block.as_ref().vtable.drop_result)(block);
@@ -248,22 +268,46 @@ pub(crate) unsafe fn finish_release(block: NonNull<TaskBlock>, release: Release)
     }
 }
 
-/// A worker's free list of blocks.
+/// A worker's free list of blocks, linked through their `next` field.
 pub(crate) struct BlockPool {
-    free: Vec<NonNull<TaskBlock>>,
+    head: *mut Header,
+    len: usize,
 }
 
 impl BlockPool {
     pub(crate) fn new() -> Self {
         Self {
-            free: Vec::with_capacity(POOL_CAPACITY),
+            head: ptr::null_mut(),
+            len: 0,
         }
+    }
+
+    #[inline]
+    fn pop(&mut self) -> Option<NonNull<Header>> {
+        let head = NonNull::new(self.head)?;
+        // SAFETY: pooled blocks are unused and their `next` links the list.
+        self.head = unsafe { (*head.as_ptr()).next.get() };
+        self.len -= 1;
+        Some(head)
+    }
+
+    /// Keeps `block` unless the pool is full; returns it back if refused.
+    #[inline]
+    fn push(&mut self, block: NonNull<Header>) -> Result<(), NonNull<Header>> {
+        if self.len == POOL_CAPACITY {
+            return Err(block);
+        }
+        // SAFETY: the block is unused; only its link is written.
+        unsafe { ptr::addr_of_mut!((*block.as_ptr()).next).write(Cell::new(self.head)) };
+        self.head = block.as_ptr();
+        self.len += 1;
+        Ok(())
     }
 }
 
 impl Drop for BlockPool {
     fn drop(&mut self) {
-        for b in self.free.drain(..) {
+        while let Some(b) = self.pop() {
             // SAFETY: pooled blocks are allocated with this layout and unused.
             unsafe { dealloc(b.as_ptr().cast(), Layout::new::<TaskBlock>()) };
         }
@@ -289,7 +333,8 @@ impl Drop for PoolGuard {
     }
 }
 
-fn alloc_block(vtable: &'static VTable) -> NonNull<TaskBlock> {
+#[inline]
+fn alloc_block(vtable: &'static VTable) -> NonNull<Header> {
     let pooled = POOL.with(|p| {
         let pool = p.get();
         if pool.is_null() {
@@ -297,23 +342,18 @@ fn alloc_block(vtable: &'static VTable) -> NonNull<TaskBlock> {
         } else {
             // SAFETY: the pool belongs to this thread's worker and is only
             // touched here and in free_block, never reentrantly.
-            unsafe { (*pool).free.pop() }
+            unsafe { (*pool).pop() }
         }
     });
     let block = pooled.unwrap_or_else(|| {
         let layout = Layout::new::<TaskBlock>();
         // SAFETY: the layout has non-zero size.
-        let p = unsafe { alloc(layout) }.cast::<TaskBlock>();
+        let p = unsafe { alloc(layout) }.cast::<Header>();
         NonNull::new(p).unwrap_or_else(|| handle_alloc_error(layout))
     });
     // SAFETY: the block is unused memory of the right layout; the header
     // fields are written without reading (or dropping) what was there.
-    unsafe {
-        let b = block.as_ptr();
-        ptr::addr_of_mut!((*b).vtable).write(vtable);
-        ptr::addr_of_mut!((*b).next).write(Cell::new(ptr::null_mut()));
-        ptr::addr_of_mut!((*b).completion).write(Completion::new());
-    }
+    unsafe { block.as_ptr().write(Header::new(vtable)) };
     block
 }
 
@@ -321,18 +361,95 @@ fn alloc_block(vtable: &'static VTable) -> NonNull<TaskBlock> {
 ///
 /// # Safety
 /// No one may use `block` afterwards.
-unsafe fn free_block(block: NonNull<TaskBlock>) {
+#[inline]
+unsafe fn free_block(block: NonNull<Header>) {
     ptr::drop_in_place(ptr::addr_of_mut!((*block.as_ptr()).completion));
-    let kept = POOL.with(|p| {
+    let refused = POOL.with(|p| {
         let pool = p.get();
-        if !pool.is_null() && (*pool).free.len() < POOL_CAPACITY {
-            (*pool).free.push(block);
-            true
+        if pool.is_null() {
+            Err(block)
         } else {
-            false
+            (*pool).push(block)
         }
     });
-    if !kept {
+    if let Err(block) = refused {
         dealloc(block.as_ptr().cast(), Layout::new::<TaskBlock>());
+    }
+}
+
+/// A fork-join task that lives in its joiner's stack frame: no allocation,
+/// and when no thief took it the joiner calls the closure directly.
+#[repr(C)]
+pub(crate) struct StackJob<F, R> {
+    header: Header,
+    f: UnsafeCell<MaybeUninit<F>>,
+    result: UnsafeCell<MaybeUninit<std::thread::Result<R>>>,
+}
+
+impl<F: FnOnce() -> R, R> StackJob<F, R> {
+    const VTABLE: VTable = VTable {
+        run: Self::run,
+        run_inline: Self::run_for_handle,
+        drop_result: Self::result_stays,
+    };
+
+    pub(crate) fn new(f: F) -> Self {
+        Self {
+            header: Header::new(&Self::VTABLE),
+            f: UnsafeCell::new(MaybeUninit::new(f)),
+            result: UnsafeCell::new(MaybeUninit::uninit()),
+        }
+    }
+
+    pub(crate) fn header(&self) -> NonNull<Header> {
+        NonNull::from(&self.header)
+    }
+
+    /// The job as a queueable task.
+    ///
+    /// # Safety
+    /// The job must neither move nor be dropped before the task ran, or was
+    /// taken back, and the runner left ([`Completion::is_runner_gone`]).
+    pub(crate) unsafe fn as_task(&self) -> TaskRef {
+        TaskRef(self.header())
+    }
+
+    /// Runs the closure in place, after the task was taken back.
+    ///
+    /// # Safety
+    /// The task must have been taken back (so nobody else runs it).
+    #[inline]
+    pub(crate) unsafe fn run_here(&self) -> std::thread::Result<R> {
+        let f = (*self.f.get()).assume_init_read();
+        catch_unwind(AssertUnwindSafe(f))
+    }
+
+    /// The result published by the runner.
+    ///
+    /// # Safety
+    /// The completion must be complete and the runner gone.
+    pub(crate) unsafe fn take_result(&self) -> std::thread::Result<R> {
+        (*self.result.get()).assume_init_read()
+    }
+
+    unsafe fn run(header: NonNull<Header>) {
+        let job = header.cast::<Self>().as_ref();
+        let f = (*job.f.get()).assume_init_read();
+        (*job.result.get()).write(catch_unwind(AssertUnwindSafe(f)));
+        // The joiner owns the memory and waits for the runner to leave, so
+        // the release decision is always "keep".
+        let _ = job.header.completion.complete();
+    }
+
+    unsafe fn run_for_handle(_header: NonNull<Header>, _out: *mut ()) {
+        unreachable!("stack jobs are run in place through StackJob::run_here");
+    }
+
+    unsafe fn result_stays(_header: NonNull<Header>) {}
+}
+
+impl<F, R> StackJob<F, R> {
+    pub(crate) fn completion(&self) -> &Completion {
+        &self.header.completion
     }
 }

@@ -12,7 +12,7 @@ use crate::deque::Deque;
 use crate::runtime::Shared;
 use crate::steal::{Reply, StealPolicy, StealRequest, VictimSet};
 use crate::sync::{AtomicUsize, Ordering};
-use crate::task::{TaskBlock, TaskRef};
+use crate::task::{Header, TaskRef};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use std::cell::{Cell, UnsafeCell};
@@ -138,7 +138,7 @@ impl Worker {
 
     /// Takes back a task this worker pushed at `pos`, if no thief took it.
     #[inline]
-    pub(crate) fn take_back(&self, pos: u64, block: NonNull<TaskBlock>) -> Option<TaskRef> {
+    pub(crate) fn take_back(&self, pos: u64, block: NonNull<Header>) -> Option<TaskRef> {
         self.local().deque.take_at(pos, block)
     }
 
