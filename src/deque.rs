@@ -74,12 +74,16 @@ impl Deque {
         if slot.as_ref().map(TaskRef::ptr) != Some(block) {
             return None;
         }
+        let task = slot.take();
         if index + 1 == len {
-            // The common case: joining the newest child.
-            self.slots.pop().flatten()
-        } else {
-            slot.take()
+            // The newest slot: shrink past it and any holes under it, so
+            // joins in spawn order do not leave the deque growing.
+            self.slots.pop();
+            while self.slots.len() > self.bottom && self.slots.last().is_some_and(Option::is_none) {
+                self.slots.pop();
+            }
         }
+        task
     }
 
     /// Drops the slots thieves emptied once they are most of the vector, so

@@ -1,0 +1,81 @@
+//! Spawning a small closure allocates nothing once the worker's block pool
+//! is warm: a counting global allocator proves it.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+
+struct Counting;
+
+thread_local! {
+    /// Allocations made by this thread (other tests run in parallel).
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+fn allocations() -> usize {
+    ALLOCATIONS.with(Cell::get)
+}
+
+fn count() {
+    // `try_with`: the allocator may run while thread-locals are torn down.
+    let _ = ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
+}
+
+// SAFETY: forwards to the system allocator, only counting calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count();
+        System.alloc(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count();
+        System.realloc(ptr, layout, new_size)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn burst(n: u64) -> u64 {
+    // Small closures: one u64 captured, a u64 result.
+    let hs: [selvedge::JoinHandle<u64>; 8] = std::array::from_fn(|i| {
+        let x = n + i as u64;
+        selvedge::spawn(move || x * 2)
+    });
+    let mut sum = 0;
+    for h in hs {
+        sum += h.join();
+    }
+    let (a, b) = selvedge::join(|| n, || n + 1);
+    sum + a + b
+}
+
+#[test]
+fn small_spawns_do_not_allocate_after_warm_up() {
+    let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
+    let (allocs, sum) = rt.run(|| {
+        let mut sum = 0;
+        for i in 0..1000 {
+            sum += burst(i); // warm-up: fills the pool and sizes the deque
+        }
+        let before = allocations();
+        for i in 0..100_000 {
+            sum += burst(i);
+        }
+        (allocations() - before, sum)
+    });
+    assert!(sum > 0);
+    assert_eq!(allocs, 0, "{allocs} allocations for 900,000 spawns");
+}
+
+#[test]
+fn oversized_closures_still_work() {
+    let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
+    let big = [7u8; 4096];
+    let h = rt.run(|| selvedge::spawn(move || big.iter().map(|&b| b as u64).sum::<u64>()));
+    assert_eq!(h.join(), 7 * 4096);
+    let big_result = rt.run(|| selvedge::spawn(|| [3u64; 512]).join());
+    assert_eq!(big_result.iter().sum::<u64>(), 3 * 512);
+}

@@ -1,0 +1,259 @@
+//! Runtime lifecycle: building, run/submit, sync_root, stats, shutdown.
+
+use selvedge::{scope, spawn, BuildError, Runtime};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::Duration;
+
+#[test]
+fn builder_rejects_bad_thread_counts_with_clear_errors() {
+    let e = Runtime::builder().num_threads(0).build().unwrap_err();
+    assert_eq!(e, BuildError::ZeroThreads);
+    let e = Runtime::builder().num_threads(100_000).build().unwrap_err();
+    assert!(matches!(e, BuildError::TooManyThreads { requested: 100_000, .. }), "{e}");
+    assert!(e.to_string().contains("100000"), "{e}");
+}
+
+#[test]
+fn thread_count_comes_from_the_environment() {
+    // Environment variables are process-wide: this is the only test that
+    // sets SELVEDGE_NUM_THREADS, and it restores it.
+    let old = std::env::var("SELVEDGE_NUM_THREADS").ok();
+    std::env::set_var("SELVEDGE_NUM_THREADS", "3");
+    let n = Runtime::new().map(|rt| rt.num_threads());
+    std::env::set_var("SELVEDGE_NUM_THREADS", "lots");
+    let bad = Runtime::new().unwrap_err();
+    std::env::set_var("SELVEDGE_NUM_THREADS", "0");
+    let zero = Runtime::new().unwrap_err();
+    match old {
+        Some(v) => std::env::set_var("SELVEDGE_NUM_THREADS", v),
+        None => std::env::remove_var("SELVEDGE_NUM_THREADS"),
+    }
+    assert_eq!(n, Ok(3));
+    assert_eq!(
+        bad,
+        BuildError::InvalidThreadCountVar {
+            value: "lots".into()
+        }
+    );
+    assert!(bad.to_string().contains("\"lots\""));
+    assert_eq!(zero, BuildError::ZeroThreads);
+}
+
+#[test]
+fn workers_are_named_and_get_their_stack_size() {
+    let rt = Runtime::builder()
+        .num_threads(2)
+        .thread_name("tiles")
+        .stack_size(32 << 20)
+        .build()
+        .unwrap();
+    let name = rt.run(|| std::thread::current().name().unwrap().to_owned());
+    assert!(name == "tiles-0" || name == "tiles-1", "{name}");
+    // 8 MiB on the stack would overflow std's 2 MiB default.
+    let sum = rt.run(|| {
+        let big = [1u8; 8 << 20];
+        std::hint::black_box(&big).iter().map(|&b| b as usize).sum::<usize>()
+    });
+    assert_eq!(sum, 8 << 20);
+}
+
+#[test]
+fn run_inside_the_same_runtime_runs_in_place() {
+    let rt = Arc::new(Runtime::builder().num_threads(2).build().unwrap());
+    let rt2 = rt.clone();
+    let (outer, inner) = rt.run(move || {
+        let outer = std::thread::current().id();
+        let inner = rt2.run(|| std::thread::current().id());
+        (outer, inner)
+    });
+    assert_eq!(outer, inner);
+}
+
+#[test]
+fn run_from_a_worker_of_another_runtime() {
+    let a = Runtime::builder().num_threads(2).build().unwrap();
+    let b = Runtime::builder().num_threads(2).build().unwrap();
+    let v = a.run(|| {
+        let h = spawn(|| 1);
+        let x = b.run(|| spawn(|| 40).join() + 1);
+        h.join() + x
+    });
+    assert_eq!(v, 42);
+}
+
+#[test]
+fn submissions_from_eight_foreign_threads_at_once() {
+    let rt = Arc::new(Runtime::builder().num_threads(4).build().unwrap());
+    let start = Arc::new(Barrier::new(8));
+    let threads: Vec<_> = (0..8u64)
+        .map(|t| {
+            let rt = rt.clone();
+            let start = start.clone();
+            std::thread::spawn(move || {
+                start.wait();
+                let hs: Vec<_> = (0..10_000u64).map(|i| rt.submit(move || t * 10_000 + i)).collect();
+                hs.into_iter().map(|h| h.join()).sum::<u64>()
+            })
+        })
+        .collect();
+    let total: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(total, (0..80_000u64).sum());
+}
+
+#[test]
+fn sync_root_waits_for_every_descendant() {
+    for threads in [1, 2, 4, 8] {
+        let rt = Runtime::builder().num_threads(threads).build().unwrap();
+        let count = Arc::new(AtomicUsize::new(0));
+        fn tree(depth: u32, count: Arc<AtomicUsize>) {
+            count.fetch_add(1, Ordering::Relaxed);
+            if depth > 0 {
+                for _ in 0..3 {
+                    let c = count.clone();
+                    drop(spawn(move || tree(depth - 1, c)));
+                }
+            }
+        }
+        let c = count.clone();
+        drop(rt.submit(move || tree(7, c)));
+        rt.sync_root();
+        assert_eq!(count.load(Ordering::Relaxed), (3usize.pow(8) - 1) / 2);
+        // From the root task too.
+        let c = count.clone();
+        rt.run(move || {
+            tree(5, c);
+            selvedge::sync_root();
+        });
+        assert_eq!(count.load(Ordering::Relaxed), (3usize.pow(8) - 1) / 2 + (3usize.pow(6) - 1) / 2);
+    }
+}
+
+#[test]
+fn stats_count_tasks_steals_and_parks() {
+    let rt = Runtime::builder().num_threads(4).build().unwrap();
+    rt.run(|| {
+        scope(|s| {
+            for _ in 0..1000 {
+                s.spawn(|_| {
+                    std::hint::black_box((0..2000u64).sum::<u64>());
+                });
+            }
+        })
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let stats = rt.stats();
+    assert_eq!(stats.workers.len(), 4);
+    let t = stats.total();
+    assert!(t.tasks_run >= 1001, "{t:?}");
+    assert!(t.steal_requests_sent > 0, "{t:?}");
+    assert_eq!(t.tasks_given, t.tasks_stolen, "{t:?}");
+    assert!(t.steal_requests_answered + t.steal_requests_declined >= t.steal_requests_sent, "{t:?}");
+    assert!(t.parks > 0, "idle workers should have parked: {t:?}");
+}
+
+#[test]
+fn dropping_a_busy_runtime_finishes_queued_work() {
+    let done = Arc::new(AtomicUsize::new(0));
+    {
+        let rt = Runtime::builder().num_threads(3).build().unwrap();
+        for _ in 0..200 {
+            let d = done.clone();
+            drop(rt.submit(move || {
+                let inner: Vec<_> = (0..10)
+                    .map(|_| {
+                        let d = d.clone();
+                        spawn(move || {
+                            std::hint::black_box((0..500u64).sum::<u64>());
+                            d.fetch_add(1, Ordering::Relaxed);
+                        })
+                    })
+                    .collect();
+                drop(inner); // detached
+                d.fetch_add(1, Ordering::Relaxed);
+            }));
+        }
+    } // drop while busy
+    assert_eq!(done.load(Ordering::Relaxed), 200 * 11);
+}
+
+#[test]
+fn dropping_an_idle_runtime_joins_its_threads() {
+    let rt = Runtime::builder()
+        .num_threads(4)
+        .thread_name("idle-drop")
+        .build()
+        .unwrap();
+    assert_eq!(rt.run(|| 1), 1);
+    std::thread::sleep(Duration::from_millis(20));
+    drop(rt);
+    // Every worker thread is gone: none is listed by the OS any more.
+    let names = worker_thread_names();
+    assert!(!names.iter().any(|n| n.starts_with("idle-drop")), "{names:?}");
+}
+
+fn worker_thread_names() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| {
+            d.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+                .map(|s| s.trim().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_runtime_dropped_inside_its_own_task_shuts_down_elsewhere() {
+    let rt = Runtime::builder().num_threads(2).build().unwrap();
+    let slot = Arc::new(Mutex::new(None::<Runtime>));
+    let (tx, rx) = std::sync::mpsc::channel();
+    *slot.lock().unwrap() = Some(rt);
+    let s = slot.clone();
+    let h = slot.lock().unwrap().as_ref().unwrap().submit(move || {
+        let rt = s.lock().unwrap().take().unwrap();
+        drop(rt); // must not deadlock on ourselves
+        tx.send(()).unwrap();
+    });
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("dropping a runtime from its own worker hung");
+    h.join();
+}
+
+/// Idle workers park: after 100 ms without work the pool uses well under a
+/// core. (The bound is loose on purpose: this catches spinning, it does not
+/// time anything.)
+#[test]
+fn idle_workers_park() {
+    let rt = Runtime::builder()
+        .num_threads(8)
+        .thread_name("idle-cpu")
+        .build()
+        .unwrap();
+    rt.run(|| scope(|s| (0..100).for_each(|_| s.spawn(|_| ()))));
+    std::thread::sleep(Duration::from_millis(100));
+    let before = worker_cpu_ticks("idle-cpu");
+    std::thread::sleep(Duration::from_millis(500));
+    let after = worker_cpu_ticks("idle-cpu");
+    // 500 ms of 8 spinning workers would be ~400 ticks at 100 Hz.
+    assert!(after - before <= 5, "idle workers used {} ticks in 500 ms", after - before);
+    drop(rt);
+}
+
+/// utime + stime of the threads whose name starts with `prefix`, in clock
+/// ticks, from /proc.
+fn worker_cpu_ticks(prefix: &str) -> u64 {
+    let mut total = 0;
+    for e in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if !comm.trim().starts_with(prefix) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+        // Fields after the parenthesised name; utime and stime are 14 and 15.
+        let rest = &stat[stat.rfind(')').map_or(0, |i| i + 2)..];
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        total += f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        total += f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    }
+    total
+}

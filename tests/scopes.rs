@@ -1,0 +1,116 @@
+//! Scopes: borrowing, nesting, descendants, panics.
+
+use selvedge::{scope, Runtime};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+#[test]
+fn tasks_borrow_and_mutate_the_callers_stack() {
+    for threads in [1, 2, 4, 8] {
+        let rt = Runtime::builder().num_threads(threads).build().unwrap();
+        let input: Vec<u64> = (0..10_000).collect();
+        let mut out = vec![0u64; input.len()];
+        rt.run(|| {
+            scope(|s| {
+                for (o, chunk) in out.chunks_mut(100).zip(input.chunks(100)) {
+                    s.spawn(move |_| {
+                        for (o, i) in o.iter_mut().zip(chunk) {
+                            *o = i * 3;
+                        }
+                    });
+                }
+            })
+        });
+        assert!(out.iter().zip(&input).all(|(o, i)| *o == i * 3));
+    }
+}
+
+#[test]
+fn scopes_nest_and_wait_for_every_descendant() {
+    let rt = Runtime::builder().num_threads(4).build().unwrap();
+    let count = AtomicUsize::new(0);
+    fn grow<'a>(s: &selvedge::Scope<'a>, depth: u32, count: &'a AtomicUsize) {
+        count.fetch_add(1, Ordering::Relaxed);
+        if depth > 0 {
+            for _ in 0..4 {
+                s.spawn(move |s| grow(s, depth - 1, count));
+            }
+        }
+    }
+    rt.run(|| {
+        scope(|s| {
+            s.spawn(|s| grow(s, 6, &count));
+            // A nested scope inside a task of the outer one.
+            s.spawn(|_| {
+                let inner = AtomicUsize::new(0);
+                scope(|s2| {
+                    for _ in 0..100 {
+                        s2.spawn(|_| {
+                            inner.fetch_add(1, Ordering::Relaxed);
+                        });
+                    }
+                });
+                assert_eq!(inner.load(Ordering::Relaxed), 100);
+            });
+        })
+    });
+    assert_eq!(count.load(Ordering::Relaxed), (4usize.pow(7) - 1) / 3);
+}
+
+#[test]
+fn the_first_panic_is_resumed_after_all_tasks_finished() {
+    let rt = Runtime::builder().num_threads(4).build().unwrap();
+    let finished = AtomicUsize::new(0);
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        rt.run(|| {
+            scope(|s| {
+                s.spawn(|_| std::panic::panic_any(1u8));
+                for _ in 0..50 {
+                    s.spawn(|_| {
+                        std::thread::sleep(Duration::from_millis(1));
+                        finished.fetch_add(1, Ordering::SeqCst);
+                    });
+                }
+            })
+        })
+    }));
+    assert_eq!(*r.unwrap_err().downcast::<u8>().unwrap(), 1);
+    assert_eq!(finished.load(Ordering::SeqCst), 50);
+    // A panicking body still waits for its tasks.
+    let finished = AtomicUsize::new(0);
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        rt.run(|| {
+            scope(|s| {
+                s.spawn(|_| {
+                    std::thread::sleep(Duration::from_millis(20));
+                    finished.fetch_add(1, Ordering::SeqCst);
+                });
+                panic!("body");
+            })
+        })
+    }));
+    assert_eq!(r.unwrap_err().downcast_ref::<&str>(), Some(&"body"));
+    assert_eq!(finished.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn scope_outside_a_runtime_uses_the_global_one() {
+    let mut v = [0; 8];
+    scope(|s| {
+        for (i, x) in v.iter_mut().enumerate() {
+            s.spawn(move |_| *x = i);
+        }
+    });
+    assert_eq!(v, [0, 1, 2, 3, 4, 5, 6, 7]);
+}
+
+#[test]
+fn scope_returns_the_body_value() {
+    let rt = Runtime::builder().num_threads(2).build().unwrap();
+    let n = rt.run(|| scope(|s| {
+        s.spawn(|_| ());
+        7
+    }));
+    assert_eq!(n, 7);
+}
