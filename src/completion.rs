@@ -28,6 +28,16 @@ const WAITER: usize = 2;
 const HANDLE_GONE: usize = 4;
 const RUNNER_GONE: usize = 8;
 const RESULT_TAKEN: usize = 16;
+/// Set by [`Completion::poison`] in the loom models: the block was freed.
+#[cfg(loom)]
+const POISONED: usize = 1 << 31;
+
+/// In the loom models, fails when a party touches a freed block.
+#[inline(always)]
+fn check_live(_state: usize) {
+    #[cfg(loom)]
+    assert!(_state & POISONED == 0, "join slot used after it was freed");
+}
 
 /// What the caller of [`Completion::complete`] or
 /// [`Completion::release_handle`] must do with the block afterwards.
@@ -82,6 +92,7 @@ impl Completion {
     pub fn complete(&self) -> Release {
         let mut s = self.state.load(Ordering::Acquire);
         loop {
+            check_live(s);
             debug_assert_eq!(s & (COMPLETE | RUNNER_GONE), 0, "completed twice");
             if s & WAITER == 0 {
                 // Nobody to wake: publish and leave in one step.
@@ -117,6 +128,7 @@ impl Completion {
             }
         });
         let prev = self.state.fetch_or(RUNNER_GONE, Ordering::AcqRel);
+        check_live(prev);
         if prev & HANDLE_GONE != 0 {
             Release::Free {
                 drop_result: prev & RESULT_TAKEN == 0,
@@ -194,6 +206,7 @@ impl Completion {
             HANDLE_GONE
         };
         let prev = self.state.fetch_or(flags, Ordering::AcqRel);
+        check_live(prev);
         if prev & RUNNER_GONE != 0 {
             Release::Free {
                 drop_result: !result_taken,
@@ -201,5 +214,14 @@ impl Completion {
         } else {
             Release::Keep
         }
+    }
+
+    /// Marks the slot freed (loom models only): a later touch by either
+    /// party fails, and loom reports a waker read racing with this write.
+    #[cfg(loom)]
+    pub fn poison(&self) {
+        // SAFETY: loom checks this access for races; that is the point.
+        self.waker.with_mut(|w| unsafe { *w = None });
+        self.state.store(POISONED, Ordering::Release);
     }
 }

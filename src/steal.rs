@@ -183,6 +183,7 @@ impl Mailbox {
 }
 
 /// The adaptive steal-one / steal-half policy of one thief.
+#[cfg(not(loom))]
 ///
 /// Stealing one task suits recursive work: the oldest task is the root of a
 /// large subtree, and the thief will spawn plenty from it. Stealing half suits
@@ -191,6 +192,7 @@ impl Mailbox {
 /// in from how many tasks it runs per theft, over windows of
 /// [`StealPolicy::WINDOW`] thefts.
 #[derive(Debug, Clone)]
+#[cfg(not(loom))]
 pub struct StealPolicy {
     half: bool,
     thefts: u32,
@@ -198,12 +200,14 @@ pub struct StealPolicy {
     run_at_window_start: u64,
 }
 
+#[cfg(not(loom))]
 impl Default for StealPolicy {
     fn default() -> Self {
         Self::new()
     }
 }
 
+#[cfg(not(loom))]
 impl StealPolicy {
     /// Thefts per decision.
     pub const WINDOW: u32 = 16;

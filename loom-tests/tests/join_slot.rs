@@ -1,0 +1,132 @@
+//! The join slot (`Completion`): a runner publishing a result races a handle
+//! that joins (registering a waker and parking), awaits with changing
+//! wakers, or detaches. Every interleaving must read the result only after
+//! it was written, wake the joiner, and free the block exactly once, never
+//! while the other side still touches it.
+#![cfg(loom)]
+
+use loom::cell::UnsafeCell;
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+use loom_tests::support::{model, thread_waker};
+use selvedge::protocols::{Completion, Release};
+
+/// A stand-in for a task block: the join state and the result storage.
+struct Block {
+    completion: Completion,
+    result: UnsafeCell<Option<u64>>,
+    frees: AtomicUsize,
+}
+
+impl Block {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            completion: Completion::new(),
+            result: UnsafeCell::new(None),
+            frees: AtomicUsize::new(0),
+        })
+    }
+
+    /// Frees the block: counts, and writes the storage as a deallocation
+    /// would, so loom reports any access that races with it.
+    fn free(&self, drop_result: bool, expect_result: bool) {
+        assert_eq!(drop_result, expect_result, "wrong drop_result");
+        self.frees.fetch_add(1, Ordering::SeqCst);
+        self.result.with_mut(|r| unsafe { *r = None });
+        self.completion.poison();
+    }
+
+    fn run(&self, value: u64, handle_takes: bool) {
+        self.result.with_mut(|r| unsafe { *r = Some(value) });
+        if let Release::Free { drop_result } = self.completion.complete() {
+            self.free(drop_result, !handle_takes);
+        }
+    }
+}
+
+#[test]
+fn runner_completes_while_handle_joins_and_parks() {
+    model(|| {
+        let b = Block::new();
+        let runner = {
+            let b = b.clone();
+            thread::spawn(move || b.run(7, true))
+        };
+        let waker = thread_waker();
+        while !b.completion.register(&waker) {
+            thread::park();
+        }
+        let v = b.result.with_mut(|r| unsafe { (*r).take() });
+        assert_eq!(v, Some(7));
+        if let Release::Free { drop_result } = b.completion.release_handle(true) {
+            b.free(drop_result, false);
+        }
+        runner.join().unwrap();
+        assert_eq!(b.frees.load(Ordering::SeqCst), 1);
+    });
+}
+
+#[test]
+fn runner_completes_while_handle_detaches() {
+    model(|| {
+        let b = Block::new();
+        let runner = {
+            let b = b.clone();
+            thread::spawn(move || b.run(3, false))
+        };
+        if let Release::Free { drop_result } = b.completion.release_handle(false) {
+            b.free(drop_result, true);
+        }
+        runner.join().unwrap();
+        assert_eq!(b.frees.load(Ordering::SeqCst), 1);
+    });
+}
+
+#[test]
+fn awaiting_handle_switches_wakers_then_detaches() {
+    model(|| {
+        let b = Block::new();
+        let runner = {
+            let b = b.clone();
+            thread::spawn(move || b.run(9, false))
+        };
+        // Poll with one waker, then with another (a future moved between
+        // executors), then drop the handle without taking the result.
+        let (first, first_wakes) = counting_waker();
+        let (second, second_wakes) = counting_waker();
+        let done_early = b.completion.register(&first);
+        let done = done_early || b.completion.register(&second);
+        if let Release::Free { drop_result } = b.completion.release_handle(false) {
+            b.free(drop_result, true);
+        }
+        runner.join().unwrap();
+        assert_eq!(b.frees.load(Ordering::SeqCst), 1);
+        // A registration that saw "pending" is woken, on the waker that was
+        // current when the runner completed; a replaced waker may or may not
+        // have fired, but never both for one completion.
+        let wakes = first_wakes.load(Ordering::SeqCst) + second_wakes.load(Ordering::SeqCst);
+        if !done {
+            assert_eq!(wakes, 1, "a pending registration was never woken");
+            assert_eq!(second_wakes.load(Ordering::SeqCst), 1);
+        }
+        assert!(wakes <= 1);
+    });
+}
+
+/// A waker that only counts its wakes (unparking a thread that is blocked
+/// in `JoinHandle::join` is outside what loom models).
+fn counting_waker() -> (std::task::Waker, Arc<AtomicUsize>) {
+    struct Count(Arc<AtomicUsize>);
+    impl std::task::Wake for Count {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+        fn wake_by_ref(self: &std::sync::Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+    let n = Arc::new(AtomicUsize::new(0));
+    let w = std::task::Waker::from(std::sync::Arc::new(Count(n.clone())));
+    (w, n)
+}

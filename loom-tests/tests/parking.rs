@@ -1,0 +1,99 @@
+//! Idle parking against the ways work arrives: an injector push with
+//! `wake_any`, a mailbox post with `wake`, and shutdown after the runtime
+//! was observed quiescent. loom fails a model whose thread parks forever,
+//! so a lost wake-up shows up as a deadlock.
+#![cfg(loom)]
+
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+use loom_tests::support::{join_after, model};
+use selvedge::protocols::{Mailbox, Sleep, StealRequest, VictimSet};
+
+struct World {
+    injector: AtomicUsize,
+    mailbox: Mailbox,
+    shutdown: AtomicBool,
+    /// The other thread is done touching the world (see `join_after`).
+    finished: AtomicBool,
+    sleep: Sleep,
+}
+
+fn world() -> Arc<World> {
+    Arc::new(World {
+        injector: AtomicUsize::new(0),
+        mailbox: Mailbox::new(2),
+        shutdown: AtomicBool::new(false),
+        finished: AtomicBool::new(false),
+        sleep: Sleep::new(vec![thread::current()]),
+    })
+}
+
+/// The worker's idle loop (worker 0 is the model's main thread): take
+/// injected work, answer requests, otherwise park; stop on shutdown.
+fn idle_loop(w: &World, want_items: usize, want_requests: usize) {
+    let (mut items, mut requests) = (0, 0);
+    loop {
+        if w.injector.load(Ordering::SeqCst) > 0 {
+            w.injector.fetch_sub(1, Ordering::SeqCst);
+            items += 1;
+            continue;
+        }
+        if w.mailbox.take().is_some() {
+            requests += 1;
+            continue;
+        }
+        if items == want_items && requests == want_requests && w.shutdown.load(Ordering::SeqCst) {
+            return;
+        }
+        w.sleep.idle_park(0, || {
+            w.injector.load(Ordering::SeqCst) > 0
+                || !w.mailbox.is_empty()
+                || w.shutdown.load(Ordering::SeqCst)
+        });
+    }
+}
+
+#[test]
+fn injected_work_wakes_an_idle_worker() {
+    model(|| {
+        let w = world();
+        let producer = {
+            let w = w.clone();
+            thread::spawn(move || {
+                w.injector.fetch_add(1, Ordering::SeqCst);
+                w.sleep.wake_any();
+                // Then wait until the runtime is quiescent and stop it.
+                w.sleep.wait_quiescent(|| w.injector.load(Ordering::SeqCst) == 0);
+                w.shutdown.store(true, Ordering::SeqCst);
+                w.sleep.wake_all();
+                w.finished.store(true, Ordering::SeqCst);
+            })
+        };
+        idle_loop(&w, 1, 0);
+        join_after(producer, &w.finished);
+    });
+}
+
+#[test]
+fn a_steal_request_wakes_its_parked_victim() {
+    model(|| {
+        let w = world();
+        let thief = {
+            let w = w.clone();
+            thread::spawn(move || {
+                w.mailbox.post(StealRequest {
+                    thief: 1,
+                    tried: VictimSet::only(1),
+                    half: false,
+                });
+                w.sleep.wake(0);
+                w.shutdown.store(true, Ordering::SeqCst);
+                w.sleep.wake_all();
+                w.finished.store(true, Ordering::SeqCst);
+            })
+        };
+        idle_loop(&w, 0, 1);
+        join_after(thief, &w.finished);
+    });
+}
