@@ -171,8 +171,7 @@ impl Completion {
         }
         // SAFETY: WAITER is clear and the task not complete, so the runner
         // will not read the cell until we set WAITER again.
-        self.waker
-            .with_mut(|w| unsafe { *w = Some(waker.clone()) });
+        self.waker.with_mut(|w| unsafe { *w = Some(waker.clone()) });
         let mut s = self.state.load(Ordering::Acquire);
         loop {
             if s & COMPLETE != 0 {

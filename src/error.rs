@@ -38,7 +38,10 @@ impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::ZeroThreads => {
-                write!(f, "a runtime needs at least one worker thread (num_threads was 0)")
+                write!(
+                    f,
+                    "a runtime needs at least one worker thread (num_threads was 0)"
+                )
             }
             Self::TooManyThreads { requested, max } => write!(
                 f,

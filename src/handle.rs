@@ -199,9 +199,7 @@ impl<T> Future for JoinHandle<T> {
     /// # Panics
     /// When polled again after it returned `Ready`.
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
-        let block = self
-            .block
-            .expect("JoinHandle polled after it completed");
+        let block = self.block.expect("JoinHandle polled after it completed");
         // SAFETY: the handle holds the block.
         let c = unsafe { task::completion(block) };
         if !c.register(cx.waker()) {

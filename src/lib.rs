@@ -71,9 +71,7 @@ pub use error::BuildError;
 #[cfg(not(loom))]
 pub use handle::JoinHandle;
 #[cfg(not(loom))]
-pub use runtime::{
-    current_num_threads, global_runtime, spawn, sync_root, Builder, Runtime,
-};
+pub use runtime::{current_num_threads, global_runtime, spawn, sync_root, Builder, Runtime};
 #[cfg(not(loom))]
 pub use scope::{join, scope, Scope};
 #[cfg(not(loom))]

@@ -122,7 +122,8 @@ impl Sleep {
         fence(Ordering::SeqCst);
         let n = self.threads.len();
         let start = self.next_wake.load(Ordering::Relaxed);
-        self.next_wake.store(start.wrapping_add(1), Ordering::Relaxed);
+        self.next_wake
+            .store(start.wrapping_add(1), Ordering::Relaxed);
         for k in 0..n {
             let i = (start + k) % n;
             let state = &self.states[i];

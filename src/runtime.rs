@@ -334,9 +334,7 @@ impl Runtime {
 }
 
 fn shut_down(shared: Arc<Shared>, threads: Vec<std::thread::JoinHandle<()>>) {
-    shared
-        .sleep
-        .wait_quiescent(|| shared.injector.is_empty());
+    shared.sleep.wait_quiescent(|| shared.injector.is_empty());
     shared.shutdown.store(true, Ordering::SeqCst);
     shared.sleep.wake_all();
     for t in threads {

@@ -58,7 +58,6 @@ impl Header {
             completion: Completion::new(),
         }
     }
-
 }
 
 /// One pooled task: header plus inline payload.
@@ -120,7 +119,9 @@ const fn fits<X>() -> bool {
 /// # Safety
 /// `block` must be live and its payload free to overwrite.
 unsafe fn store<X>(block: NonNull<Header>, x: X) {
-    let p = (*block.cast::<TaskBlock>().as_ref().payload.get()).0.as_mut_ptr();
+    let p = (*block.cast::<TaskBlock>().as_ref().payload.get())
+        .0
+        .as_mut_ptr();
     if fits::<X>() {
         ptr::write(p.cast::<X>(), x);
     } else {
@@ -131,7 +132,9 @@ unsafe fn store<X>(block: NonNull<Header>, x: X) {
 /// # Safety
 /// The payload must hold an `X` written by [`store`], which is moved out.
 unsafe fn take<X>(block: NonNull<Header>) -> X {
-    let p = (*block.cast::<TaskBlock>().as_ref().payload.get()).0.as_ptr();
+    let p = (*block.cast::<TaskBlock>().as_ref().payload.get())
+        .0
+        .as_ptr();
     if fits::<X>() {
         ptr::read(p.cast::<X>())
     } else {

@@ -192,7 +192,9 @@ impl Worker {
             let work = if req.half {
                 l.deque.steal_half()
             } else {
-                l.deque.steal_one().map(|t| (t.into_list(std::ptr::null_mut()), 1))
+                l.deque
+                    .steal_one()
+                    .map(|t| (t.into_list(std::ptr::null_mut()), 1))
             };
             let c = &shared.counters[self.index];
             match work {
@@ -359,9 +361,7 @@ impl Worker {
     fn park(&self, until: &Until<'_>) {
         let shared = &*self.shared;
         let me = self.index;
-        let incoming = || {
-            !shared.mailboxes[me].is_empty() || shared.replies[me].has_reply()
-        };
+        let incoming = || !shared.mailboxes[me].is_empty() || shared.replies[me].has_reply();
         shared.counters[me].parks.bump();
         match until {
             Until::Shutdown => {

@@ -10,7 +10,16 @@ fn builder_rejects_bad_thread_counts_with_clear_errors() {
     let e = Runtime::builder().num_threads(0).build().unwrap_err();
     assert_eq!(e, BuildError::ZeroThreads);
     let e = Runtime::builder().num_threads(100_000).build().unwrap_err();
-    assert!(matches!(e, BuildError::TooManyThreads { requested: 100_000, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            BuildError::TooManyThreads {
+                requested: 100_000,
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(e.to_string().contains("100000"), "{e}");
 }
 
@@ -53,7 +62,10 @@ fn workers_are_named_and_get_their_stack_size() {
     // 8 MiB on the stack would overflow std's 2 MiB default.
     let sum = rt.run(|| {
         let big = [1u8; 8 << 20];
-        std::hint::black_box(&big).iter().map(|&b| b as usize).sum::<usize>()
+        std::hint::black_box(&big)
+            .iter()
+            .map(|&b| b as usize)
+            .sum::<usize>()
     });
     assert_eq!(sum, 8 << 20);
 }
@@ -92,7 +104,9 @@ fn submissions_from_eight_foreign_threads_at_once() {
             let start = start.clone();
             std::thread::spawn(move || {
                 start.wait();
-                let hs: Vec<_> = (0..10_000u64).map(|i| rt.submit(move || t * 10_000 + i)).collect();
+                let hs: Vec<_> = (0..10_000u64)
+                    .map(|i| rt.submit(move || t * 10_000 + i))
+                    .collect();
                 hs.into_iter().map(|h| h.join()).sum::<u64>()
             })
         })
@@ -125,7 +139,10 @@ fn sync_root_waits_for_every_descendant() {
             tree(5, c);
             selvedge::sync_root();
         });
-        assert_eq!(count.load(Ordering::Relaxed), (3usize.pow(8) - 1) / 2 + (3usize.pow(6) - 1) / 2);
+        assert_eq!(
+            count.load(Ordering::Relaxed),
+            (3usize.pow(8) - 1) / 2 + (3usize.pow(6) - 1) / 2
+        );
     }
 }
 
@@ -141,14 +158,23 @@ fn stats_count_tasks_steals_and_parks() {
             }
         })
     });
-    std::thread::sleep(Duration::from_millis(50));
+    // Once quiescent, every worker parks eventually; wait for that (a
+    // bounded wait for a state, not a timing).
+    rt.sync_root();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while rt.stats().total().parks == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let stats = rt.stats();
     assert_eq!(stats.workers.len(), 4);
     let t = stats.total();
     assert!(t.tasks_run >= 1001, "{t:?}");
     assert!(t.steal_requests_sent > 0, "{t:?}");
     assert_eq!(t.tasks_given, t.tasks_stolen, "{t:?}");
-    assert!(t.steal_requests_answered + t.steal_requests_declined >= t.steal_requests_sent, "{t:?}");
+    assert!(
+        t.steal_requests_answered + t.steal_requests_declined >= t.steal_requests_sent,
+        "{t:?}"
+    );
     assert!(t.parks > 0, "idle workers should have parked: {t:?}");
 }
 
@@ -189,7 +215,10 @@ fn dropping_an_idle_runtime_joins_its_threads() {
     drop(rt);
     // Every worker thread is gone: none is listed by the OS any more.
     let names = worker_thread_names();
-    assert!(!names.iter().any(|n| n.starts_with("idle-drop")), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.starts_with("idle-drop")),
+        "{names:?}"
+    );
 }
 
 fn worker_thread_names() -> Vec<String> {
@@ -235,7 +264,11 @@ fn idle_workers_park() {
     std::thread::sleep(Duration::from_millis(500));
     let after = worker_cpu_ticks("idle-cpu");
     // 500 ms of 8 spinning workers would be ~400 ticks at 100 Hz.
-    assert!(after - before <= 5, "idle workers used {} ticks in 500 ms", after - before);
+    assert!(
+        after - before <= 5,
+        "idle workers used {} ticks in 500 ms",
+        after - before
+    );
     drop(rt);
 }
 

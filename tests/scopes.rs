@@ -108,9 +108,11 @@ fn scope_outside_a_runtime_uses_the_global_one() {
 #[test]
 fn scope_returns_the_body_value() {
     let rt = Runtime::builder().num_threads(2).build().unwrap();
-    let n = rt.run(|| scope(|s| {
-        s.spawn(|_| ());
-        7
-    }));
+    let n = rt.run(|| {
+        scope(|s| {
+            s.spawn(|_| ());
+            7
+        })
+    });
     assert_eq!(n, 7);
 }

@@ -84,7 +84,11 @@ fn every_task_runs_exactly_once_and_every_closure_is_dropped_once() {
         let made = dropped.load(Ordering::Relaxed);
         // N(0) = 1, N(d) = 1 + 4 + 2 N(d - 1): 2^10 leaves and 5 per inner node.
         let expected_tree = (1 << 10) + 5 * ((1 << 10) - 1);
-        assert_eq!(ran.load(Ordering::Relaxed), expected_tree + 20_000 + 999, "threads={threads}");
+        assert_eq!(
+            ran.load(Ordering::Relaxed),
+            expected_tree + 20_000 + 999,
+            "threads={threads}"
+        );
         // Every closure made was dropped exactly once: run ones after running,
         // the panicking one during unwinding.
         assert_eq!(made, expected_tree + 20_000 + 1000, "threads={threads}");
@@ -134,10 +138,15 @@ fn concurrent_submitters_and_workers_under_oversubscription() {
                 let mut sum = 0;
                 for _ in 0..200 {
                     sum += rt.run(|| {
-                        let (a, b) = join(|| spawn(|| 1).join(), || scope(|s| {
-                            s.spawn(|_| ());
-                            1
-                        }));
+                        let (a, b) = join(
+                            || spawn(|| 1).join(),
+                            || {
+                                scope(|s| {
+                                    s.spawn(|_| ());
+                                    1
+                                })
+                            },
+                        );
                         a + b
                     });
                 }

@@ -66,7 +66,8 @@ fn handles_join_in_any_order_and_on_other_threads() {
         let hs: Vec<_> = (0..1000u64).map(|i| spawn(move || i * 2)).collect();
         // Join every other one first (FIFO order), then the rest backwards.
         let mut sum = 0;
-        let (evens, odds): (Vec<_>, Vec<_>) = hs.into_iter().enumerate().partition(|(i, _)| i % 2 == 0);
+        let (evens, odds): (Vec<_>, Vec<_>) =
+            hs.into_iter().enumerate().partition(|(i, _)| i % 2 == 0);
         for (_, h) in evens {
             sum += h.join();
         }
@@ -129,9 +130,15 @@ fn join_waits_for_b_when_a_panics() {
         })
     }));
     assert!(r.is_err());
-    assert_eq!(b_done.load(Ordering::SeqCst), 1, "join returned before b finished");
+    assert_eq!(
+        b_done.load(Ordering::SeqCst),
+        1,
+        "join returned before b finished"
+    );
     // b panics, a does not: b's panic is resumed.
-    let r = catch_unwind(AssertUnwindSafe(|| rt.run(|| join(|| 1, || -> i32 { panic!("b") }))));
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        rt.run(|| join(|| 1, || -> i32 { panic!("b") }))
+    }));
     assert_eq!(r.unwrap_err().downcast_ref::<&str>(), Some(&"b"));
 }
 
@@ -214,7 +221,10 @@ fn join_handle_is_a_future_that_wakes_its_caller() {
     });
     let (v, polls, wakes) = block_on_counting(h);
     assert_eq!(v, "value");
-    assert!(polls <= 2, "polled {polls} times: woken, not polled in a loop");
+    assert!(
+        polls <= 2,
+        "polled {polls} times: woken, not polled in a loop"
+    );
     assert_eq!(wakes, polls - 1);
     // A finished task is ready on first poll.
     let h = rt.submit(|| 1);
@@ -237,7 +247,9 @@ fn future_changing_wakers_is_woken_on_the_last_one() {
         thread: std::thread::current(),
     });
     let w1 = Waker::from(first.clone());
-    assert!(Pin::new(&mut h).poll(&mut Context::from_waker(&w1)).is_pending());
+    assert!(Pin::new(&mut h)
+        .poll(&mut Context::from_waker(&w1))
+        .is_pending());
     let (v, _, _) = {
         drop(guard);
         block_on_counting(h)

@@ -64,7 +64,8 @@ fn injected_work_wakes_an_idle_worker() {
                 w.injector.fetch_add(1, Ordering::SeqCst);
                 w.sleep.wake_any();
                 // Then wait until the runtime is quiescent and stop it.
-                w.sleep.wait_quiescent(|| w.injector.load(Ordering::SeqCst) == 0);
+                w.sleep
+                    .wait_quiescent(|| w.injector.load(Ordering::SeqCst) == 0);
                 w.shutdown.store(true, Ordering::SeqCst);
                 w.sleep.wake_all();
                 w.finished.store(true, Ordering::SeqCst);

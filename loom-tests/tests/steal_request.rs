@@ -4,9 +4,9 @@
 //! answer, carry the task intact, and never lose the thief's wake-up.
 #![cfg(loom)]
 
+use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use loom::sync::atomic::{AtomicBool, Ordering};
 use loom_tests::support::{join_after, model};
 use selvedge::protocols::{Mailbox, Reply, ReplySlot, Sleep, StealRequest, VictimSet};
 
