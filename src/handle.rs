@@ -138,7 +138,7 @@ impl<T> JoinHandle<T> {
         if let Some(w) = worker {
             if self.origin == w.id() {
                 if let Some(task) = w.take_back(self.pos, block) {
-                    w.count_inline_run();
+                    w.count_task_run();
                     // SAFETY: the task is ours, of result type T, and never
                     // left this worker.
                     return unsafe { task::run_inline_for_handle::<T>(task) };

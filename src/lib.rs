@@ -77,6 +77,11 @@ pub use scope::{join, scope, Scope};
 #[cfg(not(loom))]
 pub use stats::{RuntimeStats, WorkerStats};
 
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 /// The concurrent protocols, exposed for the loom models in `loom-tests/`
 /// (built with `--cfg loom`). Not part of the public API.
 #[cfg(loom)]

@@ -183,7 +183,7 @@ where
         let pos = w.push(unsafe { job_b.as_task() });
         let ra = catch_unwind(AssertUnwindSafe(a));
         let rb = if w.take_back(pos, job_b.header()).is_some() {
-            w.count_inline_run();
+            w.count_task_run();
             // SAFETY: taken back: nobody else runs it.
             unsafe { job_b.run_here() }
         } else {

@@ -142,9 +142,9 @@ impl Worker {
         self.local().deque.take_at(pos, block)
     }
 
-    /// Counts a task a join ran in place.
+    /// Counts a task about to run (from a queue, or in place by a join).
     #[inline]
-    pub(crate) fn count_inline_run(&self) {
+    pub(crate) fn count_task_run(&self) {
         let l = self.local();
         l.tasks_run += 1;
         self.shared.counters[self.index].tasks_run.set(l.tasks_run);
@@ -153,16 +153,14 @@ impl Worker {
     /// Runs one task as a new frame, then answers pending steal requests.
     #[inline]
     fn execute(&self, task: TaskRef) {
+        // Counted before running, so whoever joins the task sees it counted.
+        self.count_task_run();
         let saved = {
             let l = self.local();
             std::mem::replace(&mut l.frame_base, l.deque.top())
         };
         task.run();
-        let l = self.local();
-        l.frame_base = saved;
-        l.tasks_run += 1;
-        let run = l.tasks_run;
-        self.shared.counters[self.index].tasks_run.set(run);
+        self.local().frame_base = saved;
         if !self.shared.mailboxes[self.index].is_empty() {
             self.answer_requests();
         }
