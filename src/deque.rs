@@ -75,7 +75,14 @@ impl Deque {
             return None;
         }
         let task = slot.take();
-        if index + 1 == len {
+        if index == self.bottom {
+            // The oldest slot (joins in spawn order): move the bottom past
+            // it and past holes, so thieves' halves count real tasks.
+            while self.bottom < self.slots.len() && self.slots[self.bottom].is_none() {
+                self.bottom += 1;
+            }
+            self.compact();
+        } else if index + 1 == len {
             // The newest slot: shrink past it and any holes under it, so
             // joins in spawn order do not leave the deque growing.
             self.slots.pop();

@@ -60,8 +60,10 @@ impl Header {
     }
 }
 
-/// One pooled task: header plus inline payload.
-#[repr(C, align(64))]
+/// One pooled task: header plus inline payload. Aligned only as the payload
+/// needs: a stricter alignment sends every allocation through the
+/// allocator's slow aligned path.
+#[repr(C, align(16))]
 pub(crate) struct TaskBlock {
     header: Header,
     payload: UnsafeCell<Payload>,
