@@ -47,8 +47,14 @@ impl<T> std::fmt::Debug for JoinHandle<T> {
     }
 }
 
-/// Wakes a thread blocked in `join` outside any worker.
+/// A waker that unparks a thread: a foreign thread blocked in `join`, or a
+/// worker parked in one.
 struct ThreadUnparker(std::thread::Thread);
+
+/// A waker that unparks `thread`.
+pub(crate) fn thread_waker(thread: std::thread::Thread) -> Waker {
+    Waker::from(Arc::new(ThreadUnparker(thread)))
+}
 
 impl Wake for ThreadUnparker {
     fn wake(self: Arc<Self>) {
@@ -60,7 +66,7 @@ impl Wake for ThreadUnparker {
 }
 
 thread_local! {
-    static THREAD_WAKER: Waker = Waker::from(Arc::new(ThreadUnparker(std::thread::current())));
+    static THREAD_WAKER: Waker = thread_waker(std::thread::current());
 }
 
 impl<T> JoinHandle<T> {

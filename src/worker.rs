@@ -9,6 +9,7 @@
 
 use crate::completion::Completion;
 use crate::deque::Deque;
+use crate::handle::thread_waker;
 use crate::runtime::Shared;
 use crate::steal::{Reply, StealPolicy, StealRequest, VictimSet};
 use crate::sync::{AtomicUsize, Ordering};
@@ -18,7 +19,7 @@ use rand::{RngExt, SeedableRng};
 use std::cell::{Cell, UnsafeCell};
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::task::{Wake, Waker};
+use std::task::Waker;
 use std::time::Duration;
 
 /// Failed rounds spent spinning before yielding the CPU.
@@ -42,18 +43,6 @@ pub(crate) enum Until<'a> {
     Zero(&'a AtomicUsize),
     /// The whole runtime is quiescent (`sync_root`).
     Quiescent,
-}
-
-/// Wakes a worker thread parked in a join.
-struct ThreadWaker(std::thread::Thread);
-
-impl Wake for ThreadWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
-    }
 }
 
 /// State only the worker's own thread touches.
@@ -93,7 +82,7 @@ impl Worker {
         let worker = Worker {
             index,
             shared,
-            waker: Waker::from(Arc::new(ThreadWaker(std::thread::current()))),
+            waker: thread_waker(std::thread::current()),
             local: UnsafeCell::new(Local {
                 deque: Deque::new(),
                 rng: SmallRng::seed_from_u64(seed),
