@@ -179,7 +179,7 @@ impl<T> JoinHandle<T> {
     unsafe fn take_and_release(block: NonNull<Header>) -> std::thread::Result<T> {
         let result = task::take_result::<T>(block);
         let release = task::completion(block).release_handle(true);
-        task::finish_release(block, release);
+        task::finish_release::<T>(block, release);
         result
     }
 }
@@ -191,7 +191,7 @@ impl<T> Drop for JoinHandle<T> {
             // freed by whichever side is last.
             unsafe {
                 let release = task::completion(block).release_handle(false);
-                task::finish_release(block, release);
+                task::finish_release::<T>(block, release);
             }
         }
     }

@@ -27,15 +27,14 @@ const POOL_CAPACITY: usize = 4096;
 #[repr(C, align(16))]
 struct Payload(MaybeUninit<[u8; INLINE]>);
 
-/// Functions that know the erased closure and result types of a block.
+/// Functions that know the erased closure type of a task. (A handle knows
+/// the result type itself, so dropping a result needs no entry here.)
 pub(crate) struct VTable {
     /// Runs a queued task; publishes the result or frees the block.
     pub(crate) run: unsafe fn(NonNull<Header>),
     /// Runs the task for its own joining handle, writing the
     /// `std::thread::Result<T>` to `out`; the block is left for the caller.
     pub(crate) run_inline: unsafe fn(NonNull<Header>, *mut ()),
-    /// Drops a stored result nobody will take.
-    pub(crate) drop_result: unsafe fn(NonNull<Header>),
 }
 
 /// What every runnable task starts with: pooled blocks and the stack jobs of
@@ -150,7 +149,6 @@ impl<F: FnOnce() -> T, T> Typed<F, T> {
     const HANDLED: VTable = VTable {
         run: Self::run_handled,
         run_inline: Self::run_inline,
-        drop_result: Self::drop_result,
     };
 
     unsafe fn run_handled(block: NonNull<Header>) {
@@ -159,7 +157,7 @@ impl<F: FnOnce() -> T, T> Typed<F, T> {
         store::<std::thread::Result<T>>(block, result);
         if let Release::Free { drop_result } = block.as_ref().completion.complete() {
             if drop_result {
-                Self::drop_result(block);
+                drop(take_result::<T>(block));
             }
             free_block(block);
         }
@@ -172,17 +170,12 @@ impl<F: FnOnce() -> T, T> Typed<F, T> {
             catch_unwind(AssertUnwindSafe(f)),
         );
     }
-
-    unsafe fn drop_result(block: NonNull<Header>) {
-        drop(take::<std::thread::Result<T>>(block));
-    }
 }
 
 impl<F: FnOnce()> Typed<F, ()> {
     const DETACHED: VTable = VTable {
         run: Self::run_detached,
         run_inline: Self::run_detached_inline,
-        drop_result: Self::no_result,
     };
 
     unsafe fn run_detached(block: NonNull<Header>) {
@@ -198,8 +191,6 @@ impl<F: FnOnce()> Typed<F, ()> {
     unsafe fn run_detached_inline(block: NonNull<Header>, _out: *mut ()) {
         Self::run_detached(block)
     }
-
-    unsafe fn no_result(_block: NonNull<Header>) {}
 }
 
 /// A new task whose result a [`crate::JoinHandle`] will take.
@@ -263,11 +254,12 @@ pub(crate) unsafe fn take_result<T>(block: NonNull<Header>) -> std::thread::Resu
 /// Carries out a [`Release`] decision of the handle side.
 ///
 /// # Safety
-/// `release` must have been returned for `block` to the handle side.
-pub(crate) unsafe fn finish_release(block: NonNull<Header>, release: Release) {
+/// `release` must have been returned for `block` to the handle side, and `T`
+/// must be the block's result type.
+pub(crate) unsafe fn finish_release<T>(block: NonNull<Header>, release: Release) {
     if let Release::Free { drop_result } = release {
         if drop_result {
-            (block.as_ref().vtable.drop_result)(block);
+            drop(take_result::<T>(block));
         }
         free_block(block);
     }
@@ -395,7 +387,6 @@ impl<F: FnOnce() -> R, R> StackJob<F, R> {
     const VTABLE: VTable = VTable {
         run: Self::run,
         run_inline: Self::run_for_handle,
-        drop_result: Self::result_stays,
     };
 
     pub(crate) fn new(f: F) -> Self {
@@ -449,8 +440,6 @@ impl<F: FnOnce() -> R, R> StackJob<F, R> {
     unsafe fn run_for_handle(_header: NonNull<Header>, _out: *mut ()) {
         unreachable!("stack jobs are run in place through StackJob::run_here");
     }
-
-    unsafe fn result_stays(_header: NonNull<Header>) {}
 }
 
 impl<F, R> StackJob<F, R> {

@@ -45,14 +45,17 @@ impl Block {
     }
 }
 
+/// Runs the task on a new thread, as a worker would.
+fn spawn_runner(b: &Arc<Block>, value: u64, handle_takes: bool) -> thread::JoinHandle<()> {
+    let b = b.clone();
+    thread::spawn(move || b.run(value, handle_takes))
+}
+
 #[test]
 fn runner_completes_while_handle_joins_and_parks() {
     model(|| {
         let b = Block::new();
-        let runner = {
-            let b = b.clone();
-            thread::spawn(move || b.run(7, true))
-        };
+        let runner = spawn_runner(&b, 7, true);
         let waker = thread_waker();
         while !b.completion.register(&waker) {
             thread::park();
@@ -71,10 +74,7 @@ fn runner_completes_while_handle_joins_and_parks() {
 fn runner_completes_while_handle_detaches() {
     model(|| {
         let b = Block::new();
-        let runner = {
-            let b = b.clone();
-            thread::spawn(move || b.run(3, false))
-        };
+        let runner = spawn_runner(&b, 3, false);
         if let Release::Free { drop_result } = b.completion.release_handle(false) {
             b.free(drop_result, true);
         }
@@ -87,10 +87,7 @@ fn runner_completes_while_handle_detaches() {
 fn awaiting_handle_switches_wakers_then_detaches() {
     model(|| {
         let b = Block::new();
-        let runner = {
-            let b = b.clone();
-            thread::spawn(move || b.run(9, false))
-        };
+        let runner = spawn_runner(&b, 9, false);
         // Poll with one waker, then with another (a future moved between
         // executors), then drop the handle without taking the result.
         let (first, first_wakes) = counting_waker();
