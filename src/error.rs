@@ -59,3 +59,139 @@ impl fmt::Display for BuildError {
 }
 
 impl std::error::Error for BuildError {}
+
+/// Why a task was cancelled instead of run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cancellation {
+    /// The last handle of a promise it depended on was dropped unfulfilled.
+    DependencyDropped,
+    /// It became ready after its runtime had shut down.
+    RuntimeShutDown,
+}
+
+impl fmt::Display for Cancellation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::DependencyDropped => {
+                "a dependency was dropped unfulfilled (the last handle of a promise it waited on was dropped)"
+            }
+            Self::RuntimeShutDown => "its runtime shut down before the task could run",
+        })
+    }
+}
+
+/// The result slot of a cancelled task holds this as its "panic" payload;
+/// a handle recognises it and reports [`JoinError`] cancellation instead.
+pub(crate) struct Cancelled(pub(crate) Cancellation);
+
+/// Why [`crate::JoinHandle::try_join`] has no value: the task panicked, or
+/// it was cancelled before it could run (a delayed task whose dependency
+/// was dropped unfulfilled, or that became ready after its runtime shut
+/// down).
+///
+/// ```
+/// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
+/// let p = selvedge::Promise::new();
+/// let h = rt.submit_delayed([p.dep()], || 1);
+/// drop(p); // nobody can fulfill it any more: the task is cancelled
+/// let err = h.try_join().unwrap_err();
+/// assert!(err.is_cancelled());
+/// assert!(err.to_string().contains("dropped unfulfilled"));
+/// ```
+pub struct JoinError {
+    repr: JoinErrorRepr,
+}
+
+enum JoinErrorRepr {
+    Panic(Box<dyn std::any::Any + Send>),
+    Cancelled(Cancellation),
+}
+
+impl JoinError {
+    /// Classifies the payload of a task's failed result.
+    pub(crate) fn from_payload(payload: Box<dyn std::any::Any + Send>) -> Self {
+        let repr = match payload.downcast::<Cancelled>() {
+            Ok(c) => JoinErrorRepr::Cancelled(c.0),
+            Err(p) => JoinErrorRepr::Panic(p),
+        };
+        Self { repr }
+    }
+
+    /// Whether the task panicked.
+    ///
+    /// ```
+    /// let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
+    /// let err = rt.submit(|| panic!("no")).try_join().unwrap_err();
+    /// assert!(err.is_panic() && !err.is_cancelled());
+    /// ```
+    pub fn is_panic(&self) -> bool {
+        matches!(self.repr, JoinErrorRepr::Panic(_))
+    }
+
+    /// Whether the task was cancelled without running.
+    ///
+    /// ```
+    /// let p = selvedge::Promise::new();
+    /// let h = selvedge::spawn_delayed([p.dep()], || ());
+    /// drop(p);
+    /// assert!(h.try_join().unwrap_err().is_cancelled());
+    /// ```
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self.repr, JoinErrorRepr::Cancelled(_))
+    }
+
+    /// The panic payload, or the error back when the task was cancelled.
+    ///
+    /// ```
+    /// let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
+    /// let err = rt.submit(|| panic!("no")).try_join().unwrap_err();
+    /// let payload = err.try_into_panic().ok().unwrap();
+    /// assert_eq!(payload.downcast_ref::<&str>(), Some(&"no"));
+    /// ```
+    pub fn try_into_panic(self) -> Result<Box<dyn std::any::Any + Send>, JoinError> {
+        match self.repr {
+            JoinErrorRepr::Panic(p) => Ok(p),
+            JoinErrorRepr::Cancelled(_) => Err(self),
+        }
+    }
+
+    /// Resumes the panic, or panics with a message saying why the task was
+    /// cancelled: what [`crate::JoinHandle::join`] does with an error.
+    pub(crate) fn resume(self) -> ! {
+        match self.repr {
+            JoinErrorRepr::Panic(p) => std::panic::resume_unwind(p),
+            JoinErrorRepr::Cancelled(why) => {
+                panic!("selvedge: joined a task that was cancelled: {why}")
+            }
+        }
+    }
+}
+
+impl fmt::Display for JoinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.repr {
+            JoinErrorRepr::Panic(p) => {
+                let msg = p
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or_else(|| p.downcast_ref::<String>().map(String::as_str));
+                match msg {
+                    Some(m) => write!(f, "task panicked: {m}"),
+                    None => f.write_str("task panicked"),
+                }
+            }
+            JoinErrorRepr::Cancelled(why) => write!(f, "task cancelled: {why}"),
+        }
+    }
+}
+
+impl fmt::Debug for JoinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.repr {
+            JoinErrorRepr::Panic(_) => f.write_str("JoinError::Panic(..)"),
+            JoinErrorRepr::Cancelled(why) => write!(f, "JoinError::Cancelled({why:?})"),
+        }
+    }
+}
+
+impl std::error::Error for JoinError {}

@@ -1,11 +1,11 @@
 //! `JoinHandle`: the owned result slot of a spawned task.
 
 use crate::completion::Completion;
+use crate::error::JoinError;
 use crate::task::{self, Header, TaskRef};
 use crate::worker::{Until, Worker};
 use std::future::Future;
 use std::marker::PhantomData;
-use std::panic::resume_unwind;
 use std::pin::Pin;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -127,12 +127,34 @@ impl<T> JoinHandle<T> {
     /// let payload = r.unwrap_err();
     /// assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom"));
     /// ```
+    ///
+    /// # Panics
+    /// Resumes the task's panic; and panics with a message saying why when
+    /// the task was cancelled (a delayed task whose dependency was dropped
+    /// unfulfilled). [`JoinHandle::try_join`] returns both as an error.
     #[inline]
     pub fn join(self) -> T {
         match self.join_result() {
             Ok(v) => v,
-            Err(payload) => resume_unwind(payload),
+            Err(payload) => JoinError::from_payload(payload).resume(),
         }
+    }
+
+    /// Like [`JoinHandle::join`], but returns a panic or a cancellation as
+    /// a [`JoinError`] instead of panicking.
+    ///
+    /// ```
+    /// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
+    /// assert_eq!(rt.submit(|| 7).try_join().unwrap(), 7);
+    ///
+    /// let p = selvedge::Promise::new();
+    /// let h = rt.submit_delayed([p.dep()], || 7);
+    /// drop(p); // broken promise: the delayed task can never run
+    /// assert!(h.try_join().unwrap_err().is_cancelled());
+    /// ```
+    #[inline]
+    pub fn try_join(self) -> Result<T, JoinError> {
+        self.join_result().map_err(JoinError::from_payload)
     }
 
     /// Like [`JoinHandle::join`], but returns a panic payload instead of
@@ -203,7 +225,8 @@ impl<T> Future for JoinHandle<T> {
     /// Ready with the task's value once it finished; resumes its panic.
     ///
     /// # Panics
-    /// When polled again after it returned `Ready`.
+    /// When polled again after it returned `Ready`; and as
+    /// [`JoinHandle::join`] when the task panicked or was cancelled.
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
         let block = self.block.expect("JoinHandle polled after it completed");
         // SAFETY: the handle holds the block.
@@ -215,7 +238,7 @@ impl<T> Future for JoinHandle<T> {
         // SAFETY: complete (register returned true), result untaken.
         match unsafe { Self::take_and_release(block) } {
             Ok(v) => Poll::Ready(v),
-            Err(payload) => resume_unwind(payload),
+            Err(payload) => JoinError::from_payload(payload).resume(),
         }
     }
 }

@@ -45,6 +45,7 @@
 #![warn(missing_docs)]
 
 mod completion;
+mod event;
 mod park;
 mod steal;
 mod sync;
@@ -55,6 +56,8 @@ mod deque;
 mod error;
 #[cfg(not(loom))]
 mod handle;
+#[cfg(not(loom))]
+mod promise;
 #[cfg(not(loom))]
 mod runtime;
 #[cfg(not(loom))]
@@ -67,9 +70,13 @@ mod task;
 mod worker;
 
 #[cfg(not(loom))]
-pub use error::BuildError;
+pub use error::{BuildError, JoinError};
+#[cfg(not(loom))]
+pub use event::Dep;
 #[cfg(not(loom))]
 pub use handle::JoinHandle;
+#[cfg(not(loom))]
+pub use promise::{spawn_delayed, LoopPromise, Promise};
 #[cfg(not(loom))]
 pub use runtime::{current_num_threads, global_runtime, spawn, sync_root, Builder, Runtime};
 #[cfg(not(loom))]
@@ -88,6 +95,7 @@ pub struct ReadmeDoctests;
 #[doc(hidden)]
 pub mod protocols {
     pub use crate::completion::{Completion, Release};
+    pub use crate::event::{Dep, Group, Outcome, Waiter};
     pub use crate::park::Sleep;
     pub use crate::steal::{Mailbox, Reply, ReplySlot, StealRequest, VictimSet};
 }

@@ -1,11 +1,13 @@
 //! The runtime: its threads, what they share, and the ways in.
 
-use crate::error::BuildError;
+use crate::error::{BuildError, Cancellation};
+use crate::event::Dep;
 use crate::handle::JoinHandle;
 use crate::park::Sleep;
+use crate::promise::{self, Placement};
 use crate::stats::{Counters, RuntimeStats, WorkerCounters, WorkerStats};
 use crate::steal::{Mailbox, ReplySlot, MAX_WORKERS};
-use crate::sync::{AtomicBool, Ordering};
+use crate::sync::{fence, AtomicBool, Ordering};
 use crate::task::{self, BlockPool, Header, TaskRef};
 use crate::worker::{Until, Worker};
 use crossbeam_queue::SegQueue;
@@ -32,6 +34,34 @@ impl Shared {
     pub(crate) fn inject(&self, task: TaskRef) {
         self.injector.push(task);
         self.sleep.wake_any();
+    }
+
+    /// Queues a delayed task that just became ready. Unlike other ways in,
+    /// this one needs no handle on the runtime, so it may race with
+    /// shutdown: a task that arrives after the workers left is cancelled
+    /// here (or by an exiting worker, or when `Shared` is dropped), never
+    /// stranded.
+    pub(crate) fn inject_ready(&self, task: TaskRef) {
+        self.inject(task);
+        // Pairs with the fence an exiting worker issues after it saw
+        // `shutdown`: either it sees this task, or we see `shutdown`.
+        fence(Ordering::SeqCst);
+        if self.shutdown.load(Ordering::SeqCst) {
+            self.cancel_queued();
+        }
+    }
+
+    /// Cancels every task left in the injector (after shutdown).
+    pub(crate) fn cancel_queued(&self) {
+        while let Some(task) = self.injector.pop() {
+            task.cancel(Cancellation::RuntimeShutDown);
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.cancel_queued();
     }
 }
 
@@ -286,6 +316,41 @@ impl Runtime {
         let handle = unsafe { JoinHandle::new(&task) };
         self.shared.inject(task);
         handle
+    }
+
+    /// Queues `f` from any thread, to run on this runtime once every
+    /// dependency in `deps` is fulfilled, and returns its handle. See
+    /// [`crate::spawn_delayed`] for the rules; this one never blocks and
+    /// always uses this runtime.
+    ///
+    /// A delayed task still waiting does not keep [`Runtime::sync_root`] or
+    /// the runtime's drop waiting (it is not runnable yet). If it becomes
+    /// ready after the runtime shut down, it is cancelled and its handle
+    /// reports that.
+    ///
+    /// ```
+    /// use selvedge::{Promise, Runtime};
+    ///
+    /// let rt = Runtime::builder().num_threads(2).build()?;
+    /// let input = Promise::new();
+    /// let h = rt.submit_delayed([input.dep()], || 6 * 7);
+    /// std::thread::spawn(move || input.fulfill()); // any thread may fulfill
+    /// assert_eq!(h.join(), 42);
+    /// # Ok::<(), selvedge::BuildError>(())
+    /// ```
+    pub fn submit_delayed<D, F, T>(&self, deps: D, f: F) -> JoinHandle<T>
+    where
+        D: IntoIterator<Item = Dep>,
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let task = task::new_handled(f);
+        // SAFETY: `F` and `T` are 'static.
+        let handle = unsafe { JoinHandle::new(&task) };
+        match (promise::delay(&self.shared, task, deps), Worker::current()) {
+            (Placement::Local(pos), Some(w)) => handle.at(w, pos),
+            _ => handle,
+        }
     }
 
     /// Waits until the whole runtime is quiescent: every task spawned so far

@@ -1,5 +1,7 @@
 //! Structured parallelism that may borrow: `scope` and fork-join `join`.
 
+use crate::event::Dep;
+use crate::promise;
 use crate::runtime::{on_worker, Shared};
 use crate::sync::{lock, AtomicUsize, Mutex, Ordering};
 use crate::task::{self, StackJob};
@@ -7,6 +9,7 @@ use crate::worker::{Until, Worker};
 use std::any::Any;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 
 /// A scope in which tasks may borrow from the enclosing stack frame.
 /// Created by [`scope`].
@@ -25,14 +28,16 @@ pub struct Scope<'scope> {
     pending: AtomicUsize,
     /// The worker waiting for the scope, unparked by the last task.
     owner: usize,
-    runtime: *const Shared,
+    /// The owner worker's handle on its runtime (the worker outlives the
+    /// scope, which it is running).
+    runtime: *const Arc<Shared>,
     panic: Mutex<Option<Box<dyn Any + Send>>>,
     /// Invariant in `'scope`, as std's scoped threads.
     _borrows: PhantomData<&'scope mut &'scope ()>,
 }
 
-// SAFETY: `runtime` points to the Shared of the owner's runtime, which the
-// owner worker keeps alive for the whole scope; everything else is Sync.
+// SAFETY: `runtime` points to the owner worker's `Arc<Shared>`, which lives
+// for the whole scope; everything else is Sync.
 unsafe impl Sync for Scope<'_> {}
 // SAFETY: as above.
 unsafe impl Send for Scope<'_> {}
@@ -72,7 +77,7 @@ where
         let scope = Scope {
             pending: AtomicUsize::new(1),
             owner: w.index,
-            runtime: &*w.shared,
+            runtime: &w.shared,
             panic: Mutex::new(None),
             _borrows: PhantomData,
         };
@@ -106,24 +111,70 @@ impl<'scope> Scope<'scope> {
     where
         F: FnOnce(&Scope<'scope>) + Send + 'scope,
     {
+        let task = self.new_task(f);
+        match Worker::current() {
+            Some(w) if Arc::ptr_eq(&w.shared, self.runtime()) => {
+                w.push(task);
+            }
+            _ => self.runtime().inject(task),
+        }
+    }
+
+    /// Spawns `f` in this scope to run once every dependency in `deps` is
+    /// fulfilled (see [`crate::spawn_delayed`]). The scope waits for it
+    /// too. If a dependency is dropped unfulfilled, the task is cancelled
+    /// and the scope, once everything else finished, panics saying so.
+    ///
+    /// ```
+    /// use selvedge::{scope, Promise};
+    /// use std::sync::Mutex;
+    ///
+    /// let log = Mutex::new(Vec::new());
+    /// scope(|s| {
+    ///     let produced = Promise::new();
+    ///     s.spawn_delayed([produced.dep()], |_| log.lock().unwrap().push("consume"));
+    ///     s.spawn(move |_| {
+    ///         log.lock().unwrap().push("produce");
+    ///         produced.fulfill();
+    ///     });
+    /// });
+    /// assert_eq!(*log.lock().unwrap(), ["produce", "consume"]);
+    /// ```
+    pub fn spawn_delayed<D, F>(&self, deps: D, f: F)
+    where
+        D: IntoIterator<Item = Dep>,
+        F: FnOnce(&Scope<'scope>) + Send + 'scope,
+    {
+        let task = self.new_task(f);
+        promise::delay(self.runtime(), task, deps);
+    }
+
+    fn runtime(&self) -> &Arc<Shared> {
+        // SAFETY: the owner worker keeps its `Arc<Shared>` for the scope's
+        // whole life, and tasks of the scope only run within it.
+        unsafe { &*self.runtime }
+    }
+
+    /// A detached task running `f` that the scope counts until it ran or
+    /// was dropped unrun (cancelled).
+    fn new_task<F>(&self, f: F) -> crate::task::TaskRef
+    where
+        F: FnOnce(&Scope<'scope>) + Send + 'scope,
+    {
         self.pending.fetch_add(1, Ordering::Relaxed);
-        let scope = self as *const Scope<'scope> as usize;
-        let task = task::new_detached(move || {
-            // SAFETY: the scope outlives its tasks: its owner waits for
-            // `pending` to reach zero, and this task decrements it last.
-            let scope = unsafe { &*(scope as *const Scope<'scope>) };
+        let mut member = ScopeMember {
+            scope: self as *const Scope<'scope> as usize,
+            ran: false,
+            _scope: PhantomData::<&Scope<'scope>>,
+        };
+        task::new_detached(move || {
+            member.ran = true;
+            let scope = member.scope();
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(scope))) {
                 scope.record_panic(p);
             }
-            scope.finish_task();
-        });
-        match Worker::current() {
-            Some(w) if std::ptr::eq(&*w.shared, self.runtime) => {
-                w.push(task);
-            }
-            // SAFETY: the owner's runtime is alive while the scope is.
-            _ => unsafe { &*self.runtime }.inject(task),
-        }
+            // `member` drops here and counts the task finished.
+        })
     }
 
     fn record_panic(&self, payload: Box<dyn Any + Send>) {
@@ -140,12 +191,44 @@ impl<'scope> Scope<'scope> {
     fn finish_task(&self) {
         // Copy what we need first: once the count hits zero the owner may
         // return and the scope be gone.
+        // The runtime pointer is to the owner worker's field, which
+        // outlives the scope.
         let (owner, runtime) = (self.owner, self.runtime);
         if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // SAFETY: this task runs on a worker of the scope's runtime (or
-            // was injected into it), which keeps the runtime alive.
+            // SAFETY: the owner worker (and its `Arc<Shared>`) lives until
+            // shutdown, which waits for this task to finish.
             unsafe { &*runtime }.sleep.unpark(owner);
         }
+    }
+}
+
+/// A scope's claim on one of its tasks, moved into the task's closure: it
+/// counts the task finished when dropped, after running or unrun.
+struct ScopeMember<'a, 'scope> {
+    /// The scope's address (a `usize`, so the closure is `Send`).
+    scope: usize,
+    ran: bool,
+    _scope: PhantomData<&'a Scope<'scope>>,
+}
+
+impl<'a, 'scope> ScopeMember<'a, 'scope> {
+    fn scope(&self) -> &'a Scope<'scope> {
+        // SAFETY: the scope outlives its tasks: its owner waits for
+        // `pending` to reach zero, and a member decrements it last.
+        unsafe { &*(self.scope as *const Scope<'scope>) }
+    }
+}
+
+impl Drop for ScopeMember<'_, '_> {
+    fn drop(&mut self) {
+        let scope = self.scope();
+        if !self.ran {
+            scope.record_panic(Box::new(format!(
+                "selvedge: a task of this scope was cancelled: {}",
+                crate::error::Cancellation::DependencyDropped
+            )));
+        }
+        scope.finish_task();
     }
 }
 

@@ -12,6 +12,7 @@
 //! global allocator.
 
 use crate::completion::{Completion, Release};
+use crate::error::{Cancellation, Cancelled};
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::cell::{Cell, UnsafeCell};
 use std::mem::{align_of, size_of, MaybeUninit};
@@ -35,6 +36,9 @@ pub(crate) struct VTable {
     /// Runs the task for its own joining handle, writing the
     /// `std::thread::Result<T>` to `out`; the block is left for the caller.
     pub(crate) run_inline: unsafe fn(NonNull<Header>, *mut ()),
+    /// Drops a queued task's closure without running it and publishes the
+    /// cancellation as its result (or frees the block when detached).
+    pub(crate) cancel: unsafe fn(NonNull<Header>, Cancellation),
 }
 
 /// What every runnable task starts with: pooled blocks and the stack jobs of
@@ -94,6 +98,13 @@ impl TaskRef {
         unsafe { (self.0.as_ref().vtable.run)(self.0) }
     }
 
+    /// Cancels the task, consuming it: its closure is dropped unrun and its
+    /// handle (if any) reports `why`.
+    pub(crate) fn cancel(self, why: Cancellation) {
+        // SAFETY: as in `run`.
+        unsafe { (self.0.as_ref().vtable.cancel)(self.0, why) }
+    }
+
     /// Links `self` in front of `next` (a batch for a thief).
     pub(crate) fn into_list(self, next: *mut Header) -> *mut Header {
         // SAFETY: we own the block.
@@ -149,11 +160,25 @@ impl<F: FnOnce() -> T, T> Typed<F, T> {
     const HANDLED: VTable = VTable {
         run: Self::run_handled,
         run_inline: Self::run_inline,
+        cancel: Self::cancel_handled,
     };
 
     unsafe fn run_handled(block: NonNull<Header>) {
         let f = take::<F>(block);
         let result = catch_unwind(AssertUnwindSafe(f));
+        Self::publish(block, result);
+    }
+
+    unsafe fn cancel_handled(block: NonNull<Header>, why: Cancellation) {
+        let f = take::<F>(block);
+        // A panicking destructor must not unwind into the canceller (a
+        // fulfilling worker, or a thread dropping a promise).
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(f)));
+        Self::publish(block, Err(Box::new(Cancelled(why))));
+    }
+
+    /// Stores the result and completes the join slot.
+    unsafe fn publish(block: NonNull<Header>, result: std::thread::Result<T>) {
         store::<std::thread::Result<T>>(block, result);
         if let Release::Free { drop_result } = block.as_ref().completion.complete() {
             if drop_result {
@@ -176,7 +201,16 @@ impl<F: FnOnce()> Typed<F, ()> {
     const DETACHED: VTable = VTable {
         run: Self::run_detached,
         run_inline: Self::run_detached_inline,
+        cancel: Self::cancel_detached,
     };
+
+    /// Detached closures report their own cancellation when dropped unrun
+    /// (a scope's task records it for the scope).
+    unsafe fn cancel_detached(block: NonNull<Header>, _why: Cancellation) {
+        let f = take::<F>(block);
+        free_block(block);
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(f)));
+    }
 
     unsafe fn run_detached(block: NonNull<Header>) {
         let f = take::<F>(block);
@@ -387,6 +421,7 @@ impl<F: FnOnce() -> R, R> StackJob<F, R> {
     const VTABLE: VTable = VTable {
         run: Self::run,
         run_inline: Self::run_for_handle,
+        cancel: Self::cancel,
     };
 
     pub(crate) fn new(f: F) -> Self {
@@ -434,6 +469,14 @@ impl<F: FnOnce() -> R, R> StackJob<F, R> {
         (*job.result.get()).write(catch_unwind(AssertUnwindSafe(f)));
         // The joiner owns the memory and waits for the runner to leave, so
         // the release decision is always "keep".
+        let _ = job.header.completion.complete();
+    }
+
+    unsafe fn cancel(header: NonNull<Header>, why: Cancellation) {
+        let job = header.cast::<Self>().as_ref();
+        let f = (*job.f.get()).assume_init_read();
+        let _ = catch_unwind(AssertUnwindSafe(move || drop(f)));
+        (*job.result.get()).write(Err(Box::new(Cancelled(why))));
         let _ = job.header.completion.complete();
     }
 

@@ -95,6 +95,10 @@ impl Worker {
         CURRENT.with(|c| c.set(&worker));
         worker.wait_until(Until::Shutdown);
         CURRENT.with(|c| c.set(std::ptr::null()));
+        // A delayed task made ready during shutdown may have been queued
+        // after the last look; see `Shared::inject_ready`.
+        crate::sync::fence(Ordering::SeqCst);
+        worker.shared.cancel_queued();
     }
 
     /// Identity of this worker, stored in handles to find their task again.

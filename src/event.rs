@@ -1,0 +1,539 @@
+//! The promise protocol: events that delayed tasks park on, the dependency
+//! walk that moves a task from one event to the next, and the reference
+//! counts that decide when an event is broken and when it is freed.
+//!
+//! An [`Event`] is an ephemeral MPSC channel: one atomic word that is either
+//! *open* (null, or the head of an intrusive stack of parked [`Waiter`]s) or
+//! *closed* (the `FULFILLED` or `BROKEN` marker). Parking pushes a waiter
+//! with a CAS that fails once the event is closed; closing swaps the marker
+//! in and takes the whole stack. So every waiter is handed to exactly one
+//! party: the fulfiller who drained it, or the parker whose push failed and
+//! who moves on by itself. There is no owner thread, no lock and no polling.
+//!
+//! A waiter depends on a set of events sorted by address. It is parked on
+//! the lowest-addressed unfulfilled one only; whoever drains it there (or
+//! finds that event already fulfilled) advances it to the next unfulfilled
+//! one, and so on until it is ready. Fulfilled is permanent, so the events
+//! behind the cursor never need a second look.
+//!
+//! Events live in a [`Group`] (one for a promise, one per bucket for a loop
+//! promise) with two counts: *handles*, the owners that can fulfill, and
+//! *refs*, everything that keeps the memory (handles and [`Dep`]s, including
+//! the deps parked waiters hold). When the last handle goes, every event
+//! still open is closed as broken and its waiters are cancelled; when the
+//! last ref goes, the group is freed. Both counts use one read-modify-write
+//! per release (no separate load-then-decrement, which is racy).
+
+use crate::sync::{AtomicPtr, AtomicUsize, Ordering, UnsafeCell};
+use std::ptr::{self, NonNull};
+
+/// The `head` of a fulfilled event.
+const FULFILLED: usize = 1;
+/// The `head` of an event whose last handle was dropped unfulfilled.
+const BROKEN: usize = 2;
+/// In the loom models, the `refs` of a freed group (never deallocated
+/// there, so a late access is caught instead of being undefined).
+#[cfg(loom)]
+const FREED: usize = usize::MAX / 2;
+
+fn marker(state: usize) -> *mut Waiter {
+    ptr::without_provenance_mut(state)
+}
+
+/// What became of a waiter that left an event for good.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every dependency is fulfilled: the caller now owns the waiter and
+    /// must schedule its task.
+    Ready(NonNull<Waiter>),
+    /// A dependency was broken: the caller now owns the waiter and must
+    /// cancel its task.
+    Cancelled(NonNull<Waiter>),
+}
+
+/// The result of trying to park a waiter on one event.
+enum Park {
+    /// The waiter is in the event's stack; its owner must not touch it.
+    Queued,
+    /// The event was already fulfilled: the waiter is still the caller's.
+    Fulfilled,
+    /// The event was already broken: the waiter is still the caller's.
+    Broken,
+}
+
+/// One dependency target: a closable stack of parked waiters.
+#[derive(Debug)]
+pub struct Event {
+    head: AtomicPtr<Waiter>,
+}
+
+impl Event {
+    fn new() -> Self {
+        Self {
+            head: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    /// Whether the event was fulfilled. Acquire: what the fulfiller wrote
+    /// before fulfilling is visible after this returns true.
+    pub fn is_fulfilled(&self) -> bool {
+        self.head.load(Ordering::Acquire) == marker(FULFILLED)
+    }
+
+    /// Pushes `w` unless the event is closed.
+    ///
+    /// # Safety
+    /// The caller owns `w`; after `Queued` it no longer does.
+    unsafe fn park(&self, w: NonNull<Waiter>) -> Park {
+        let mut head = self.head.load(Ordering::Acquire);
+        loop {
+            if head == marker(FULFILLED) {
+                return Park::Fulfilled;
+            }
+            if head == marker(BROKEN) {
+                return Park::Broken;
+            }
+            // SAFETY: the caller owns `w` until the CAS below publishes it.
+            unsafe { w.as_ref().next.with_mut(|n| *n = head) };
+            // Release publishes the waiter (its cursor, deps and link) to
+            // the party that drains it; Acquire on failure, as on the load,
+            // makes a fulfiller's writes visible before we move on.
+            match self
+                .head
+                .compare_exchange(head, w.as_ptr(), Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Park::Queued,
+                Err(current) => head = current,
+            }
+        }
+    }
+
+    /// Closes the event as fulfilled. Returns the parked stack (newest
+    /// first), or `None` when it was already closed.
+    fn close_fulfilled(&self) -> Option<*mut Waiter> {
+        if self.is_fulfilled() {
+            // Repeated fulfills cost a load, not a write to a shared line.
+            return None;
+        }
+        // Release: the fulfiller's writes happen-before every task that
+        // sees the event fulfilled. Acquire: the drained waiters' contents.
+        let old = self.head.swap(marker(FULFILLED), Ordering::AcqRel);
+        (old != marker(FULFILLED) && old != marker(BROKEN)).then_some(old)
+    }
+
+    /// Closes the event as broken unless it was fulfilled. Returns the
+    /// parked stack, or `None` when it was already closed.
+    fn close_broken(&self) -> Option<*mut Waiter> {
+        let mut head = self.head.load(Ordering::Acquire);
+        loop {
+            if head == marker(FULFILLED) || head == marker(BROKEN) {
+                return None;
+            }
+            match self.head.compare_exchange(
+                head,
+                marker(BROKEN),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(old) => return Some(old),
+                Err(current) => head = current,
+            }
+        }
+    }
+}
+
+/// Hands every waiter of a drained stack, oldest first, to `each`.
+///
+/// # Safety
+/// `stack` must come from closing an event, so the caller owns its waiters.
+unsafe fn drain(stack: *mut Waiter, mut each: impl FnMut(NonNull<Waiter>)) {
+    // Reverse the stack so waiters are served in the order they parked.
+    let mut fifo: *mut Waiter = ptr::null_mut();
+    let mut cur = stack;
+    while let Some(w) = NonNull::new(cur) {
+        // SAFETY: we own the drained waiters.
+        cur = unsafe {
+            w.as_ref()
+                .next
+                .with_mut(|n| std::mem::replace(&mut *n, fifo))
+        };
+        fifo = w.as_ptr();
+    }
+    while let Some(w) = NonNull::new(fifo) {
+        // Read the link before handing the waiter on: its new owner may
+        // park it elsewhere (rewriting it) or free it.
+        // SAFETY: as above.
+        fifo = unsafe { w.as_ref().next.with(|n| *n) };
+        each(w);
+    }
+}
+
+/// The shared allocation behind a promise (one event) or a loop promise (one
+/// event per bucket).
+#[derive(Debug)]
+pub struct Group {
+    /// Owners that can fulfill (`Promise`/`LoopPromise` handles).
+    handles: AtomicUsize,
+    /// Everything that keeps the group alive: handles and deps.
+    refs: AtomicUsize,
+    len: usize,
+    first: Event,
+    rest: Box<[Event]>,
+}
+
+impl Group {
+    /// A group of `len` open events (at least one is allocated), owned by
+    /// one handle.
+    pub fn new(len: usize) -> NonNull<Group> {
+        let rest = (1..len).map(|_| Event::new()).collect();
+        let group = Box::new(Group {
+            handles: AtomicUsize::new(1),
+            refs: AtomicUsize::new(1),
+            len,
+            first: Event::new(),
+            rest,
+        });
+        NonNull::from(Box::leak(group))
+    }
+
+    /// Event `i`; `i` must be below [`Group::len`].
+    pub fn event(&self, i: usize) -> &Event {
+        match i {
+            0 => &self.first,
+            _ => &self.rest[i - 1],
+        }
+    }
+
+    /// A dependency on event `i`, which keeps the group alive.
+    ///
+    /// # Safety
+    /// The caller holds a handle or ref on `this`, and `i < len`.
+    pub unsafe fn dep(this: NonNull<Group>, i: usize) -> Dep {
+        // SAFETY: the caller's reference keeps the group alive.
+        let g = unsafe { this.as_ref() };
+        g.acquire_ref();
+        Dep {
+            group: this,
+            event: NonNull::from(g.event(i)),
+        }
+    }
+
+    fn acquire_ref(&self) {
+        // Relaxed, as `Arc::clone`: the caller already holds a reference.
+        let _old = self.refs.fetch_add(1, Ordering::Relaxed);
+        #[cfg(loom)]
+        assert!(
+            _old > 0 && _old < FREED,
+            "group ref taken after it was freed"
+        );
+    }
+
+    /// Another handle: counts as a handle and as a ref.
+    ///
+    /// # Safety
+    /// The caller holds a handle on `this`.
+    pub unsafe fn acquire_handle(this: NonNull<Group>) {
+        // SAFETY: the caller's handle keeps the group alive.
+        let g = unsafe { this.as_ref() };
+        g.handles.fetch_add(1, Ordering::Relaxed);
+        g.acquire_ref();
+    }
+
+    /// Drops one ref; the last one frees the group.
+    ///
+    /// # Safety
+    /// The caller gives up a ref it holds on `this`.
+    pub unsafe fn release_ref(this: NonNull<Group>) {
+        // SAFETY: our ref keeps the group alive until the decrement.
+        let old = unsafe { this.as_ref() }
+            .refs
+            .fetch_sub(1, Ordering::Release);
+        #[cfg(loom)]
+        assert!(old > 0 && old < FREED, "group released after it was freed");
+        if old != 1 {
+            return;
+        }
+        // Every other party's last use happened before its release, and
+        // this acquire orders them before the free (as `Arc`'s drop).
+        crate::sync::fence(Ordering::Acquire);
+        #[cfg(not(loom))]
+        // SAFETY: the last ref is gone; the group came from `Box::leak`.
+        drop(unsafe { Box::from_raw(this.as_ptr()) });
+        #[cfg(loom)]
+        // SAFETY: still allocated (loom builds never free groups).
+        unsafe { this.as_ref() }
+            .refs
+            .store(FREED, Ordering::Relaxed);
+    }
+
+    /// Drops one handle (and its ref). The last handle breaks every event
+    /// still open and hands their waiters to `settle` as cancelled.
+    ///
+    /// # Safety
+    /// The caller gives up a handle it holds on `this`.
+    pub unsafe fn release_handle(this: NonNull<Group>, mut settle: impl FnMut(Outcome)) {
+        // SAFETY: our handle keeps the group alive until released below.
+        let g = unsafe { this.as_ref() };
+        // AcqRel: the last handle sees every fulfill made through the
+        // others (each happened before its handle's release), so it never
+        // breaks a fulfilled event.
+        if g.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            for i in 0..g.len {
+                if let Some(stack) = g.event(i).close_broken() {
+                    // SAFETY: closing handed us the stack.
+                    unsafe { drain(stack, |w| settle(Outcome::Cancelled(w))) };
+                }
+            }
+        }
+        // SAFETY: our ref, released only after the drain above.
+        unsafe { Group::release_ref(this) };
+    }
+
+    /// Fulfills event `i` and advances each waiter drained from it: the
+    /// ones that become ready or cancelled go to `settle`, the rest are
+    /// parked on their next unfulfilled dependency. Returns whether this
+    /// call was the one that fulfilled the event.
+    ///
+    /// # Safety
+    /// The caller holds a handle on `this`, and `i < len`.
+    pub unsafe fn fulfill(this: NonNull<Group>, i: usize, mut settle: impl FnMut(Outcome)) -> bool {
+        // SAFETY: the caller's handle keeps the group alive.
+        let g = unsafe { this.as_ref() };
+        let Some(stack) = g.event(i).close_fulfilled() else {
+            return false;
+        };
+        // SAFETY: closing handed us the stack; each waiter was parked on
+        // this event, so its cursor points at it.
+        unsafe {
+            drain(stack, |w| {
+                w.as_ref().cursor.with_mut(|c| *c += 1);
+                if let Some(outcome) = Waiter::advance(w) {
+                    settle(outcome);
+                }
+            })
+        };
+        true
+    }
+}
+
+/// A dependency of a delayed task: one promise, or one iteration (bucket)
+/// of a loop promise. Obtained from `Promise::dep` or `LoopPromise::at` and
+/// passed to `spawn_delayed`; it keeps the promise's memory alive but cannot
+/// fulfill it.
+///
+/// ```
+/// let p = selvedge::Promise::new();
+/// let d = p.dep();
+/// assert!(!d.is_fulfilled());
+/// p.fulfill();
+/// assert!(d.is_fulfilled());
+/// ```
+pub struct Dep {
+    group: NonNull<Group>,
+    event: NonNull<Event>,
+}
+
+// SAFETY: a Dep only touches the group through atomics, and its ref keeps
+// the group alive on whichever thread holds it.
+unsafe impl Send for Dep {}
+// SAFETY: as above; `&Dep` only reads atomics.
+unsafe impl Sync for Dep {}
+
+impl Dep {
+    /// Whether the promise (or iteration bucket) this names was fulfilled.
+    ///
+    /// ```
+    /// let lp = selvedge::LoopPromise::new(0..4);
+    /// let d = lp.at(2);
+    /// lp.fulfill(2);
+    /// assert!(d.is_fulfilled());
+    /// ```
+    pub fn is_fulfilled(&self) -> bool {
+        self.event().is_fulfilled()
+    }
+
+    fn event(&self) -> &Event {
+        // SAFETY: our ref keeps the group, and so the event, alive.
+        unsafe { self.event.as_ref() }
+    }
+
+    /// Whether `self` and `other` name the same promise (or bucket).
+    ///
+    /// ```
+    /// let p = selvedge::Promise::new();
+    /// assert!(p.dep().same_as(&p.dep()));
+    /// assert!(!p.dep().same_as(&selvedge::Promise::new().dep()));
+    /// ```
+    pub fn same_as(&self, other: &Dep) -> bool {
+        self.event == other.event
+    }
+}
+
+impl Clone for Dep {
+    fn clone(&self) -> Self {
+        // SAFETY: our ref keeps the group alive.
+        unsafe { self.group.as_ref() }.acquire_ref();
+        Dep {
+            group: self.group,
+            event: self.event,
+        }
+    }
+}
+
+impl Drop for Dep {
+    fn drop(&mut self) {
+        // SAFETY: we give up our ref.
+        unsafe { Group::release_ref(self.group) };
+    }
+}
+
+impl std::fmt::Debug for Dep {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dep")
+            .field("event", &self.event)
+            .field("fulfilled", &self.is_fulfilled())
+            .finish()
+    }
+}
+
+/// Dependencies kept inline before a waiter spills them to the heap.
+const INLINE_DEPS: usize = 4;
+
+/// A waiter's dependencies, sorted by event address, without duplicates.
+enum DepList {
+    Inline {
+        len: usize,
+        deps: [Option<Dep>; INLINE_DEPS],
+    },
+    Heap(Box<[Dep]>),
+}
+
+impl DepList {
+    fn collect(deps: impl IntoIterator<Item = Dep>) -> Self {
+        let mut iter = deps.into_iter();
+        let mut inline: [Option<Dep>; INLINE_DEPS] = Default::default();
+        let mut len = 0;
+        for d in iter.by_ref() {
+            if len == INLINE_DEPS {
+                let mut all: Vec<Dep> = inline.into_iter().flatten().collect();
+                all.push(d);
+                all.extend(iter);
+                all.sort_unstable_by_key(|d| d.event.as_ptr() as usize);
+                all.dedup_by(|a, b| a.same_as(b));
+                return DepList::Heap(all.into_boxed_slice());
+            }
+            // Insertion sort, dropping duplicates: a task listing the same
+            // promise twice waits for it once.
+            let key = d.event.as_ptr() as usize;
+            let mut at = len;
+            let mut duplicate = false;
+            while at > 0 {
+                let prev = inline[at - 1]
+                    .as_ref()
+                    .map_or(0, |p| p.event.as_ptr() as usize);
+                if prev == key {
+                    duplicate = true;
+                    break;
+                }
+                if prev < key {
+                    break;
+                }
+                at -= 1;
+            }
+            if duplicate {
+                continue;
+            }
+            inline[at..=len].rotate_right(1);
+            inline[at] = Some(d);
+            len += 1;
+        }
+        DepList::Inline { len, deps: inline }
+    }
+
+    fn get(&self, i: usize) -> Option<&Dep> {
+        match self {
+            DepList::Inline { len, deps } => deps[..*len].get(i).and_then(Option::as_ref),
+            DepList::Heap(deps) => deps.get(i),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            DepList::Inline { len, .. } => *len,
+            DepList::Heap(deps) => deps.len(),
+        }
+    }
+}
+
+/// A delayed task as the protocol sees it: its link in an event's stack,
+/// its sorted dependencies and the index of the one it waits on. Containers
+/// put it first in a `#[repr(C)]` struct, so an [`Outcome`] pointer casts
+/// back to the container.
+#[repr(C)]
+pub struct Waiter {
+    next: UnsafeCell<*mut Waiter>,
+    cursor: UnsafeCell<usize>,
+    deps: DepList,
+}
+
+// SAFETY: a waiter is owned by one party at a time (its creator, the event
+// stack it is parked in, or whoever drained it); hand-offs go through the
+// event's acquire/release operations.
+unsafe impl Send for Waiter {}
+
+impl Waiter {
+    /// A waiter on `deps` (any order, duplicates allowed).
+    pub fn new(deps: impl IntoIterator<Item = Dep>) -> Self {
+        Self {
+            next: UnsafeCell::new(ptr::null_mut()),
+            cursor: UnsafeCell::new(0),
+            deps: DepList::collect(deps),
+        }
+    }
+
+    /// Whether every dependency is fulfilled already (a task in this state
+    /// is scheduled at once, without parking).
+    pub fn all_fulfilled(&self) -> bool {
+        (0..self.deps.len()).all(|i| self.deps.get(i).is_some_and(Dep::is_fulfilled))
+    }
+
+    /// Starts waiting: parks the waiter on its lowest-addressed unfulfilled
+    /// dependency. Returns `None` when it parked (it now belongs to that
+    /// event), or the outcome when it is ready or cancelled already.
+    ///
+    /// # Safety
+    /// The caller owns `w`, which stays allocated until an outcome for it
+    /// is settled, and never touches it after `None`.
+    pub unsafe fn start(w: NonNull<Waiter>) -> Option<Outcome> {
+        // SAFETY: the caller's contract.
+        unsafe { Self::advance(w) }
+    }
+
+    /// Parks `w` on its first unfulfilled dependency at or after its cursor.
+    ///
+    /// # Safety
+    /// The caller owns `w`; after `None` it no longer does.
+    unsafe fn advance(w: NonNull<Waiter>) -> Option<Outcome> {
+        // SAFETY: we own the waiter until `park` queues it.
+        let waiter = unsafe { w.as_ref() };
+        let mut i = waiter.cursor.with(|c| unsafe { *c });
+        while let Some(dep) = waiter.deps.get(i) {
+            waiter.cursor.with_mut(|c| unsafe { *c = i });
+            // SAFETY: we own `w`; on `Queued` we return without touching it.
+            match unsafe { dep.event().park(w) } {
+                Park::Queued => return None,
+                Park::Fulfilled => i += 1,
+                Park::Broken => return Some(Outcome::Cancelled(w)),
+            }
+        }
+        Some(Outcome::Ready(w))
+    }
+}
+
+impl std::fmt::Debug for Waiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Waiter")
+            .field("deps", &self.deps.len())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,523 @@
+//! Dataflow: `Promise`, `LoopPromise` and delayed tasks.
+//!
+//! The lock-free protocol (events, the dependency walk, reference counts)
+//! is in `event.rs`, where loom checks it. This module puts tasks behind it:
+//! a delayed task is a pooled task block plus a heap node holding the
+//! protocol's [`Waiter`] and the runtime the task belongs to. A task made
+//! ready is scheduled where it was fulfilled: on the fulfilling worker's own
+//! deque when that worker belongs to the task's runtime, else through the
+//! runtime's injector (waking a parked worker). A cancelled task's closure
+//! is dropped unrun and its handle reports why.
+
+use crate::error::Cancellation;
+use crate::event::{Dep, Group, Outcome, Waiter};
+use crate::handle::JoinHandle;
+use crate::runtime::{global_runtime, Shared};
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::task::{self, TaskRef};
+use crate::worker::Worker;
+use std::cell::{Cell, RefCell};
+use std::ops::Range;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// A one-shot dataflow event that tasks can wait for: an ephemeral channel
+/// from whoever fulfills it to the tasks delayed on it.
+///
+/// Cloning gives another handle to the same promise. Any handle may
+/// [`fulfill`](Promise::fulfill) it, from any thread. When the last handle
+/// is dropped while the promise is unfulfilled, the promise is *broken*:
+/// the tasks waiting on it are cancelled and their handles report
+/// [`crate::JoinError`] cancellation, rather than waiting forever.
+///
+/// ```
+/// use selvedge::{spawn_delayed, Promise, Runtime};
+///
+/// let rt = Runtime::builder().num_threads(2).build()?;
+/// let ready = Promise::new();
+/// let consumer = rt.submit_delayed([ready.dep()], || "ran after fulfill");
+/// assert!(!consumer.is_finished());
+/// ready.fulfill();
+/// assert_eq!(consumer.join(), "ran after fulfill");
+/// # Ok::<(), selvedge::BuildError>(())
+/// ```
+pub struct Promise {
+    group: NonNull<Group>,
+}
+
+// SAFETY: the group is shared through atomics only; the handle's counts keep
+// it alive on whichever thread holds the handle.
+unsafe impl Send for Promise {}
+// SAFETY: as above; every `&self` method only uses atomics.
+unsafe impl Sync for Promise {}
+
+impl Promise {
+    /// A new, unfulfilled promise.
+    ///
+    /// ```
+    /// let p = selvedge::Promise::new();
+    /// assert!(!p.is_fulfilled());
+    /// ```
+    pub fn new() -> Self {
+        Self {
+            group: Group::new(1),
+        }
+    }
+
+    /// Fulfills the promise and schedules the tasks that were waiting only
+    /// for it. Returns `true` for the call that fulfilled it, `false` when
+    /// it already was (fulfilling is idempotent). Any thread may call it.
+    ///
+    /// ```
+    /// let p = selvedge::Promise::new();
+    /// assert!(p.fulfill());
+    /// assert!(!p.fulfill());
+    /// assert!(p.is_fulfilled());
+    /// ```
+    pub fn fulfill(&self) -> bool {
+        // SAFETY: our handle keeps the group alive; it has one event.
+        unsafe { Group::fulfill(self.group, 0, settle) }
+    }
+
+    /// Whether the promise was fulfilled.
+    ///
+    /// ```
+    /// let p = selvedge::Promise::new();
+    /// let q = p.clone();
+    /// q.fulfill();
+    /// assert!(p.is_fulfilled());
+    /// ```
+    pub fn is_fulfilled(&self) -> bool {
+        // SAFETY: our handle keeps the group alive.
+        unsafe { self.group.as_ref() }.event(0).is_fulfilled()
+    }
+
+    /// This promise as a dependency for [`spawn_delayed`]. A `Dep` keeps the
+    /// promise's memory alive but cannot fulfill it, so it does not keep the
+    /// promise from breaking.
+    ///
+    /// ```
+    /// let p = selvedge::Promise::new();
+    /// let h = selvedge::spawn_delayed([p.dep()], || 42);
+    /// p.fulfill();
+    /// assert_eq!(h.join(), 42);
+    /// ```
+    pub fn dep(&self) -> Dep {
+        // SAFETY: our handle keeps the group alive; it has one event.
+        unsafe { Group::dep(self.group, 0) }
+    }
+}
+
+impl Default for Promise {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clone for Promise {
+    fn clone(&self) -> Self {
+        // SAFETY: we hold a handle.
+        unsafe { Group::acquire_handle(self.group) };
+        Self { group: self.group }
+    }
+}
+
+impl Drop for Promise {
+    fn drop(&mut self) {
+        // SAFETY: we give up our handle.
+        unsafe { Group::release_handle(self.group, settle) };
+    }
+}
+
+impl std::fmt::Debug for Promise {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Promise")
+            .field("fulfilled", &self.is_fulfilled())
+            .finish()
+    }
+}
+
+/// One promise per loop iteration (or per bucket of iterations), so a loop
+/// can wait for another iteration by iteration instead of behind a
+/// barrier: stage 2's iteration `i` depends on [`at(i)`](LoopPromise::at),
+/// which stage 1 fulfills when its iteration `i` is done.
+///
+/// With a bucket size `b` ([`LoopPromise::with_bucket_size`]), the
+/// iterations are grouped into buckets of `b` and `at(i)` is fulfilled once
+/// *every* iteration of `i`'s bucket is: fewer events for long loops, at the
+/// price of coarser waiting. Cloning gives another handle; dropping the last
+/// handle breaks every bucket still unfulfilled (see [`Promise`]).
+///
+/// ```
+/// use selvedge::{LoopPromise, Runtime};
+///
+/// let rt = Runtime::builder().num_threads(2).build()?;
+/// let stage1 = LoopPromise::new(0..4);
+/// let stage2: Vec<_> = (0..4)
+///     .map(|i| rt.submit_delayed([stage1.at(i)], move || i * 10))
+///     .collect();
+/// for i in (0..4).rev() {
+///     stage1.fulfill(i);
+/// }
+/// let out: Vec<usize> = stage2.into_iter().map(|h| h.join()).collect();
+/// assert_eq!(out, [0, 10, 20, 30]);
+/// # Ok::<(), selvedge::BuildError>(())
+/// ```
+pub struct LoopPromise {
+    group: NonNull<Group>,
+    range: Range<usize>,
+    bucket: usize,
+    /// Per-iteration bits and per-bucket countdowns; only with buckets of
+    /// more than one iteration.
+    buckets: Option<Arc<BucketCounts>>,
+}
+
+// SAFETY: as for `Promise`.
+unsafe impl Send for LoopPromise {}
+// SAFETY: as for `Promise`.
+unsafe impl Sync for LoopPromise {}
+
+struct BucketCounts {
+    /// One bit per iteration: fulfilled yet? Makes `fulfill(i)` idempotent.
+    fulfilled: Box<[AtomicU64]>,
+    /// Unfulfilled iterations left in each bucket.
+    remaining: Box<[AtomicUsize]>,
+}
+
+impl LoopPromise {
+    /// One promise per iteration of `range`.
+    ///
+    /// ```
+    /// let lp = selvedge::LoopPromise::new(10..20);
+    /// assert_eq!(lp.range(), 10..20);
+    /// lp.fulfill(15);
+    /// assert!(lp.is_fulfilled(15) && !lp.is_fulfilled(16));
+    /// ```
+    pub fn new(range: Range<usize>) -> Self {
+        Self::with_bucket_size(range, 1)
+    }
+
+    /// One promise per `bucket` consecutive iterations of `range`, starting
+    /// at `range.start` (the last bucket may be shorter).
+    ///
+    /// # Panics
+    /// When `bucket` is 0.
+    ///
+    /// ```
+    /// let lp = selvedge::LoopPromise::with_bucket_size(0..10, 4);
+    /// let d = lp.at(5); // bucket 4..8
+    /// for i in 4..7 {
+    ///     lp.fulfill(i);
+    /// }
+    /// assert!(!d.is_fulfilled());
+    /// lp.fulfill(7);
+    /// assert!(d.is_fulfilled());
+    /// ```
+    pub fn with_bucket_size(range: Range<usize>, bucket: usize) -> Self {
+        assert!(
+            bucket > 0,
+            "LoopPromise bucket size must be at least 1, got 0"
+        );
+        let len = range.end.saturating_sub(range.start);
+        let range = range.start..range.start + len;
+        let buckets = len.div_ceil(bucket);
+        let counts = (bucket > 1).then(|| {
+            Arc::new(BucketCounts {
+                fulfilled: (0..len.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
+                remaining: (0..buckets)
+                    .map(|b| AtomicUsize::new(bucket.min(len - b * bucket)))
+                    .collect(),
+            })
+        });
+        Self {
+            group: Group::new(buckets),
+            range,
+            bucket,
+            buckets: counts,
+        }
+    }
+
+    /// The iterations this promise covers.
+    pub fn range(&self) -> Range<usize> {
+        self.range.clone()
+    }
+
+    /// Iterations per bucket (1 from [`LoopPromise::new`]).
+    ///
+    /// ```
+    /// assert_eq!(selvedge::LoopPromise::with_bucket_size(0..100, 8).bucket_size(), 8);
+    /// ```
+    pub fn bucket_size(&self) -> usize {
+        self.bucket
+    }
+
+    /// The bucket of iteration `i`; panics with a message naming `i` and
+    /// the range when `i` is outside it.
+    #[track_caller]
+    fn bucket_of(&self, i: usize) -> usize {
+        if !self.range.contains(&i) {
+            panic!(
+                "LoopPromise index {i} is out of range {}..{}",
+                self.range.start, self.range.end
+            );
+        }
+        (i - self.range.start) / self.bucket
+    }
+
+    /// Fulfills iteration `i` from any thread; with buckets, the bucket's
+    /// promise is fulfilled by the call that fulfills its last iteration.
+    /// Returns `true` for the call that fulfilled iteration `i`, `false`
+    /// when it already was.
+    ///
+    /// # Panics
+    /// When `i` is outside [`LoopPromise::range`].
+    ///
+    /// ```
+    /// let lp = selvedge::LoopPromise::new(0..3);
+    /// assert!(lp.fulfill(1));
+    /// assert!(!lp.fulfill(1));
+    /// ```
+    #[track_caller]
+    pub fn fulfill(&self, i: usize) -> bool {
+        let b = self.bucket_of(i);
+        if let Some(counts) = &self.buckets {
+            let offset = i - self.range.start;
+            let bit = 1u64 << (offset % 64);
+            // AcqRel on both: the bucket's last fulfiller sees every other
+            // iteration's writes and publishes them with the event.
+            if counts.fulfilled[offset / 64].fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+                return false;
+            }
+            if counts.remaining[b].fetch_sub(1, Ordering::AcqRel) != 1 {
+                return true;
+            }
+        }
+        // SAFETY: our handle keeps the group alive; `b` is a bucket index.
+        unsafe { Group::fulfill(self.group, b, settle) };
+        true
+    }
+
+    /// Whether iteration `i` was fulfilled.
+    ///
+    /// # Panics
+    /// When `i` is outside [`LoopPromise::range`].
+    #[track_caller]
+    pub fn is_fulfilled(&self, i: usize) -> bool {
+        let b = self.bucket_of(i);
+        match &self.buckets {
+            Some(counts) => {
+                let offset = i - self.range.start;
+                counts.fulfilled[offset / 64].load(Ordering::Acquire) & (1 << (offset % 64)) != 0
+            }
+            // SAFETY: our handle keeps the group alive.
+            None => unsafe { self.group.as_ref() }.event(b).is_fulfilled(),
+        }
+    }
+
+    /// Iteration `i` (its bucket) as a dependency for [`spawn_delayed`].
+    ///
+    /// # Panics
+    /// When `i` is outside [`LoopPromise::range`]; the message names both.
+    ///
+    /// ```
+    /// let lp = selvedge::LoopPromise::new(0..8);
+    /// let r = std::panic::catch_unwind(|| lp.at(8));
+    /// let msg = r.unwrap_err().downcast::<String>().unwrap();
+    /// assert_eq!(*msg, "LoopPromise index 8 is out of range 0..8");
+    /// ```
+    #[track_caller]
+    pub fn at(&self, i: usize) -> Dep {
+        let b = self.bucket_of(i);
+        // SAFETY: our handle keeps the group alive; `b` is a bucket index.
+        unsafe { Group::dep(self.group, b) }
+    }
+}
+
+impl Clone for LoopPromise {
+    fn clone(&self) -> Self {
+        // SAFETY: we hold a handle.
+        unsafe { Group::acquire_handle(self.group) };
+        Self {
+            group: self.group,
+            range: self.range.clone(),
+            bucket: self.bucket,
+            buckets: self.buckets.clone(),
+        }
+    }
+}
+
+impl Drop for LoopPromise {
+    fn drop(&mut self) {
+        // SAFETY: we give up our handle.
+        unsafe { Group::release_handle(self.group, settle) };
+    }
+}
+
+impl std::fmt::Debug for LoopPromise {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoopPromise")
+            .field("range", &self.range)
+            .field("bucket_size", &self.bucket)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A parked delayed task: the protocol's waiter first, so an [`Outcome`]'s
+/// waiter pointer is a pointer to this.
+#[repr(C)]
+struct Delayed {
+    waiter: Waiter,
+    task: TaskRef,
+    runtime: Arc<Shared>,
+}
+
+/// Where a delayed task went when it was created.
+pub(crate) enum Placement {
+    /// Ready at once, pushed on the calling worker's deque at this position.
+    Local(u64),
+    /// Parked, injected, or cancelled.
+    Elsewhere,
+}
+
+/// Makes `task` (of `runtime`) wait for `deps`, or schedules it at once
+/// when there are none left to wait for.
+pub(crate) fn delay(
+    runtime: &Arc<Shared>,
+    task: TaskRef,
+    deps: impl IntoIterator<Item = Dep>,
+) -> Placement {
+    let waiter = Waiter::new(deps);
+    if waiter.all_fulfilled() {
+        drop(waiter);
+        return schedule(task, runtime);
+    }
+    let node = Box::new(Delayed {
+        waiter,
+        task,
+        runtime: runtime.clone(),
+    });
+    let w = NonNull::from(Box::leak(node)).cast::<Waiter>();
+    // SAFETY: we own the fresh node, which stays allocated until `settle`
+    // takes it back.
+    if let Some(outcome) = unsafe { Waiter::start(w) } {
+        settle(outcome);
+    }
+    Placement::Elsewhere
+}
+
+/// Runs a ready task where it was fulfilled, when that is a worker of its
+/// runtime; otherwise injects it.
+fn schedule(task: TaskRef, runtime: &Arc<Shared>) -> Placement {
+    match Worker::current() {
+        Some(w) if Arc::ptr_eq(&w.shared, runtime) => Placement::Local(w.push(task)),
+        _ => {
+            runtime.inject_ready(task);
+            Placement::Elsewhere
+        }
+    }
+}
+
+/// Takes back a node the protocol finished with.
+///
+/// # Safety
+/// `w` must come from an [`Outcome`], which hands over the `Delayed` node.
+unsafe fn take_node(w: NonNull<Waiter>) -> (TaskRef, Arc<Shared>) {
+    // SAFETY: `delay` leaked a `Box<Delayed>` whose first field is `w`.
+    let node = unsafe { Box::from_raw(w.cast::<Delayed>().as_ptr()) };
+    let Delayed {
+        waiter,
+        task,
+        runtime,
+    } = *node;
+    // Release the dependencies now: the promises can be freed before the
+    // task even runs.
+    drop(waiter);
+    (task, runtime)
+}
+
+/// What the protocol calls for each waiter it is done with.
+fn settle(outcome: Outcome) {
+    match outcome {
+        Outcome::Ready(w) => {
+            // SAFETY: the outcome hands the node over.
+            let (task, runtime) = unsafe { take_node(w) };
+            schedule(task, &runtime);
+        }
+        Outcome::Cancelled(w) => cancel(w),
+    }
+}
+
+thread_local! {
+    /// Set while this thread cancels tasks.
+    static CANCELLING: Cell<bool> = const { Cell::new(false) };
+    /// Cancellations raised while cancelling, done by the outer loop.
+    static DEFERRED: RefCell<Vec<NonNull<Waiter>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Cancels a waiter's task. Dropping the task's closure may drop the last
+/// handle of another promise and cancel more tasks: those are queued and
+/// cancelled by the outermost call, so a long chain of broken promises
+/// takes a loop, not a recursion as deep as the chain.
+fn cancel(w: NonNull<Waiter>) {
+    if CANCELLING.with(|c| c.replace(true)) {
+        DEFERRED.with_borrow_mut(|d| d.push(w));
+        return;
+    }
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            CANCELLING.with(|c| c.set(false));
+        }
+    }
+    let _reset = Reset;
+    let mut next = Some(w);
+    while let Some(w) = next {
+        // SAFETY: the outcome (possibly deferred) hands the node over.
+        let (task, _runtime) = unsafe { take_node(w) };
+        task.cancel(Cancellation::DependencyDropped);
+        next = DEFERRED.with_borrow_mut(Vec::pop);
+    }
+}
+
+/// Spawns `f` to run once every dependency in `deps` is fulfilled, and
+/// returns its handle. On a worker the task belongs to that worker's
+/// runtime; elsewhere to the global runtime (see
+/// [`crate::Runtime::submit_delayed`] to choose).
+///
+/// `deps` may mix [`Promise::dep`]s and [`LoopPromise::at`]s, in any order,
+/// with duplicates; an empty list spawns the task at once, like
+/// [`crate::spawn`]. The task runs exactly once, never before all its
+/// dependencies are fulfilled, on the worker that fulfilled the last one
+/// when there is one. If a dependency's promise is dropped unfulfilled, the
+/// task is cancelled: [`JoinHandle::join`] panics saying so and
+/// [`JoinHandle::try_join`] returns the error.
+///
+/// ```
+/// use selvedge::{spawn_delayed, Promise};
+///
+/// let (a, b) = (Promise::new(), Promise::new());
+/// let both = spawn_delayed([a.dep(), b.dep()], || "a and b are done");
+/// a.fulfill();
+/// assert!(!both.is_finished());
+/// b.fulfill();
+/// assert_eq!(both.join(), "a and b are done");
+/// ```
+pub fn spawn_delayed<D, F, T>(deps: D, f: F) -> JoinHandle<T>
+where
+    D: IntoIterator<Item = Dep>,
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    match Worker::current() {
+        Some(w) => {
+            let task = task::new_handled(f);
+            // SAFETY: `F` and `T` are 'static.
+            let handle = unsafe { JoinHandle::new(&task) };
+            match delay(&w.shared, task, deps) {
+                Placement::Local(pos) => handle.at(w, pos),
+                Placement::Elsewhere => handle,
+            }
+        }
+        None => global_runtime().submit_delayed(deps, f),
+    }
+}
