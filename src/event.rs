@@ -266,6 +266,14 @@ impl Group {
             .store(FREED, Ordering::Relaxed);
     }
 
+    /// Whether the last ref was released (loom models only: groups are
+    /// never deallocated there).
+    #[cfg(loom)]
+    pub fn is_freed(this: NonNull<Group>) -> bool {
+        // SAFETY: loom builds never deallocate groups.
+        unsafe { this.as_ref() }.refs.load(Ordering::SeqCst) == FREED
+    }
+
     /// Drops one handle (and its ref). The last handle breaks every event
     /// still open and hands their waiters to `settle` as cancelled.
     ///
@@ -274,9 +282,11 @@ impl Group {
     pub unsafe fn release_handle(this: NonNull<Group>, mut settle: impl FnMut(Outcome)) {
         // SAFETY: our handle keeps the group alive until released below.
         let g = unsafe { this.as_ref() };
-        // AcqRel: the last handle sees every fulfill made through the
-        // others (each happened before its handle's release), so it never
-        // breaks a fulfilled event.
+        // A fulfilled event is never broken: `close_broken` decides with a
+        // CAS, which reads the latest `head` whatever this count's
+        // ordering (the loom models pass with it relaxed). AcqRel also
+        // orders the fulfills made through other handles before the
+        // cancellations, so their effects are visible to dropped closures.
         if g.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
             for i in 0..g.len {
                 if let Some(stack) = g.event(i).close_broken() {

@@ -1,0 +1,242 @@
+//! The promise protocol (`selvedge::protocols::{Group, Waiter}`): a delayed
+//! task parking on its dependencies races the threads that fulfill them or
+//! drop their last handle. In every interleaving the task must be settled
+//! exactly once (ready, or cancelled when a dependency broke), never before
+//! every dependency is fulfilled (the fulfillers' writes are visible to it,
+//! which loom checks as data races), and each promise must be freed once,
+//! after its last reference.
+#![cfg(loom)]
+
+use loom::cell::UnsafeCell;
+use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+use loom_tests::support::model;
+use selvedge::protocols::{Dep, Group, Outcome, Waiter};
+use std::ptr::NonNull;
+
+/// A raw pointer that may cross to a model thread.
+#[derive(Clone, Copy)]
+struct Shared<T>(NonNull<T>);
+// SAFETY: the protocol under test synchronises every access.
+unsafe impl<T> Send for Shared<T> {}
+
+/// What the model's tasks did.
+#[derive(Default)]
+struct Record {
+    ready: AtomicUsize,
+    cancelled: AtomicUsize,
+}
+
+/// Data a fulfiller writes before fulfilling; a ready task reads it.
+struct Produced(UnsafeCell<u64>);
+
+impl Produced {
+    fn new() -> Arc<Self> {
+        Arc::new(Self(UnsafeCell::new(0)))
+    }
+    fn write(&self, v: u64) {
+        self.0.with_mut(|p| unsafe { *p = v });
+    }
+    fn read(&self) -> u64 {
+        self.0.with(|p| unsafe { *p })
+    }
+}
+
+/// A task settled by the protocol: checks what it must see, counts, frees
+/// the waiter (releasing its dependencies, as a real task node does).
+fn settler(record: Arc<Record>, inputs: Vec<(Arc<Produced>, u64)>) -> impl FnMut(Outcome) + Clone {
+    move |outcome| match outcome {
+        Outcome::Ready(w) => {
+            for (p, v) in &inputs {
+                assert_eq!(p.read(), *v, "task started before a fulfiller's write");
+            }
+            record.ready.fetch_add(1, Ordering::SeqCst);
+            // SAFETY: the outcome hands the waiter over.
+            drop(unsafe { Box::from_raw(w.as_ptr()) });
+        }
+        Outcome::Cancelled(w) => {
+            record.cancelled.fetch_add(1, Ordering::SeqCst);
+            // SAFETY: as above.
+            drop(unsafe { Box::from_raw(w.as_ptr()) });
+        }
+    }
+}
+
+/// A waiter on `deps`, leaked for the protocol.
+fn waiter(deps: Vec<Dep>) -> NonNull<Waiter> {
+    NonNull::from(Box::leak(Box::new(Waiter::new(deps))))
+}
+
+/// Parks (or settles at once) a waiter, as `spawn_delayed` does.
+fn start(w: NonNull<Waiter>, mut settle: impl FnMut(Outcome)) {
+    // SAFETY: we own the fresh waiter.
+    if let Some(outcome) = unsafe { Waiter::start(w) } {
+        settle(outcome);
+    }
+}
+
+#[test]
+fn park_races_fulfill() {
+    model(|| {
+        let g = Group::new(1);
+        let data = Produced::new();
+        let record = Arc::new(Record::default());
+        let settle = settler(record.clone(), vec![(data.clone(), 42)]);
+        // SAFETY: we hold the creating handle.
+        let w = waiter(vec![unsafe { Group::dep(g, 0) }]);
+        let producer = {
+            let (g, data, settle) = (Shared(g), data.clone(), settle.clone());
+            thread::spawn(move || {
+                data.write(42);
+                // SAFETY: this thread owns the group's only handle.
+                unsafe {
+                    assert!(Group::fulfill(g.0, 0, settle.clone()));
+                    Group::release_handle(g.0, settle);
+                }
+            })
+        };
+        start(w, settle);
+        producer.join().unwrap();
+        assert_eq!(record.ready.load(Ordering::SeqCst), 1);
+        assert_eq!(record.cancelled.load(Ordering::SeqCst), 0);
+        assert!(
+            Group::is_freed(g),
+            "promise not freed after its last reference"
+        );
+    });
+}
+
+#[test]
+fn two_dependencies_fulfilled_concurrently_while_parking() {
+    // Two events of one group (a loop promise's two iterations), so their
+    // address order, which decides where the task parks first, is the same
+    // in every execution (loom needs a deterministic model).
+    model(|| {
+        let g = Group::new(3);
+        // SAFETY: we hold the creating handle; one more for each fulfiller.
+        unsafe { Group::acquire_handle(g) };
+        let (d1, d2) = (Produced::new(), Produced::new());
+        let record = Arc::new(Record::default());
+        let settle = settler(record.clone(), vec![(d1.clone(), 1), (d2.clone(), 2)]);
+        // Listed out of order: the waiter sorts them.
+        // SAFETY: as above.
+        let w = waiter(unsafe { vec![Group::dep(g, 2), Group::dep(g, 1)] });
+        let fulfiller = |event: usize, d: &Arc<Produced>, v: u64| {
+            let (g, d, settle) = (Shared(g), d.clone(), settle.clone());
+            thread::spawn(move || {
+                d.write(v);
+                // SAFETY: this thread owns one handle.
+                unsafe {
+                    assert!(Group::fulfill(g.0, event, settle.clone()));
+                    Group::release_handle(g.0, settle);
+                }
+            })
+        };
+        let t1 = fulfiller(1, &d1, 1);
+        let t2 = fulfiller(2, &d2, 2);
+        start(w, settle);
+        t1.join().unwrap();
+        t2.join().unwrap();
+        assert_eq!(record.ready.load(Ordering::SeqCst), 1);
+        assert_eq!(record.cancelled.load(Ordering::SeqCst), 0);
+        assert!(Group::is_freed(g));
+    });
+}
+
+#[test]
+fn last_handle_dropped_while_another_fulfills() {
+    // Two handles: one fulfills then drops, the other drops concurrently.
+    // Whichever drop is last must see the fulfill: the task runs, never
+    // cancelled.
+    model(|| {
+        let g = Group::new(1);
+        // SAFETY: we hold the creating handle.
+        unsafe { Group::acquire_handle(g) };
+        let data = Produced::new();
+        let record = Arc::new(Record::default());
+        let settle = settler(record.clone(), vec![(data.clone(), 5)]);
+        // SAFETY: as above.
+        start(waiter(vec![unsafe { Group::dep(g, 0) }]), settle.clone());
+        let fulfiller = {
+            let (g, data, settle) = (Shared(g), data.clone(), settle.clone());
+            thread::spawn(move || {
+                data.write(5);
+                // SAFETY: this thread owns one of the two handles.
+                unsafe {
+                    Group::fulfill(g.0, 0, settle.clone());
+                    Group::release_handle(g.0, settle);
+                }
+            })
+        };
+        // SAFETY: the main thread owns the other handle.
+        unsafe { Group::release_handle(g, settle) };
+        fulfiller.join().unwrap();
+        assert_eq!(record.ready.load(Ordering::SeqCst), 1);
+        assert_eq!(record.cancelled.load(Ordering::SeqCst), 0);
+        assert!(Group::is_freed(g));
+    });
+}
+
+#[test]
+fn broken_while_parking_cancels_exactly_once() {
+    // Both handles are dropped unfulfilled by two threads while the task
+    // parks: first it passes a fulfilled event (event 1), then parks on
+    // event 2, which breaks. It must be cancelled exactly once, whoever
+    // gets there first. (One group, for a deterministic address order.)
+    model(|| {
+        let g = Group::new(3);
+        // SAFETY: we hold the creating handle.
+        unsafe { Group::acquire_handle(g) };
+        let record = Arc::new(Record::default());
+        let settle = settler(record.clone(), vec![]);
+        // SAFETY: as above.
+        unsafe { Group::fulfill(g, 1, settle.clone()) };
+        // SAFETY: as above.
+        let w = waiter(unsafe { vec![Group::dep(g, 1), Group::dep(g, 2)] });
+        let droppers: Vec<_> = (0..2)
+            .map(|_| {
+                let (g, settle) = (Shared(g), settle.clone());
+                // SAFETY: each thread owns one handle.
+                thread::spawn(move || unsafe { Group::release_handle(g.0, settle) })
+            })
+            .collect();
+        start(w, settle);
+        droppers.into_iter().for_each(|t| t.join().unwrap());
+        assert_eq!(record.ready.load(Ordering::SeqCst), 0);
+        assert_eq!(record.cancelled.load(Ordering::SeqCst), 1);
+        assert!(Group::is_freed(g));
+    });
+}
+
+#[test]
+fn last_reference_frees_once() {
+    // The group's references go away on three threads at once: a plain
+    // dependency dropped, the only handle dropped (breaking the promise and
+    // cancelling the parked task, whose dependency goes with it), and a
+    // cloned dependency dropped. The group must be freed exactly once (a
+    // second free, or a reference taken after the free, fails an
+    // assertion inside the protocol) and only after the last of them.
+    model(|| {
+        let g = Group::new(1);
+        let record = Arc::new(Record::default());
+        let settle = settler(record.clone(), vec![]);
+        // SAFETY: we hold the creating handle.
+        let (d1, d2) = unsafe { (Group::dep(g, 0), Group::dep(g, 0)) };
+        start(waiter(vec![d1.clone()]), settle.clone());
+        let t1 = thread::spawn(move || drop(d1));
+        let t2 = {
+            let (g, settle) = (Shared(g), settle.clone());
+            // SAFETY: this thread owns the only handle.
+            thread::spawn(move || unsafe { Group::release_handle(g.0, settle) })
+        };
+        let d3 = d2.clone();
+        drop(d2);
+        assert!(!Group::is_freed(g));
+        drop(d3);
+        t1.join().unwrap();
+        t2.join().unwrap();
+        assert_eq!(record.cancelled.load(Ordering::SeqCst), 1);
+        assert!(Group::is_freed(g));
+    });
+}
