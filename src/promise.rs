@@ -293,8 +293,10 @@ impl LoopPromise {
             }
         }
         // SAFETY: our handle keeps the group alive; `b` is a bucket index.
-        unsafe { Group::fulfill(self.group, b, settle) };
-        true
+        let fulfilled_bucket = unsafe { Group::fulfill(self.group, b, settle) };
+        // With buckets, this call fulfilled iteration `i` whatever the
+        // bucket's event says; without, the event is the iteration.
+        fulfilled_bucket || self.buckets.is_some()
     }
 
     /// Whether iteration `i` was fulfilled.
@@ -460,7 +462,10 @@ thread_local! {
 /// takes a loop, not a recursion as deep as the chain.
 fn cancel(w: NonNull<Waiter>) {
     if CANCELLING.with(|c| c.replace(true)) {
-        DEFERRED.with_borrow_mut(|d| d.push(w));
+        // During thread-local teardown the queue may be gone: recurse then.
+        if DEFERRED.try_with(|d| d.borrow_mut().push(w)).is_err() {
+            cancel_now(w);
+        }
         return;
     }
     struct Reset;
@@ -472,11 +477,15 @@ fn cancel(w: NonNull<Waiter>) {
     let _reset = Reset;
     let mut next = Some(w);
     while let Some(w) = next {
-        // SAFETY: the outcome (possibly deferred) hands the node over.
-        let (task, _runtime) = unsafe { take_node(w) };
-        task.cancel(Cancellation::DependencyDropped);
-        next = DEFERRED.with_borrow_mut(Vec::pop);
+        cancel_now(w);
+        next = DEFERRED.try_with(|d| d.borrow_mut().pop()).ok().flatten();
     }
+}
+
+fn cancel_now(w: NonNull<Waiter>) {
+    // SAFETY: the outcome (possibly deferred) hands the node over.
+    let (task, _runtime) = unsafe { take_node(w) };
+    task.cancel(Cancellation::DependencyDropped);
 }
 
 /// Spawns `f` to run once every dependency in `deps` is fulfilled, and

@@ -131,8 +131,9 @@ impl<'scope> Scope<'scope> {
     ///
     /// let log = Mutex::new(Vec::new());
     /// scope(|s| {
+    ///     let log = &log;
     ///     let produced = Promise::new();
-    ///     s.spawn_delayed([produced.dep()], |_| log.lock().unwrap().push("consume"));
+    ///     s.spawn_delayed([produced.dep()], move |_| log.lock().unwrap().push("consume"));
     ///     s.spawn(move |_| {
     ///         log.lock().unwrap().push("produce");
     ///         produced.fulfill();

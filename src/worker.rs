@@ -337,6 +337,9 @@ impl Worker {
                 std::hint::spin_loop();
             } else if rounds < PARK_AFTER {
                 std::thread::yield_now();
+            } else if let Some(task) = self.older_work(&until) {
+                self.execute(task);
+                rounds = SPIN_ROUNDS;
             } else {
                 self.park(&until);
                 if !matches!(until, Until::Shutdown) {
@@ -345,6 +348,21 @@ impl Worker {
                     rounds = SPIN_ROUNDS;
                 }
             }
+        }
+    }
+
+    /// Last resort of a join or scope about to park: a task queued on this
+    /// worker *below* the waiting frame. A waiter normally runs only its own
+    /// frame's children and leaves older tasks to thieves, but when no
+    /// thief came for them in all this time (one worker, or all busy), the
+    /// older task may be the very one that fulfills the promise the waiter
+    /// needs. Running it here nests it on the waiter's stack, as rayon's
+    /// joins do with any local task.
+    #[cold]
+    fn older_work(&self, until: &Until<'_>) -> Option<TaskRef> {
+        match until {
+            Until::Complete(_) | Until::Zero(_) => self.local().deque.pop_above(0),
+            Until::Shutdown | Until::Quiescent => None,
         }
     }
 

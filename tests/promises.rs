@@ -68,9 +68,12 @@ fn fulfill_is_idempotent_and_reports_the_first_call() {
     assert!(q.fulfill());
     assert!(!p.fulfill());
     assert!(p.is_fulfilled() && q.is_fulfilled());
-    let lp = LoopPromise::with_bucket_size(0..10, 3);
-    assert!(lp.fulfill(4));
-    assert!(!lp.fulfill(4));
+    for bucket in [1, 3] {
+        let lp = LoopPromise::with_bucket_size(0..10, bucket);
+        assert!(lp.fulfill(4));
+        assert!(!lp.fulfill(4));
+        assert!(lp.is_fulfilled(4) && !lp.is_fulfilled(5));
+    }
 }
 
 #[test]
@@ -344,4 +347,33 @@ fn awaiting_a_delayed_task() {
     p.fulfill();
     rt.sync_root();
     assert_eq!(h.as_mut().poll(&mut cx), Poll::Ready(3));
+}
+
+#[test]
+fn one_worker_join_runs_the_older_task_that_fulfills() {
+    // The scope runs the joiner first (newest task); the fulfiller is older,
+    // below the joiner's frame, and no other worker can take it. The join
+    // must still get to it instead of parking forever.
+    let rt = runtime(1);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let out = rt.run(|| {
+            let p = Promise::new();
+            let got = AtomicUsize::new(0);
+            scope(|s| {
+                let fulfiller = p.clone();
+                s.spawn(move |_| {
+                    fulfiller.fulfill();
+                });
+                s.spawn(|_| {
+                    let h = spawn_delayed([p.dep()], || 1);
+                    got.store(h.join(), Ordering::Relaxed);
+                });
+            });
+            got.into_inner()
+        });
+        tx.send(out).unwrap();
+    });
+    let out = rx.recv_timeout(Duration::from_secs(60));
+    assert_eq!(out, Ok(1), "the join never ran the fulfilling task");
 }
