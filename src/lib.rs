@@ -38,6 +38,13 @@
 //!   the handle is a [`std::future::Future`] too.
 //! - [`scope`] lets tasks borrow from the stack and waits for all of them;
 //!   [`join`] is fork-join for two closures.
+//! - Dataflow: a [`Promise`] is a one-shot event any thread can fulfill;
+//!   [`spawn_delayed`] (and [`Runtime::submit_delayed`],
+//!   [`Scope::spawn_delayed`]) runs a task once every [`Dep`] it names is
+//!   fulfilled, with no thread blocked meanwhile; a [`LoopPromise`] has one
+//!   promise per iteration, so loops pipeline without barriers. A promise
+//!   dropped unfulfilled cancels its waiters: [`JoinHandle::try_join`]
+//!   returns a [`JoinError`] saying so.
 //! - Outside any runtime, [`spawn`], [`scope`], [`join`] and [`sync_root`] use
 //!   a global runtime built on first use ([`global_runtime`]); its size comes
 //!   from `SELVEDGE_NUM_THREADS`, else the available parallelism.
