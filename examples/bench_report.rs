@@ -2,19 +2,29 @@
 //!
 //! Runs every workload of Weave's suite used in `benches/scheduler.rs` (fib,
 //! DFS, N-Queens, bouncing producer-consumer, single producer / many
-//! consumers) with every implementation, each in a pool of the same number of
-//! threads built once up front. Each implementation is first checked against
-//! the serial result, run twice to warm up, then timed `--samples` times
-//! (one full workload per sample); the median is reported, in milliseconds.
+//! consumers), then the dataflow workloads of `benches/dataflow.rs` (promise
+//! overhead, chain latency, tiled wavefront; issue #3), with every
+//! implementation, each in a pool of the same number of threads built once
+//! up front. Each implementation is first checked against the serial result,
+//! run twice to warm up, then timed `--samples` times (one full workload per
+//! sample; in the dataflow section, workloads shorter than 20 ms are run
+//! back to back for at least 20 ms per sample); the median is reported, in
+//! milliseconds.
 //!
 //! ```text
-//! cargo run --release --example bench_report -- [--samples N] [--threads N]
+//! cargo run --release --example bench_report -- [--samples N] [--threads N] [--only weave|dataflow]
 //! ```
 //!
 //! The thread count defaults to `SELVEDGE_BENCH_THREADS`, or 2. For the
 //! producer-consumer workloads the efficiency column is
 //! `serial / (threads * parallel)`: 100% means perfect use of every thread.
+//! The dataflow section adds per-task and per-link times, the cost of a
+//! promise dependency over a plain spawn, the wavefront's speedup over the
+//! barrier version and its distance from half the serial time, and whether
+//! each of issue #3's targets is met. `--only` runs one of the two sections.
 
+#[path = "../benches/workloads/dataflow.rs"]
+mod dataflow;
 #[path = "../benches/workloads/mod.rs"]
 mod workloads;
 
@@ -24,16 +34,23 @@ use std::time::{Duration, Instant};
 use workloads::{Kind, Pools, Workload};
 
 const WARMUPS: usize = 2;
+/// In the dataflow section, a sample of a workload shorter than this is the
+/// mean of back-to-back runs lasting at least this long (ms).
+const DATAFLOW_MIN_SAMPLE_MS: f64 = 20.0;
 
 struct Args {
     samples: usize,
     threads: usize,
+    weave: bool,
+    dataflow: bool,
 }
 
 fn parse_args() -> Args {
     let mut args = Args {
         samples: 11,
         threads: workloads::threads_from_env(),
+        weave: true,
+        dataflow: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -52,6 +69,14 @@ fn parse_args() -> Args {
         match key.as_str() {
             "--samples" => args.samples = value("--samples"),
             "--threads" => args.threads = value("--threads"),
+            "--only" => {
+                let section = inline.clone().or_else(|| it.next()).unwrap_or_default();
+                (args.weave, args.dataflow) = match section.as_str() {
+                    "weave" => (true, false),
+                    "dataflow" => (false, true),
+                    _ => usage("--only needs `weave` or `dataflow`"),
+                };
+            }
             "--bench" => {} // passed by `cargo bench`-style runners; ignore
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown argument `{other}`")),
@@ -64,7 +89,7 @@ fn usage(msg: &str) -> ! {
     if !msg.is_empty() {
         eprintln!("error: {msg}");
     }
-    eprintln!("usage: bench_report [--samples N] [--threads N]");
+    eprintln!("usage: bench_report [--samples N] [--threads N] [--only weave|dataflow]");
     std::process::exit(if msg.is_empty() { 0 } else { 2 })
 }
 
@@ -77,17 +102,53 @@ struct Timing {
     max: f64,
 }
 
-fn measure(pools: &Pools, run: fn(&Pools) -> u64, samples: usize) -> (f64, f64, f64) {
+/// Warms up, then takes `samples` samples of `once` (one run of a
+/// workload, returning its time in ms). A sample is the mean of as many
+/// back-to-back runs as last `min_sample_ms` (judged from the last warm-up;
+/// one run when 0), so that short workloads are not timed one noisy
+/// millisecond at a time. Returns the median, min and max per run.
+fn sample(samples: usize, min_sample_ms: f64, mut once: impl FnMut() -> f64) -> (f64, f64, f64) {
+    let mut last = 0.0;
     for _ in 0..WARMUPS {
-        black_box(run(pools));
+        last = once();
     }
-    let mut ms: Vec<f64> = (0..samples)
-        .map(|_| {
-            let start = Instant::now();
-            black_box(run(pools));
-            start.elapsed().as_secs_f64() * 1e3
-        })
+    let reps = if last > 0.0 {
+        ((min_sample_ms / last).ceil() as usize).max(1)
+    } else {
+        1
+    };
+    let ms: Vec<f64> = (0..samples)
+        .map(|_| (0..reps).map(|_| once()).sum::<f64>() / reps as f64)
         .collect();
+    median_min_max(ms)
+}
+
+fn measure(
+    pools: &Pools,
+    run: fn(&Pools) -> u64,
+    samples: usize,
+    min_sample_ms: f64,
+) -> (f64, f64, f64) {
+    sample(samples, min_sample_ms, || {
+        let start = Instant::now();
+        black_box(run(pools));
+        start.elapsed().as_secs_f64() * 1e3
+    })
+}
+
+/// Like [`measure`], for an implementation that times part of its run.
+fn measure_phase(
+    pools: &Pools,
+    run: fn(&Pools) -> (u64, Duration),
+    samples: usize,
+    min_sample_ms: f64,
+) -> (f64, f64, f64) {
+    sample(samples, min_sample_ms, || {
+        black_box(run(pools)).1.as_secs_f64() * 1e3
+    })
+}
+
+fn median_min_max(mut ms: Vec<f64>) -> (f64, f64, f64) {
     ms.sort_by(f64::total_cmp);
     let median = if ms.len() % 2 == 1 {
         ms[ms.len() / 2]
@@ -146,33 +207,55 @@ fn main() {
         "- samples: {} per implementation after {WARMUPS} warm-ups; median shown, in ms",
         args.samples
     );
-    println!(
-        "- consumer task (bpc, spc): {} rounds of iterative fib(30) = {:.2} µs each, serially",
-        workloads::CONSUMER_ROUNDS,
-        consumer_us()
-    );
+    if args.weave {
+        println!(
+            "- consumer task (bpc, spc): {} rounds of iterative fib(30) = {:.2} µs each, serially",
+            workloads::CONSUMER_ROUNDS,
+            consumer_us()
+        );
+    }
     println!();
 
-    let all: Vec<Workload> = workloads::all();
-    let mut results: Vec<(&Workload, Vec<Timing>)> = Vec::new();
-    for w in &all {
-        w.verify(&pools);
-        let timings = w
-            .impls
-            .iter()
-            .map(|imp| {
-                let (median, min, max) = measure(&pools, imp.run, args.samples);
-                Timing {
-                    name: imp.name,
-                    kind: imp.kind,
-                    median,
-                    min,
-                    max,
-                }
-            })
-            .collect();
-        results.push((w, timings));
+    if args.weave {
+        weave_section(&pools, args.samples);
     }
+    if args.dataflow {
+        dataflow_section(&pools, args.samples);
+    }
+    let total: Duration = started.elapsed();
+    println!("(report took {:.1} s)", total.as_secs_f64());
+}
+
+/// Times every implementation of `w` (after checking them against serial).
+fn time_workload(pools: &Pools, w: &Workload, samples: usize) -> Vec<Timing> {
+    w.verify(pools);
+    time_impls(pools, w, samples, 0.0)
+}
+
+fn time_impls(pools: &Pools, w: &Workload, samples: usize, min_sample_ms: f64) -> Vec<Timing> {
+    w.impls
+        .iter()
+        .map(|imp| {
+            let (median, min, max) = measure(pools, imp.run, samples, min_sample_ms);
+            Timing {
+                name: imp.name,
+                kind: imp.kind,
+                median,
+                min,
+                max,
+            }
+        })
+        .collect()
+}
+
+/// Weave's suite: the summary and every implementation.
+fn weave_section(pools: &Pools, samples: usize) {
+    let threads = pools.threads;
+    let all: Vec<Workload> = workloads::all();
+    let results: Vec<(&Workload, Vec<Timing>)> = all
+        .iter()
+        .map(|w| (w, time_workload(pools, w, samples)))
+        .collect();
 
     println!("## Summary");
     println!();
@@ -248,6 +331,221 @@ fn main() {
         }
     }
     println!();
-    let total: Duration = started.elapsed();
-    println!("(report took {:.1} s)", total.as_secs_f64());
+}
+
+/// Median time of the implementation called `name`.
+fn named(timings: &[Timing], name: &str) -> Option<f64> {
+    timings.iter().find(|t| t.name == name).map(|t| t.median)
+}
+
+/// Milliseconds per run to nanoseconds per unit.
+fn ns_per(ms: Option<f64>, units: u64) -> Option<f64> {
+    ms.map(|ms| ms * 1e6 / units as f64)
+}
+
+fn ns(t: Option<f64>) -> String {
+    t.map_or_else(|| "—".to_string(), |t| format!("{t:.0}"))
+}
+
+fn met(ok: bool) -> &'static str {
+    if ok {
+        "**met**"
+    } else {
+        "**missed**"
+    }
+}
+
+/// The heaviest monotone path through the wavefront grid, in cost units:
+/// no schedule can finish before it.
+fn critical_path_units() -> u32 {
+    use dataflow::GRID;
+    let units = dataflow::tile_units();
+    let mut path = [0u32; dataflow::TILES];
+    for idx in 0..dataflow::TILES {
+        let (i, j) = (idx / GRID, idx % GRID);
+        let up = if i > 0 { path[idx - GRID] } else { 0 };
+        let left = if j > 0 { path[idx - 1] } else { 0 };
+        path[idx] = units[idx] + up.max(left);
+    }
+    path[dataflow::TILES - 1]
+}
+
+/// The dataflow workloads (issue #3): per-unit tables, derived ratios, and
+/// the targets.
+fn dataflow_section(pools: &Pools, samples: usize) {
+    let threads = pools.threads;
+    let all = dataflow::all();
+    let results: Vec<(&dataflow::Dataflow, Vec<Timing>)> = all
+        .iter()
+        .map(|d| {
+            d.verify(pools);
+            let mut timings = time_impls(pools, &d.workload, samples, DATAFLOW_MIN_SAMPLE_MS);
+            for phase in &d.phases {
+                let (median, min, max) =
+                    measure_phase(pools, phase.run, samples, DATAFLOW_MIN_SAMPLE_MS);
+                timings.push(Timing {
+                    name: phase.name,
+                    kind: Kind::SelvedgeSpawn,
+                    median,
+                    min,
+                    max,
+                });
+            }
+            (d, timings)
+        })
+        .collect();
+    let find = |group: &str| {
+        results
+            .iter()
+            .find(|(d, _)| d.workload.group == group)
+            .expect("dataflow workload")
+    };
+
+    println!("## Dataflow (issue #3)");
+    println!();
+    println!(
+        "Each run is one whole workload (tasks and promises created inside the timed \
+         region). A sample is one run, or for runs under {DATAFLOW_MIN_SAMPLE_MS} ms the \
+         mean of back-to-back runs lasting at least that; median, min and max over the \
+         samples in ms per run, per-unit times from the median."
+    );
+    println!();
+
+    // Promise overhead.
+    let (d, t) = find("promise_overhead");
+    let spawn = named(t, dataflow::OVERHEAD_SPAWN);
+    let per_task = |name| ns_per(named(t, name), d.units);
+    let over = |name, deps: f64| {
+        per_task(name)
+            .zip(ns_per(spawn, d.units))
+            .map(|(a, b)| (a - b) / deps)
+    };
+    let delayed = [
+        (dataflow::OVERHEAD_DELAYED_1, 1.0),
+        (dataflow::OVERHEAD_DELAYED_4, 4.0),
+    ];
+    println!("### {}", d.workload.title);
+    println!();
+    println!(
+        "| implementation | median | min | max | ns per {} | over spawn, ns per task \
+         | over spawn, ns per dependency |",
+        d.unit
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for x in t {
+        let deps = delayed.iter().find(|(n, _)| *n == x.name).map(|&(_, k)| k);
+        println!(
+            "| {} | {:.3} | {:.3} | {:.3} | {} | {} | {} |",
+            x.name,
+            x.median,
+            x.min,
+            x.max,
+            ns(ns_per(Some(x.median), d.units)),
+            ns(deps.and_then(|_| over(x.name, 1.0))),
+            ns(deps.and_then(|k| over(x.name, k))),
+        );
+    }
+    println!();
+    let overhead_1 = over(dataflow::OVERHEAD_DELAYED_1, 1.0);
+    let overhead_4 = over(dataflow::OVERHEAD_DELAYED_4, 4.0);
+
+    // Chain latency.
+    let (d, t) = find("promise_chain");
+    let promise_chain = named(t, dataflow::CHAIN_DELAYED);
+    println!("### {}", d.workload.title);
+    println!();
+    println!(
+        "| implementation | median | min | max | ns per {} | vs spawn_delayed chain |",
+        d.unit
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    for x in t {
+        println!(
+            "| {} | {:.3} | {:.3} | {:.3} | {} | {} |",
+            x.name,
+            x.median,
+            x.min,
+            x.max,
+            ns(ns_per(Some(x.median), d.units)),
+            ratio(Some(x.median), promise_chain),
+        );
+    }
+    println!();
+
+    // Tiled wavefront.
+    let (d, t) = find("wavefront");
+    let units = dataflow::tile_units();
+    let total: u32 = units.iter().sum();
+    let heavy = units.iter().filter(|&&u| u >= 40).count();
+    let path = critical_path_units();
+    let serial = named(t, dataflow::SERIAL);
+    let selvedge = named(t, dataflow::WAVE_DELAYED);
+    let barrier = named(t, dataflow::WAVE_RAYON_BARRIER);
+    println!("### {}", d.workload.title);
+    println!();
+    println!(
+        "- {} tiles, {total} units of {} DP rows × {} columns; {heavy} heavy tiles (× 20)",
+        dataflow::TILES,
+        dataflow::ROWS_PER_UNIT,
+        dataflow::TILE_COLS
+    );
+    println!(
+        "- critical path: {path} units ({:.0}% of the work); with {threads} threads no \
+         schedule beats max(serial / {threads}, critical path) = {:.0}% of serial",
+        100.0 * f64::from(path) / f64::from(total),
+        100.0 * (1.0 / threads as f64).max(f64::from(path) / f64::from(total))
+    );
+    println!();
+    println!(
+        "| implementation | median | min | max | vs serial | efficiency | vs selvedge \
+         spawn_delayed |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for x in t {
+        let parallel = x.kind != Kind::Serial;
+        println!(
+            "| {} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
+            x.name,
+            x.median,
+            x.min,
+            x.max,
+            ratio(Some(x.median), serial),
+            if parallel {
+                efficiency(serial, Some(x.median), threads)
+            } else {
+                "—".into()
+            },
+            ratio(Some(x.median), selvedge),
+        );
+    }
+    println!();
+    println!("Efficiency = serial / ({threads} × parallel).");
+    println!();
+    let speedup = barrier.zip(selvedge).map(|(b, s)| b / s);
+    let to_ideal = selvedge
+        .zip(serial)
+        .map(|(s, serial)| s / (serial / threads as f64));
+
+    println!("### Targets (issue #3)");
+    println!();
+    println!("| target | measured | goal | |");
+    println!("|---|---:|---:|---|");
+    for (label, value) in [("1 promise", overhead_1), ("4 promises", overhead_4)] {
+        println!(
+            "| promise overhead per dependency on top of `spawn`, {label} | {} ns | < 100 ns | {} |",
+            ns(value),
+            met(value.is_some_and(|v| v < 100.0))
+        );
+    }
+    println!(
+        "| wavefront: rayon barrier / selvedge `spawn_delayed` | {} | ≥ 1.20x | {} |",
+        speedup.map_or("—".into(), |v| format!("{v:.2}x")),
+        met(speedup.is_some_and(|v| v >= 1.2))
+    );
+    println!(
+        "| wavefront: selvedge `spawn_delayed` / (serial / {threads}) | {} | ≤ 1.10 | {} |",
+        to_ideal.map_or("—".into(), |v| format!("{v:.2}")),
+        met(to_ideal.is_some_and(|v| v <= 1.1))
+    );
+    println!();
 }

@@ -37,6 +37,13 @@ impl Deque {
         self.bottom == self.slots.len()
     }
 
+    /// Whether the deque holds exactly one task (holes are trimmed from
+    /// both ends, so one live slot is one task).
+    #[inline]
+    pub(crate) fn has_one(&self) -> bool {
+        self.slots.len() - self.bottom == 1
+    }
+
     /// Absolute position one past the newest slot.
     #[inline]
     pub(crate) fn top(&self) -> u64 {

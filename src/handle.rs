@@ -164,8 +164,16 @@ impl<T> JoinHandle<T> {
         let block = self.block.take().expect("JoinHandle used after completion");
         let worker = Worker::current();
         if let Some(w) = worker {
-            if self.origin == w.id() {
-                if let Some(task) = w.take_back(self.pos, block) {
+            let (origin, pos) = if self.origin != 0 {
+                (self.origin, self.pos)
+            } else {
+                // A delayed task: queued where its last dependency was
+                // fulfilled, perhaps on this worker.
+                // SAFETY: the handle keeps the block alive.
+                unsafe { task::queued_at(block) }
+            };
+            if origin == w.id() {
+                if let Some(task) = w.take_back(pos, block) {
                     w.count_task_run();
                     // SAFETY: the task is ours, of result type T, and never
                     // left this worker.

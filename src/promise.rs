@@ -2,8 +2,9 @@
 //!
 //! The lock-free protocol (events, the dependency walk, reference counts)
 //! is in `event.rs`, where loom checks it. This module puts tasks behind it:
-//! a delayed task is a pooled task block plus a heap node holding the
-//! protocol's [`Waiter`] and the runtime the task belongs to. A task made
+//! a delayed task is a pooled task block plus a node (another pooled block)
+//! holding the protocol's [`Waiter`] and the runtime the task belongs to.
+//! A task made
 //! ready is scheduled where it was fulfilled: on the fulfilling worker's own
 //! deque when that worker belongs to the task's runtime, else through the
 //! runtime's injector (waking a parked worker). A cancelled task's closure
@@ -391,14 +392,25 @@ pub(crate) fn delay(
     let waiter = Waiter::new(deps);
     if waiter.all_fulfilled() {
         drop(waiter);
-        return schedule(task, runtime);
+        // Nothing to wait for: a plain spawn, offered to thieves as one.
+        return match Worker::current() {
+            Some(w) if Arc::ptr_eq(&w.shared, runtime) => Placement::Local(w.push(task)),
+            _ => {
+                runtime.inject_ready(task);
+                Placement::Elsewhere
+            }
+        };
     }
-    let node = Box::new(Delayed {
-        waiter,
-        task,
-        runtime: runtime.clone(),
-    });
-    let w = NonNull::from(Box::leak(node)).cast::<Waiter>();
+    let node = task::alloc_raw::<Delayed>();
+    // SAFETY: fresh memory for a `Delayed`.
+    unsafe {
+        node.as_ptr().write(Delayed {
+            waiter,
+            task,
+            runtime: runtime.clone(),
+        })
+    };
+    let w = node.cast::<Waiter>();
     // SAFETY: we own the fresh node, which stays allocated until `settle`
     // takes it back.
     if let Some(outcome) = unsafe { Waiter::start(w) } {
@@ -407,15 +419,14 @@ pub(crate) fn delay(
     Placement::Elsewhere
 }
 
-/// Runs a ready task where it was fulfilled, when that is a worker of its
-/// runtime; otherwise injects it.
-fn schedule(task: TaskRef, runtime: &Arc<Shared>) -> Placement {
+/// Runs a task made ready by a fulfill where it was fulfilled, when that
+/// is a worker of its runtime; otherwise injects it.
+fn schedule(task: TaskRef, runtime: &Arc<Shared>) {
     match Worker::current() {
-        Some(w) if Arc::ptr_eq(&w.shared, runtime) => Placement::Local(w.push(task)),
-        _ => {
-            runtime.inject_ready(task);
-            Placement::Elsewhere
+        Some(w) if Arc::ptr_eq(&w.shared, runtime) => {
+            w.push_ready(task);
         }
+        _ => runtime.inject_ready(task),
     }
 }
 
@@ -424,13 +435,18 @@ fn schedule(task: TaskRef, runtime: &Arc<Shared>) -> Placement {
 /// # Safety
 /// `w` must come from an [`Outcome`], which hands over the `Delayed` node.
 unsafe fn take_node(w: NonNull<Waiter>) -> (TaskRef, Arc<Shared>) {
-    // SAFETY: `delay` leaked a `Box<Delayed>` whose first field is `w`.
-    let node = unsafe { Box::from_raw(w.cast::<Delayed>().as_ptr()) };
+    // SAFETY: `delay` wrote a `Delayed` whose first field is `w` into a
+    // block from `alloc_raw`; we move it out and free the block.
     let Delayed {
         waiter,
         task,
         runtime,
-    } = *node;
+    } = unsafe {
+        let node = w.cast::<Delayed>();
+        let delayed = node.as_ptr().read();
+        task::free_raw(node);
+        delayed
+    };
     // Release the dependencies now: the promises can be freed before the
     // task even runs.
     drop(waiter);

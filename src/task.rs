@@ -13,6 +13,7 @@
 
 use crate::completion::{Completion, Release};
 use crate::error::{Cancellation, Cancelled};
+use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::cell::{Cell, UnsafeCell};
 use std::mem::{align_of, size_of, MaybeUninit};
@@ -50,6 +51,13 @@ pub(crate) struct Header {
     /// only by whoever owns the task at the time.
     next: Cell<*mut Header>,
     completion: Completion,
+    /// Where a delayed task was queued when a fulfill made it ready (the
+    /// worker's id and deque position; 0 before), so its handle's `join`
+    /// on that worker can take it back and run it in place. Written once,
+    /// before the push, by the worker that queues it; a handle trusts it
+    /// only on that same worker, and `take_back` checks the slot anyway.
+    ready_worker: AtomicUsize,
+    ready_pos: AtomicU64,
 }
 
 impl Header {
@@ -59,6 +67,8 @@ impl Header {
             vtable,
             next: Cell::new(ptr::null_mut()),
             completion: Completion::new(),
+            ready_worker: AtomicUsize::new(0),
+            ready_pos: AtomicU64::new(0),
         }
     }
 }
@@ -103,6 +113,15 @@ impl TaskRef {
     pub(crate) fn cancel(self, why: Cancellation) {
         // SAFETY: as in `run`.
         unsafe { (self.0.as_ref().vtable.cancel)(self.0, why) }
+    }
+
+    /// Records that worker `worker` is about to queue this task at `pos`
+    /// (see `Header::ready_worker`).
+    pub(crate) fn note_queued_at(&self, worker: usize, pos: u64) {
+        // SAFETY: we own the task.
+        let h = unsafe { self.0.as_ref() };
+        h.ready_pos.store(pos, Ordering::Relaxed);
+        h.ready_worker.store(worker, Ordering::Relaxed);
     }
 
     /// Links `self` in front of `next` (a batch for a thief).
@@ -276,6 +295,20 @@ pub(crate) unsafe fn run_inline_for_handle<T>(task: TaskRef) -> std::thread::Res
     out.assume_init()
 }
 
+/// Where the task was queued when it became ready: `(worker id, position)`,
+/// or worker 0 when it was not queued that way.
+///
+/// # Safety
+/// `block` must be live (its handle keeps it so).
+#[inline]
+pub(crate) unsafe fn queued_at(block: NonNull<Header>) -> (usize, u64) {
+    let h = block.as_ref();
+    (
+        h.ready_worker.load(Ordering::Relaxed),
+        h.ready_pos.load(Ordering::Relaxed),
+    )
+}
+
 /// Moves the result out of a completed block.
 ///
 /// # Safety
@@ -386,6 +419,49 @@ fn alloc_block(vtable: &'static VTable) -> NonNull<Header> {
     // fields are written without reading (or dropping) what was there.
     unsafe { block.as_ptr().write(Header::new(vtable)) };
     block
+}
+
+/// A pooled block used as raw memory for a `T` (a parked task's node),
+/// so parking a task costs no trip to the allocator on a worker.
+pub(crate) fn alloc_raw<T>() -> NonNull<T> {
+    const {
+        assert!(size_of::<T>() <= size_of::<TaskBlock>());
+        assert!(align_of::<T>() <= align_of::<TaskBlock>());
+    }
+    let pooled = POOL.with(|p| {
+        let pool = p.get();
+        // SAFETY: as in `alloc_block`.
+        (!pool.is_null())
+            .then(|| unsafe { (*pool).pop() })
+            .flatten()
+    });
+    pooled
+        .unwrap_or_else(|| {
+            let layout = Layout::new::<TaskBlock>();
+            // SAFETY: the layout has non-zero size.
+            let p = unsafe { alloc(layout) }.cast::<Header>();
+            NonNull::new(p).unwrap_or_else(|| handle_alloc_error(layout))
+        })
+        .cast()
+}
+
+/// Returns a block from [`alloc_raw`] whose `T` was moved out or dropped.
+///
+/// # Safety
+/// `p` must come from `alloc_raw`, and no one may use it afterwards.
+pub(crate) unsafe fn free_raw<T>(p: NonNull<T>) {
+    let block = p.cast::<Header>();
+    let refused = POOL.with(|pool| {
+        let pool = pool.get();
+        if pool.is_null() {
+            Err(block)
+        } else {
+            (*pool).push(block)
+        }
+    });
+    if let Err(block) = refused {
+        dealloc(block.as_ptr().cast(), Layout::new::<TaskBlock>());
+    }
 }
 
 /// Returns a block whose payload is already moved out or dropped.

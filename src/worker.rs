@@ -129,6 +129,29 @@ impl Worker {
         pos
     }
 
+    /// Pushes a delayed task made ready by a fulfill on this worker.
+    ///
+    /// Unlike a spawn, a fulfill usually ends its task (a task fulfills
+    /// when its output is ready), so this worker is about to run the ready
+    /// task itself: its data is hot here, and handing a lone task to a
+    /// waiting thief would only bounce a chain of tasks between cores. Only
+    /// surplus is shared: to a pending steal request, or else through the
+    /// injector, where a worker that goes idle finds it at once instead of
+    /// waiting for this one's next task boundary.
+    pub(crate) fn push_ready(&self, task: TaskRef) -> u64 {
+        // Recorded before the push: once queued the task may be stolen.
+        task.note_queued_at(self.id(), self.local().deque.top());
+        let pos = self.local().deque.push(task);
+        if !self.local().deque.has_one() {
+            if !self.shared.mailboxes[self.index].is_empty() {
+                self.answer_requests();
+            } else {
+                self.share_oldest();
+            }
+        }
+        pos
+    }
+
     /// Takes back a task this worker pushed at `pos`, if no thief took it.
     #[inline]
     pub(crate) fn take_back(&self, pos: u64, block: NonNull<Header>) -> Option<TaskRef> {
@@ -154,7 +177,10 @@ impl Worker {
         };
         task.run();
         self.local().frame_base = saved;
-        if !self.shared.mailboxes[self.index].is_empty() {
+        // A lone task left here is what this worker runs next: thieves
+        // wait for surplus (or for our next spawn) rather than take it and
+        // leave us idle.
+        if !self.shared.mailboxes[self.index].is_empty() && !self.local().deque.has_one() {
             self.answer_requests();
         }
     }
@@ -164,12 +190,20 @@ impl Worker {
     /// without this a task spawned before a long leaf would wait for it.
     #[cold]
     fn share_with_sleepers(&self) {
+        self.share_oldest();
+    }
+
+    /// Moves the oldest task to the injector, unless the last one shared is
+    /// still there, and wakes a parked worker for it if there is one.
+    fn share_oldest(&self) {
         if !self.shared.injector.is_empty() {
             return; // the previous share is not taken yet
         }
         if let Some(task) = self.local().deque.steal_one() {
             self.shared.injector.push(task);
-            self.shared.sleep.wake_any();
+            if self.shared.sleep.has_sleepers() {
+                self.shared.sleep.wake_any();
+            }
         }
     }
 

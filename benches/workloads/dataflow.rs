@@ -1,0 +1,752 @@
+//! Dataflow workloads (issue #3): what a promise costs, how fast a chain of
+//! promises runs, and what dataflow buys over a barrier. Shared by
+//! `benches/dataflow.rs` (criterion) and `examples/bench_report.rs` (the
+//! markdown report), which both include this file next to `mod.rs` and use
+//! its `Pools` and `Workload` table.
+//!
+//! Every implementation returns a checksum that must equal the serial one
+//! (checked by [`Dataflow::verify`] outside the timed loop), and each run is
+//! one whole workload, its tasks and promises created inside the timed
+//! region, in a pool built once.
+//!
+//! # Promise overhead ([`OVERHEAD_TASKS`] trivial tasks per run)
+//!
+//! Inside one `rt.run`, K tasks whose work is a multiply and a rotate, so
+//! the time is the scheduling:
+//!
+//! - `selvedge spawn`: K × `selvedge::spawn`, then every handle joined in
+//!   spawn order. The baseline the promise figures are measured against.
+//! - `selvedge spawn_delayed, 1 promise`: per task a fresh `Promise`,
+//!   `spawn_delayed([p.dep()], ..)`, *then* `p.fulfill()`. Fulfilling after
+//!   the spawn makes every task take the slow path the feature exists for:
+//!   the task parks on the promise's event and the fulfill drains it and
+//!   schedules it (a task whose dependencies are already fulfilled at spawn
+//!   time would skip parking). The promise is dropped fulfilled.
+//! - `selvedge spawn_delayed, 4 promises`: the same with four promises per
+//!   task, fulfilled in creation order. A task waits on its lowest-addressed
+//!   unfulfilled promise only: depending on where the allocator put the
+//!   four (glibc hands them out in ascending and descending order by
+//!   turns here), it either re-parks on each in turn or stays on one until
+//!   the last fulfill and then walks past the other three; a run mixes both.
+//! - `rayon scope.spawn`: the same K tasks in a `rayon::scope`, each
+//!   writing its result to its own slot (rayon has no handles); the
+//!   external reference for what one task costs.
+//! - `serial`: the K calls inline, for the checksum and the work's own cost.
+//!
+//! The report derives the cost of a dependency as
+//! `(delayed_k − spawn) / k` ns per task (target: under 100 ns).
+//!
+//! # Chain latency ([`CHAIN_LINKS`] links per run)
+//!
+//! A chain where link `i` may only start once link `i − 1` finished, each
+//! link folding its index into a running value (so a link that ran out of
+//! order changes the checksum). No link has parallel slack: the time is the
+//! latency of handing control from one task to the next.
+//!
+//! - `selvedge spawn_delayed chain`: all N tasks spawned up front, task `i`
+//!   delayed on promise `i` and fulfilling promise `i + 1` when done; then
+//!   promise 0 is fulfilled and the last task's handle joined. The run's
+//!   time covers the up-front spawns too (as the peers' times cover creating
+//!   their tasks); the same run also times itself from the fulfill of
+//!   promise 0 to the end of the last link, reported as its own row
+//!   (`.., from the first fulfill`): the pure hand-off latency, with every
+//!   task already parked. The running value sits in an `Arc` the tasks
+//!   share (`spawn_delayed` tasks are `'static`).
+//! - `selvedge scope.spawn_delayed chain`: the same chain in a scope, the
+//!   tasks borrowing the value and the scope waiting for them (also timed
+//!   from the first fulfill to the scope's end).
+//! - `selvedge spawn+join round trips`: N × `selvedge::spawn(link).join()`
+//!   from the root task: each task is created when the previous one
+//!   returned, and the join normally takes it back and runs it in place.
+//! - `selvedge scope chain` and `rayon scope chain`: each link, as its last
+//!   act, spawns the next into the scope (`s.spawn`); the scope returns
+//!   once the last link ran. This is the fair rayon equivalent: as in the
+//!   promise chain, every link is a separate task that becomes runnable
+//!   only when its predecessor's body is done, and one wait covers the
+//!   whole chain (rayon has no dataflow to express it otherwise).
+//! - `serial`: the fold as a loop.
+//!
+//! # Tiled wavefront ([`GRID`] × [`GRID`] tiles, Smith-Waterman-like)
+//!
+//! Tile `(i, j)` needs tiles `(i − 1, j)` and `(i, j − 1)`: the dependency
+//! pattern of a blocked Smith-Waterman (or any 2-D dynamic program). Each
+//! tile runs a real local-alignment DP, [`TILE_COLS`] columns by
+//! `units × ROWS_PER_UNIT` rows, over two random DNA strings seeded from its
+//! up and left neighbours' digests; its digest (score, last row) feeds its
+//! own neighbours. So the result depends on every tile having seen its
+//! neighbours' finished digests, and every implementation must reproduce
+//! the serial checksum.
+//!
+//! Costs are heavy-tailed (seeded [`SplitMix64`], [`WAVEFRONT_SEED`]): most
+//! tiles cost 2 to 12 units, one in ten 20 times that. With a barrier
+//! between anti-diagonals, a diagonal holding a heavy tile keeps every
+//! thread waiting for it, and the short diagonals at both ends leave
+//! threads idle; with promises, a tile starts the moment its two
+//! neighbours are done, so work from later diagonals fills those gaps.
+//!
+//! - `serial`: row-major.
+//! - `selvedge spawn_delayed`: one `LoopPromise` over the tiles; every tile
+//!   spawned up front (row-major) as `spawn_delayed` on its up and left
+//!   tiles, fulfilling its own iteration when done; the bottom-right tile
+//!   depends on every other, so joining its handle waits for all. No
+//!   barrier.
+//! - `selvedge scope.spawn_delayed`: the same in a scope, borrowing the
+//!   tiles instead of sharing them through an `Arc`.
+//! - `selvedge barrier (scope per diagonal)`: the barrier algorithm on
+//!   selvedge, separating the scheduler's share from the algorithm's.
+//! - `rayon barrier (par_iter per diagonal)`: the reference, `par_iter` over
+//!   each anti-diagonal with the implicit barrier between them.
+//! - `rayon scope + dependency counters`: dataflow done by hand on rayon,
+//!   a per-tile countdown of unfinished neighbours, the task that brings it
+//!   to zero spawning the tile: what promises replace.
+//!
+//! Targets (2 threads): selvedge at least 1.2x faster than the rayon
+//! barrier version, and at most 10% over half the serial time.
+
+use std::hint::black_box;
+use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use rayon::prelude::*;
+use selvedge::{JoinHandle, LoopPromise, Promise};
+
+use crate::workloads::{Impl, Kind, Pools, Workload};
+
+// ---------------------------------------------------------------------------
+// Sizes
+// ---------------------------------------------------------------------------
+
+/// Tasks per promise-overhead run.
+pub const OVERHEAD_TASKS: u64 = 10_000;
+/// Links per chain run.
+pub const CHAIN_LINKS: u64 = 10_000;
+/// Tiles per side of the wavefront grid.
+pub const GRID: usize = 16;
+/// Tiles in the wavefront grid.
+pub const TILES: usize = GRID * GRID;
+/// DP columns per tile.
+pub const TILE_COLS: usize = 64;
+/// DP rows per unit of tile cost: a unit is one 64 × 64 block of DP cells,
+/// about 6 µs on the 2-core development machine, where the serial
+/// wavefront takes about 36 ms (the report prints the measured value).
+pub const ROWS_PER_UNIT: u32 = 64;
+/// Seed of the tile costs.
+pub const WAVEFRONT_SEED: u64 = 0x5EED_0000_0000_0003;
+
+// Implementation names: criterion function ids, and what the report looks
+// the timings up by.
+pub const SERIAL: &str = "serial";
+pub const OVERHEAD_SPAWN: &str = "selvedge spawn";
+pub const OVERHEAD_DELAYED_1: &str = "selvedge spawn_delayed, 1 promise";
+pub const OVERHEAD_DELAYED_4: &str = "selvedge spawn_delayed, 4 promises";
+pub const OVERHEAD_RAYON: &str = "rayon scope.spawn";
+pub const CHAIN_DELAYED: &str = "selvedge spawn_delayed chain";
+pub const CHAIN_SCOPE_DELAYED: &str = "selvedge scope.spawn_delayed chain";
+pub const CHAIN_JOIN: &str = "selvedge spawn+join round trips";
+pub const CHAIN_SCOPE: &str = "selvedge scope chain";
+pub const CHAIN_RAYON: &str = "rayon scope chain";
+pub const CHAIN_DELAYED_PHASE: &str = "selvedge spawn_delayed chain, from the first fulfill";
+pub const CHAIN_SCOPE_DELAYED_PHASE: &str =
+    "selvedge scope.spawn_delayed chain, from the first fulfill";
+pub const WAVE_DELAYED: &str = "selvedge spawn_delayed";
+pub const WAVE_SCOPE_DELAYED: &str = "selvedge scope.spawn_delayed";
+pub const WAVE_SELVEDGE_BARRIER: &str = "selvedge barrier (scope per diagonal)";
+pub const WAVE_RAYON_BARRIER: &str = "rayon barrier (par_iter per diagonal)";
+pub const WAVE_RAYON_COUNTERS: &str = "rayon scope + dependency counters";
+
+/// A dataflow workload: the table entry, and what one run is made of.
+pub struct Dataflow {
+    pub workload: Workload,
+    /// Tasks, links or tiles per run (criterion's throughput, the report's
+    /// per-unit figures).
+    pub units: u64,
+    /// What a unit is.
+    #[allow(dead_code)] // only the report reads it
+    pub unit: &'static str,
+    /// Implementations that also time a part of their own run.
+    pub phases: Vec<Phase>,
+}
+
+/// An implementation timed by itself over part of its run (say, from the
+/// moment all its tasks are in place): returns the checksum and that time.
+/// Criterion times it with `iter_custom`; the report gives it its own row.
+pub struct Phase {
+    pub name: &'static str,
+    pub run: fn(&Pools) -> (u64, Duration),
+}
+
+impl Dataflow {
+    /// Checks every implementation, phases included, against the serial one
+    /// (outside any timed region). Returns the serial result.
+    pub fn verify(&self, pools: &Pools) -> u64 {
+        let want = self.workload.verify(pools);
+        for phase in &self.phases {
+            let (got, _) = (phase.run)(pools);
+            assert_eq!(
+                got, want,
+                "{}/{}: result differs from serial",
+                self.workload.group, phase.name
+            );
+        }
+        want
+    }
+}
+
+/// The three dataflow workloads, each with all its implementations.
+pub fn all() -> Vec<Dataflow> {
+    vec![
+        Dataflow {
+            units: OVERHEAD_TASKS,
+            unit: "task",
+            phases: Vec::new(),
+            workload: Workload {
+                group: "promise_overhead",
+                title: format!("promise overhead ({OVERHEAD_TASKS} trivial tasks)"),
+                producer_consumer: false,
+                expected: None,
+                impls: vec![
+                    Impl {
+                        name: SERIAL,
+                        kind: Kind::Serial,
+                        run: |_| overhead_serial(black_box(OVERHEAD_TASKS)),
+                    },
+                    Impl {
+                        name: OVERHEAD_SPAWN,
+                        kind: Kind::SelvedgeSpawn,
+                        run: |p| p.selvedge.run(|| overhead_spawn(black_box(OVERHEAD_TASKS))),
+                    },
+                    Impl {
+                        name: OVERHEAD_DELAYED_1,
+                        kind: Kind::SelvedgeSpawn,
+                        run: |p| {
+                            p.selvedge
+                                .run(|| overhead_delayed::<1>(black_box(OVERHEAD_TASKS)))
+                        },
+                    },
+                    Impl {
+                        name: OVERHEAD_DELAYED_4,
+                        kind: Kind::SelvedgeSpawn,
+                        run: |p| {
+                            p.selvedge
+                                .run(|| overhead_delayed::<4>(black_box(OVERHEAD_TASKS)))
+                        },
+                    },
+                    Impl {
+                        name: OVERHEAD_RAYON,
+                        kind: Kind::Rayon,
+                        run: |p| {
+                            p.rayon
+                                .install(|| overhead_rayon(black_box(OVERHEAD_TASKS)))
+                        },
+                    },
+                ],
+            },
+        },
+        Dataflow {
+            units: CHAIN_LINKS,
+            unit: "link",
+            phases: vec![
+                Phase {
+                    name: CHAIN_DELAYED_PHASE,
+                    run: |p| p.selvedge.run(|| chain_delayed(black_box(CHAIN_LINKS))),
+                },
+                Phase {
+                    name: CHAIN_SCOPE_DELAYED_PHASE,
+                    run: |p| {
+                        p.selvedge
+                            .run(|| chain_scope_delayed(black_box(CHAIN_LINKS)))
+                    },
+                },
+            ],
+            workload: Workload {
+                group: "promise_chain",
+                title: format!("chain latency ({CHAIN_LINKS} links)"),
+                producer_consumer: false,
+                expected: None,
+                impls: vec![
+                    Impl {
+                        name: SERIAL,
+                        kind: Kind::Serial,
+                        run: |_| chain_serial(black_box(CHAIN_LINKS)),
+                    },
+                    Impl {
+                        name: CHAIN_DELAYED,
+                        kind: Kind::SelvedgeSpawn,
+                        run: |p| p.selvedge.run(|| chain_delayed(black_box(CHAIN_LINKS)).0),
+                    },
+                    Impl {
+                        name: CHAIN_SCOPE_DELAYED,
+                        kind: Kind::SelvedgeStructured,
+                        run: |p| {
+                            p.selvedge
+                                .run(|| chain_scope_delayed(black_box(CHAIN_LINKS)).0)
+                        },
+                    },
+                    Impl {
+                        name: CHAIN_JOIN,
+                        kind: Kind::SelvedgeSpawn,
+                        run: |p| p.selvedge.run(|| chain_spawn_join(black_box(CHAIN_LINKS))),
+                    },
+                    Impl {
+                        name: CHAIN_SCOPE,
+                        kind: Kind::SelvedgeStructured,
+                        run: |p| {
+                            p.selvedge
+                                .run(|| chain_selvedge_scope(black_box(CHAIN_LINKS)))
+                        },
+                    },
+                    Impl {
+                        name: CHAIN_RAYON,
+                        kind: Kind::Rayon,
+                        run: |p| {
+                            p.rayon
+                                .install(|| chain_rayon_scope(black_box(CHAIN_LINKS)))
+                        },
+                    },
+                ],
+            },
+        },
+        Dataflow {
+            units: TILES as u64,
+            unit: "tile",
+            phases: Vec::new(),
+            workload: Workload {
+                group: "wavefront",
+                title: format!(
+                    "tiled wavefront ({GRID}x{GRID} tiles, {} units)",
+                    tile_units().iter().sum::<u32>()
+                ),
+                producer_consumer: false,
+                expected: None,
+                impls: vec![
+                    Impl {
+                        name: SERIAL,
+                        kind: Kind::Serial,
+                        run: |_| wavefront_serial(),
+                    },
+                    Impl {
+                        name: WAVE_DELAYED,
+                        kind: Kind::SelvedgeSpawn,
+                        run: |p| p.selvedge.run(wavefront_delayed),
+                    },
+                    Impl {
+                        name: WAVE_SCOPE_DELAYED,
+                        kind: Kind::SelvedgeStructured,
+                        run: |p| p.selvedge.run(wavefront_scope_delayed),
+                    },
+                    Impl {
+                        name: WAVE_SELVEDGE_BARRIER,
+                        kind: Kind::SelvedgeStructured,
+                        run: |p| p.selvedge.run(wavefront_selvedge_barrier),
+                    },
+                    Impl {
+                        name: WAVE_RAYON_BARRIER,
+                        kind: Kind::Rayon,
+                        run: |p| p.rayon.install(wavefront_rayon_barrier),
+                    },
+                    Impl {
+                        name: WAVE_RAYON_COUNTERS,
+                        kind: Kind::RayonAlt,
+                        run: |p| p.rayon.install(wavefront_rayon_counters),
+                    },
+                ],
+            },
+        },
+    ]
+}
+
+/// A seeded generator (Vigna's SplitMix64): deterministic across runs and
+/// platforms, and cheap enough to call in the tile kernel.
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    #[inline]
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        mix(self.0)
+    }
+}
+
+/// SplitMix64's finalizer: a bijective 64-bit mix.
+#[inline]
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+// ---------------------------------------------------------------------------
+// Promise overhead
+// ---------------------------------------------------------------------------
+
+/// The trivial task.
+#[inline]
+fn trivial(i: u64) -> u64 {
+    black_box(i)
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .rotate_left(23)
+}
+
+pub fn overhead_serial(k: u64) -> u64 {
+    (0..k).map(trivial).fold(0, u64::wrapping_add)
+}
+
+pub fn overhead_spawn(k: u64) -> u64 {
+    let handles: Vec<JoinHandle<u64>> = (0..k)
+        .map(|i| selvedge::spawn(move || trivial(i)))
+        .collect();
+    handles
+        .into_iter()
+        .map(JoinHandle::join)
+        .fold(0, u64::wrapping_add)
+}
+
+/// Every task delayed on `D` fresh promises, fulfilled right after the spawn.
+pub fn overhead_delayed<const D: usize>(k: u64) -> u64 {
+    let handles: Vec<JoinHandle<u64>> = (0..k)
+        .map(|i| {
+            let promises: [Promise; D] = std::array::from_fn(|_| Promise::new());
+            let handle =
+                selvedge::spawn_delayed(promises.each_ref().map(Promise::dep), move || trivial(i));
+            for p in &promises {
+                p.fulfill();
+            }
+            handle
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(JoinHandle::join)
+        .fold(0, u64::wrapping_add)
+}
+
+pub fn overhead_rayon(k: u64) -> u64 {
+    let mut out = vec![0u64; k as usize];
+    rayon::scope(|s| {
+        for (i, slot) in out.iter_mut().enumerate() {
+            s.spawn(move |_| *slot = trivial(i as u64));
+        }
+    });
+    out.into_iter().fold(0, u64::wrapping_add)
+}
+
+// ---------------------------------------------------------------------------
+// Chain latency
+// ---------------------------------------------------------------------------
+
+const CHAIN_SEED: u64 = 0xC4A1_0000_0000_0003;
+
+/// One link: folds its index into the running value (order-sensitive).
+#[inline]
+fn link(acc: u64, i: u64) -> u64 {
+    (acc ^ black_box(i))
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        .rotate_left(17)
+}
+
+/// One link on a shared value. Relaxed is enough: the promise (or the
+/// spawn) between two links orders them.
+#[inline]
+fn link_shared(acc: &AtomicU64, i: u64) {
+    acc.store(link(acc.load(Ordering::Relaxed), i), Ordering::Relaxed);
+}
+
+pub fn chain_serial(n: u64) -> u64 {
+    (0..n).fold(CHAIN_SEED, link)
+}
+
+/// Returns the checksum and the time from the first fulfill to the end of
+/// the last link.
+pub fn chain_delayed(n: u64) -> (u64, Duration) {
+    let acc = Arc::new(AtomicU64::new(CHAIN_SEED));
+    let first = Promise::new();
+    let mut prev = first.dep();
+    let mut last = None;
+    for i in 0..n {
+        let next = Promise::new();
+        let next_dep = next.dep();
+        let acc = Arc::clone(&acc);
+        let handle = selvedge::spawn_delayed([prev], move || {
+            link_shared(&acc, i);
+            next.fulfill();
+        });
+        // Every other handle is dropped (detached): the last link finishing
+        // means every link finished.
+        if i + 1 == n {
+            last = Some(handle);
+        }
+        prev = next_dep;
+    }
+    drop(prev);
+    let start = Instant::now();
+    first.fulfill();
+    if let Some(h) = last {
+        h.join();
+    }
+    let elapsed = start.elapsed();
+    (acc.load(Ordering::Relaxed), elapsed)
+}
+
+/// Returns the checksum and the time from the first fulfill to the end of
+/// the scope.
+pub fn chain_scope_delayed(n: u64) -> (u64, Duration) {
+    let acc = AtomicU64::new(CHAIN_SEED);
+    let mut start = None;
+    selvedge::scope(|s| {
+        let acc = &acc;
+        let first = Promise::new();
+        let mut prev = first.dep();
+        for i in 0..n {
+            let next = Promise::new();
+            let next_dep = next.dep();
+            s.spawn_delayed([prev], move |_| {
+                link_shared(acc, i);
+                next.fulfill();
+            });
+            prev = next_dep;
+        }
+        start = Some(Instant::now());
+        first.fulfill();
+    });
+    let elapsed = start.map_or(Duration::ZERO, |t| t.elapsed());
+    (acc.into_inner(), elapsed)
+}
+
+pub fn chain_spawn_join(n: u64) -> u64 {
+    let mut acc = CHAIN_SEED;
+    for i in 0..n {
+        acc = selvedge::spawn(move || link(acc, i)).join();
+    }
+    acc
+}
+
+fn chain_selvedge_link<'s>(s: &selvedge::Scope<'s>, acc: &'s AtomicU64, i: u64, n: u64) {
+    link_shared(acc, i);
+    if i + 1 < n {
+        s.spawn(move |s| chain_selvedge_link(s, acc, i + 1, n));
+    }
+}
+
+pub fn chain_selvedge_scope(n: u64) -> u64 {
+    let acc = AtomicU64::new(CHAIN_SEED);
+    if n > 0 {
+        selvedge::scope(|s| s.spawn(|s| chain_selvedge_link(s, &acc, 0, n)));
+    }
+    acc.into_inner()
+}
+
+fn chain_rayon_link<'s>(s: &rayon::Scope<'s>, acc: &'s AtomicU64, i: u64, n: u64) {
+    link_shared(acc, i);
+    if i + 1 < n {
+        s.spawn(move |s| chain_rayon_link(s, acc, i + 1, n));
+    }
+}
+
+pub fn chain_rayon_scope(n: u64) -> u64 {
+    let acc = AtomicU64::new(CHAIN_SEED);
+    if n > 0 {
+        rayon::scope(|s| s.spawn(|s| chain_rayon_link(s, &acc, 0, n)));
+    }
+    acc.into_inner()
+}
+
+// ---------------------------------------------------------------------------
+// Tiled wavefront
+// ---------------------------------------------------------------------------
+
+/// Each tile's cost in units, row-major: 2 to 12, one in ten × 20.
+pub fn tile_units() -> &'static [u32; TILES] {
+    static UNITS: LazyLock<[u32; TILES]> = LazyLock::new(|| {
+        let mut rng = SplitMix64(WAVEFRONT_SEED);
+        std::array::from_fn(|_| {
+            let base = 2 + (rng.next_u64() % 11) as u32;
+            if rng.next_u64() % 10 == 0 {
+                base * 20
+            } else {
+                base
+            }
+        })
+    });
+    &UNITS
+}
+
+/// The tiles' digests, row-major. Relaxed accesses: a tile reads its
+/// neighbours only after a promise, a barrier or a counter ordered their
+/// writes before it.
+type Digests = [AtomicU64; TILES];
+
+fn new_digests() -> Digests {
+    std::array::from_fn(|_| AtomicU64::new(0))
+}
+
+fn checksum(digests: &Digests) -> u64 {
+    digests
+        .iter()
+        .fold(0, |h, d| mix(h ^ d.load(Ordering::Relaxed)))
+}
+
+/// Smith-Waterman local alignment (match +2, mismatch −1, gap −1) of a
+/// `TILE_COLS`-long string seeded from the up digest against a
+/// `rows`-long one seeded from the left digest, one DP row at a time.
+/// Returns a digest of the best score and the last row.
+#[inline(never)]
+fn tile_kernel(idx: usize, up: u64, left: u64, rows: u32) -> u64 {
+    const MATCH: u32 = 2;
+    const MISMATCH: u32 = 1;
+    const GAP: u32 = 1;
+    let mut rng_a = SplitMix64(up ^ (idx as u64).wrapping_mul(0xA24B_AED4_963E_E407));
+    let a: [u8; TILE_COLS] = std::array::from_fn(|_| (rng_a.next_u64() & 3) as u8);
+    let mut rng_b = SplitMix64(left.rotate_left(29) ^ idx as u64);
+    let mut row = [0u32; TILE_COLS + 1];
+    let mut best = 0u32;
+    for _ in 0..rows {
+        let b = (rng_b.next_u64() & 3) as u8;
+        let (mut diag, mut west) = (0u32, 0u32);
+        for c in 0..TILE_COLS {
+            let north = row[c + 1];
+            let m = if a[c] == b {
+                diag + MATCH
+            } else {
+                diag.saturating_sub(MISMATCH)
+            };
+            let h = m
+                .max(north.saturating_sub(GAP))
+                .max(west.saturating_sub(GAP));
+            diag = north;
+            row[c + 1] = h;
+            west = h;
+            best = best.max(h);
+        }
+    }
+    row.iter()
+        .fold(mix(up ^ left.rotate_left(1) ^ u64::from(best)), |h, &v| {
+            mix(h ^ u64::from(v))
+        })
+}
+
+/// Runs tile `idx` from its neighbours' digests (the grid's edges are
+/// seeded by position) and stores its own.
+fn run_tile(digests: &Digests, idx: usize) {
+    let (i, j) = (idx / GRID, idx % GRID);
+    let up = if i > 0 {
+        digests[idx - GRID].load(Ordering::Relaxed)
+    } else {
+        0x0E06_E000 ^ j as u64
+    };
+    let left = if j > 0 {
+        digests[idx - 1].load(Ordering::Relaxed)
+    } else {
+        0x1EF7_0000 ^ i as u64
+    };
+    let rows = tile_units()[idx] * ROWS_PER_UNIT;
+    digests[idx].store(tile_kernel(idx, up, left, rows), Ordering::Relaxed);
+}
+
+/// The rows `i` of anti-diagonal `d`, whose tiles are `(i, d − i)`.
+fn diagonal(d: usize) -> RangeInclusive<usize> {
+    d.saturating_sub(GRID - 1)..=d.min(GRID - 1)
+}
+
+pub fn wavefront_serial() -> u64 {
+    let digests = new_digests();
+    for idx in 0..TILES {
+        run_tile(&digests, idx);
+    }
+    checksum(&digests)
+}
+
+/// The promises tile `idx` waits for: its up and left neighbours'.
+fn tile_deps(done: &LoopPromise, idx: usize) -> impl Iterator<Item = selvedge::Dep> {
+    let (i, j) = (idx / GRID, idx % GRID);
+    [
+        (i > 0).then(|| done.at(idx - GRID)),
+        (j > 0).then(|| done.at(idx - 1)),
+    ]
+    .into_iter()
+    .flatten()
+}
+
+pub fn wavefront_delayed() -> u64 {
+    let digests = Arc::new(new_digests());
+    let done = LoopPromise::new(0..TILES);
+    let mut last = None;
+    for idx in 0..TILES {
+        let (digests, done_here) = (Arc::clone(&digests), done.clone());
+        let handle = selvedge::spawn_delayed(tile_deps(&done, idx), move || {
+            run_tile(&digests, idx);
+            done_here.fulfill(idx);
+        });
+        // The bottom-right tile depends on every other one.
+        if idx == TILES - 1 {
+            last = Some(handle);
+        }
+    }
+    last.expect("at least one tile").join();
+    checksum(&digests)
+}
+
+pub fn wavefront_scope_delayed() -> u64 {
+    let digests = new_digests();
+    let done = LoopPromise::new(0..TILES);
+    selvedge::scope(|s| {
+        let (digests, done) = (&digests, &done);
+        for idx in 0..TILES {
+            s.spawn_delayed(tile_deps(done, idx), move |_| {
+                run_tile(digests, idx);
+                done.fulfill(idx);
+            });
+        }
+    });
+    checksum(&digests)
+}
+
+pub fn wavefront_selvedge_barrier() -> u64 {
+    let digests = new_digests();
+    for d in 0..2 * GRID - 1 {
+        selvedge::scope(|s| {
+            for i in diagonal(d) {
+                let digests = &digests;
+                s.spawn(move |_| run_tile(digests, i * GRID + d - i));
+            }
+        });
+    }
+    checksum(&digests)
+}
+
+pub fn wavefront_rayon_barrier() -> u64 {
+    let digests = new_digests();
+    for d in 0..2 * GRID - 1 {
+        diagonal(d)
+            .into_par_iter()
+            .for_each(|i| run_tile(&digests, i * GRID + d - i));
+    }
+    checksum(&digests)
+}
+
+fn rayon_counted_tile<'s>(
+    s: &rayon::Scope<'s>,
+    digests: &'s Digests,
+    pending: &'s [AtomicU8; TILES],
+    idx: usize,
+) {
+    run_tile(digests, idx);
+    let (i, j) = (idx / GRID, idx % GRID);
+    // AcqRel: the decrement publishes this tile's digest; the one that
+    // reaches zero sees both neighbours' (a release sequence).
+    if j + 1 < GRID && pending[idx + 1].fetch_sub(1, Ordering::AcqRel) == 1 {
+        s.spawn(move |s| rayon_counted_tile(s, digests, pending, idx + 1));
+    }
+    if i + 1 < GRID && pending[idx + GRID].fetch_sub(1, Ordering::AcqRel) == 1 {
+        s.spawn(move |s| rayon_counted_tile(s, digests, pending, idx + GRID));
+    }
+}
+
+pub fn wavefront_rayon_counters() -> u64 {
+    let digests = new_digests();
+    let pending: [AtomicU8; TILES] =
+        std::array::from_fn(|idx| AtomicU8::new(u8::from(idx >= GRID) + u8::from(idx % GRID > 0)));
+    rayon::scope(|s| rayon_counted_tile(s, &digests, &pending, 0));
+    checksum(&digests)
+}
