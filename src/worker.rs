@@ -55,6 +55,9 @@ struct Local {
     /// Deque position where the running task's children start.
     frame_base: u64,
     tasks_run: u64,
+    /// A fulfill queued ready tasks beyond the one this worker runs next;
+    /// shared at the end of the current task (see `push_ready`).
+    ready_surplus: bool,
 }
 
 /// One worker of a runtime.
@@ -90,6 +93,7 @@ impl Worker {
                 in_flight: false,
                 frame_base: 0,
                 tasks_run: 0,
+                ready_surplus: false,
             }),
         };
         CURRENT.with(|c| c.set(&worker));
@@ -135,9 +139,13 @@ impl Worker {
     /// when its output is ready), so this worker is about to run the ready
     /// task itself: its data is hot here, and handing a lone task to a
     /// waiting thief would only bounce a chain of tasks between cores. Only
-    /// surplus is shared: to a pending steal request, or else through the
-    /// injector, where a worker that goes idle finds it at once instead of
-    /// waiting for this one's next task boundary.
+    /// surplus is shared: at once to a pending steal request, else, when
+    /// the current task ends, through the injector, where a worker that
+    /// goes idle finds it at once instead of waiting for this one's next
+    /// task boundary (tiles of a wavefront can take milliseconds). Sharing
+    /// at the end of the task, not at the push, keeps a task that readies
+    /// many small tasks in a loop from feeding them one by one to another
+    /// core.
     pub(crate) fn push_ready(&self, task: TaskRef) -> u64 {
         // Recorded before the push: once queued the task may be stolen.
         task.note_queued_at(self.id(), self.local().deque.top());
@@ -146,7 +154,7 @@ impl Worker {
             if !self.shared.mailboxes[self.index].is_empty() {
                 self.answer_requests();
             } else {
-                self.share_oldest();
+                self.local().ready_surplus = true;
             }
         }
         pos
@@ -182,6 +190,10 @@ impl Worker {
         // leave us idle.
         if !self.shared.mailboxes[self.index].is_empty() && !self.local().deque.has_one() {
             self.answer_requests();
+        }
+        let l = self.local();
+        if std::mem::take(&mut l.ready_surplus) && !l.deque.is_empty() && !l.deque.has_one() {
+            self.share_oldest();
         }
     }
 
