@@ -7,7 +7,7 @@ use crate::park::Sleep;
 use crate::promise::{self, Placement};
 use crate::stats::{Counters, RuntimeStats, WorkerCounters, WorkerStats};
 use crate::steal::{Mailbox, ReplySlot, MAX_WORKERS};
-use crate::sync::{fence, AtomicBool, Ordering};
+use crate::sync::{AtomicBool, AtomicUsize, Ordering};
 use crate::task::{self, BlockPool, Header, TaskRef};
 use crate::worker::{Until, Worker};
 use crossbeam_queue::SegQueue;
@@ -23,6 +23,12 @@ pub(crate) struct Shared {
     /// Tasks from outside the workers (and shared with parked workers).
     pub(crate) injector: SegQueue<TaskRef>,
     pub(crate) shutdown: AtomicBool,
+    /// Set when the runtime's drop begins: from then on, delayed tasks made
+    /// ready outside the workers are cancelled rather than queued.
+    closing: AtomicBool,
+    /// `inject_ready` calls between their `closing` check and their push;
+    /// shutdown waits for them before its last quiescence check.
+    injecting: AtomicUsize,
 }
 
 impl Shared {
@@ -37,18 +43,20 @@ impl Shared {
     }
 
     /// Queues a delayed task that just became ready. Unlike other ways in,
-    /// this one needs no handle on the runtime, so it may race with
-    /// shutdown: a task that arrives after the workers left is cancelled
-    /// here (or by an exiting worker, or when `Shared` is dropped), never
-    /// stranded.
+    /// this one needs no handle on the runtime, so it may race with the
+    /// runtime's drop. Either shutdown sees the task (it waits for
+    /// `injecting` to drain, then for quiescence, so the task runs first),
+    /// or the task sees `closing` and is cancelled: never queued to workers
+    /// that are leaving. (Both sides use SeqCst: a Dekker pair.)
     pub(crate) fn inject_ready(&self, task: TaskRef) {
-        self.inject(task);
-        // Pairs with the fence an exiting worker issues after it saw
-        // `shutdown`: either it sees this task, or we see `shutdown`.
-        fence(Ordering::SeqCst);
-        if self.shutdown.load(Ordering::SeqCst) {
-            self.cancel_queued();
+        self.injecting.fetch_add(1, Ordering::SeqCst);
+        if self.closing.load(Ordering::SeqCst) {
+            self.injecting.fetch_sub(1, Ordering::SeqCst);
+            task.cancel(Cancellation::RuntimeShutDown);
+            return;
         }
+        self.inject(task);
+        self.injecting.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Cancels every task left in the injector (after shutdown).
@@ -196,6 +204,8 @@ impl Builder {
                 .collect(),
             injector: SegQueue::new(),
             shutdown: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            injecting: AtomicUsize::new(0),
         });
         for tx in senders {
             // A worker that died before receiving cannot exist: it only
@@ -325,8 +335,8 @@ impl Runtime {
     ///
     /// A delayed task still waiting does not keep [`Runtime::sync_root`] or
     /// the runtime's drop waiting (it is not runnable yet). If it becomes
-    /// ready after the runtime shut down, it is cancelled and its handle
-    /// reports that.
+    /// ready outside the workers once the runtime's drop has begun, it is
+    /// cancelled and its handle reports that.
     ///
     /// ```
     /// use selvedge::{Promise, Runtime};
@@ -399,6 +409,10 @@ impl Runtime {
 }
 
 fn shut_down(shared: Arc<Shared>, threads: Vec<std::thread::JoinHandle<()>>) {
+    shared.closing.store(true, Ordering::SeqCst);
+    while shared.injecting.load(Ordering::SeqCst) != 0 {
+        std::thread::yield_now(); // a push in progress: a few instructions
+    }
     shared.sleep.wait_quiescent(|| shared.injector.is_empty());
     shared.shutdown.store(true, Ordering::SeqCst);
     shared.sleep.wake_all();

@@ -99,9 +99,8 @@ impl Worker {
         CURRENT.with(|c| c.set(&worker));
         worker.wait_until(Until::Shutdown);
         CURRENT.with(|c| c.set(std::ptr::null()));
-        // A delayed task made ready during shutdown may have been queued
-        // after the last look; see `Shared::inject_ready`.
-        crate::sync::fence(Ordering::SeqCst);
+        // Nothing can be queued after shutdown (see
+        // `Shared::inject_ready`); this only guards that promise.
         worker.shared.cancel_queued();
     }
 

@@ -377,3 +377,40 @@ fn one_worker_join_runs_the_older_task_that_fulfills() {
     let out = rx.recv_timeout(Duration::from_secs(60));
     assert_eq!(out, Ok(1), "the join never ran the fulfilling task");
 }
+
+#[test]
+fn fulfill_racing_runtime_drop_runs_or_cancels_never_strands() {
+    // A foreign thread readies a task (which spawns and joins children)
+    // while the runtime is being dropped: the task either runs completely
+    // or is cancelled with "shut down"; its handle never waits forever.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let (mut ran, mut cancelled) = (0, 0);
+        for _ in 0..300 {
+            let rt = runtime(2);
+            let p = Promise::new();
+            let h = rt.submit_delayed([p.dep()], || {
+                let kids: Vec<_> = (0..4u64).map(|i| selvedge::spawn(move || i)).collect();
+                kids.into_iter().map(|k| k.join()).sum::<u64>()
+            });
+            let fulfiller = std::thread::spawn(move || p.fulfill());
+            drop(rt);
+            fulfiller.join().unwrap();
+            match h.try_join() {
+                Ok(sum) => {
+                    assert_eq!(sum, 6);
+                    ran += 1;
+                }
+                Err(e) => {
+                    assert!(
+                        e.is_cancelled() && e.to_string().contains("shut down"),
+                        "{e}"
+                    );
+                    cancelled += 1;
+                }
+            }
+        }
+        tx.send(ran + cancelled).unwrap();
+    });
+    assert_eq!(rx.recv_timeout(Duration::from_secs(120)), Ok(300));
+}
