@@ -111,7 +111,19 @@ impl<'scope> Scope<'scope> {
     where
         F: FnOnce(&Scope<'scope>) + Send + 'scope,
     {
-        let task = self.new_task(f);
+        self.pending.fetch_add(1, Ordering::Relaxed);
+        let scope = self as *const Scope<'scope> as usize;
+        // Not a `ScopeMember`: a spawned task always runs, and the plain
+        // closure keeps the hottest path of nested scopes lean.
+        let task = task::new_detached(move || {
+            // SAFETY: the scope outlives its tasks: its owner waits for
+            // `pending` to reach zero, and this task decrements it last.
+            let scope = unsafe { &*(scope as *const Scope<'scope>) };
+            if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(scope))) {
+                scope.record_panic(p);
+            }
+            scope.finish_task();
+        });
         match Worker::current() {
             Some(w) if Arc::ptr_eq(&w.shared, self.runtime()) => {
                 w.push(task);
