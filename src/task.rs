@@ -399,30 +399,16 @@ impl Drop for PoolGuard {
 
 #[inline]
 fn alloc_block(vtable: &'static VTable) -> NonNull<Header> {
-    let pooled = POOL.with(|p| {
-        let pool = p.get();
-        if pool.is_null() {
-            None
-        } else {
-            // SAFETY: the pool belongs to this thread's worker and is only
-            // touched here and in free_block, never reentrantly.
-            unsafe { (*pool).pop() }
-        }
-    });
-    let block = pooled.unwrap_or_else(|| {
-        let layout = Layout::new::<TaskBlock>();
-        // SAFETY: the layout has non-zero size.
-        let p = unsafe { alloc(layout) }.cast::<Header>();
-        NonNull::new(p).unwrap_or_else(|| handle_alloc_error(layout))
-    });
+    let block = alloc_raw::<Header>();
     // SAFETY: the block is unused memory of the right layout; the header
     // fields are written without reading (or dropping) what was there.
     unsafe { block.as_ptr().write(Header::new(vtable)) };
     block
 }
 
-/// A pooled block used as raw memory for a `T` (a parked task's node),
-/// so parking a task costs no trip to the allocator on a worker.
+/// A pooled block used as raw memory for a `T` (a task's header, a parked
+/// task's node), so neither costs a trip to the allocator on a worker.
+#[inline]
 pub(crate) fn alloc_raw<T>() -> NonNull<T> {
     const {
         assert!(size_of::<T>() <= size_of::<TaskBlock>());
@@ -449,6 +435,7 @@ pub(crate) fn alloc_raw<T>() -> NonNull<T> {
 ///
 /// # Safety
 /// `p` must come from `alloc_raw`, and no one may use it afterwards.
+#[inline]
 pub(crate) unsafe fn free_raw<T>(p: NonNull<T>) {
     let block = p.cast::<Header>();
     let refused = POOL.with(|pool| {
@@ -471,17 +458,7 @@ pub(crate) unsafe fn free_raw<T>(p: NonNull<T>) {
 #[inline]
 unsafe fn free_block(block: NonNull<Header>) {
     ptr::drop_in_place(ptr::addr_of_mut!((*block.as_ptr()).completion));
-    let refused = POOL.with(|p| {
-        let pool = p.get();
-        if pool.is_null() {
-            Err(block)
-        } else {
-            (*pool).push(block)
-        }
-    });
-    if let Err(block) = refused {
-        dealloc(block.as_ptr().cast(), Layout::new::<TaskBlock>());
-    }
+    free_raw(block);
 }
 
 /// A fork-join task that lives in its joiner's stack frame: no allocation,
