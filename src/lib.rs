@@ -53,6 +53,7 @@
 
 mod completion;
 mod event;
+mod gate;
 mod park;
 mod steal;
 mod sync;
@@ -103,6 +104,7 @@ pub struct ReadmeDoctests;
 pub mod protocols {
     pub use crate::completion::{Completion, Release};
     pub use crate::event::{Dep, Group, Outcome, Waiter};
+    pub use crate::gate::Gate;
     pub use crate::park::Sleep;
     pub use crate::steal::{Mailbox, Reply, ReplySlot, StealRequest, VictimSet};
 }

@@ -2,12 +2,13 @@
 
 use crate::error::{BuildError, Cancellation};
 use crate::event::Dep;
+use crate::gate::Gate;
 use crate::handle::JoinHandle;
 use crate::park::Sleep;
 use crate::promise::{self, Placement};
 use crate::stats::{Counters, RuntimeStats, WorkerCounters, WorkerStats};
 use crate::steal::{Mailbox, ReplySlot, MAX_WORKERS};
-use crate::sync::{AtomicBool, AtomicUsize, Ordering};
+use crate::sync::{AtomicBool, Ordering};
 use crate::task::{self, BlockPool, Header, TaskRef};
 use crate::worker::{Until, Worker};
 use crossbeam_queue::SegQueue;
@@ -23,12 +24,9 @@ pub(crate) struct Shared {
     /// Tasks from outside the workers (and shared with parked workers).
     pub(crate) injector: SegQueue<TaskRef>,
     pub(crate) shutdown: AtomicBool,
-    /// Set when the runtime's drop begins: from then on, delayed tasks made
+    /// Shut when the runtime's drop begins: from then on, delayed tasks made
     /// ready outside the workers are cancelled rather than queued.
-    closing: AtomicBool,
-    /// `inject_ready` calls between their `closing` check and their push;
-    /// shutdown waits for them before its last quiescence check.
-    injecting: AtomicUsize,
+    ready_gate: Gate,
 }
 
 impl Shared {
@@ -43,20 +41,18 @@ impl Shared {
     }
 
     /// Queues a delayed task that just became ready. Unlike other ways in,
-    /// this one needs no handle on the runtime, so it may race with the
-    /// runtime's drop. Either shutdown sees the task (it waits for
-    /// `injecting` to drain, then for quiescence, so the task runs first),
-    /// or the task sees `closing` and is cancelled: never queued to workers
-    /// that are leaving. (Both sides use SeqCst: a Dekker pair.)
+    /// this one needs no handle on the runtime, so it may race the
+    /// runtime's drop: the gate decides (see `gate.rs`). Either shutdown
+    /// waits for this push and then, in its quiescence check, for the task
+    /// to run; or the task is cancelled here. It is never queued to workers
+    /// that are leaving.
     pub(crate) fn inject_ready(&self, task: TaskRef) {
-        self.injecting.fetch_add(1, Ordering::SeqCst);
-        if self.closing.load(Ordering::SeqCst) {
-            self.injecting.fetch_sub(1, Ordering::SeqCst);
+        if self.ready_gate.enter() {
+            self.inject(task);
+            self.ready_gate.leave();
+        } else {
             task.cancel(Cancellation::RuntimeShutDown);
-            return;
         }
-        self.inject(task);
-        self.injecting.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Cancels every task left in the injector (after shutdown).
@@ -204,8 +200,7 @@ impl Builder {
                 .collect(),
             injector: SegQueue::new(),
             shutdown: AtomicBool::new(false),
-            closing: AtomicBool::new(false),
-            injecting: AtomicUsize::new(0),
+            ready_gate: Gate::new(),
         });
         for tx in senders {
             // A worker that died before receiving cannot exist: it only
@@ -409,10 +404,7 @@ impl Runtime {
 }
 
 fn shut_down(shared: Arc<Shared>, threads: Vec<std::thread::JoinHandle<()>>) {
-    shared.closing.store(true, Ordering::SeqCst);
-    while shared.injecting.load(Ordering::SeqCst) != 0 {
-        std::thread::yield_now(); // a push in progress: a few instructions
-    }
+    shared.ready_gate.close();
     shared.sleep.wait_quiescent(|| shared.injector.is_empty());
     shared.shutdown.store(true, Ordering::SeqCst);
     shared.sleep.wake_all();
