@@ -534,15 +534,26 @@ where
     T: Send + 'static,
 {
     match Worker::current() {
-        Some(w) => {
-            let task = task::new_handled(f);
-            // SAFETY: `F` and `T` are 'static.
-            let handle = unsafe { JoinHandle::new(&task) };
-            match delay(&w.shared, task, deps) {
-                Placement::Local(pos) => handle.at(w, pos),
-                Placement::Elsewhere => handle,
-            }
-        }
+        Some(w) => submit_delayed(&w.shared, deps, f),
         None => global_runtime().submit_delayed(deps, f),
+    }
+}
+
+/// A handled delayed task of `runtime`: what `spawn_delayed` and
+/// `Runtime::submit_delayed` share. When the task is ready at once and
+/// lands on the calling worker's deque, the handle records where, so
+/// `join` can take it back.
+pub(crate) fn submit_delayed<D, F, T>(runtime: &Arc<Shared>, deps: D, f: F) -> JoinHandle<T>
+where
+    D: IntoIterator<Item = Dep>,
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let task = task::new_handled(f);
+    // SAFETY: `F` and `T` are 'static.
+    let handle = unsafe { JoinHandle::new(&task) };
+    match (delay(runtime, task, deps), Worker::current()) {
+        (Placement::Local(pos), Some(w)) => handle.at(w, pos),
+        _ => handle,
     }
 }

@@ -5,7 +5,7 @@ use crate::event::Dep;
 use crate::gate::Gate;
 use crate::handle::JoinHandle;
 use crate::park::Sleep;
-use crate::promise::{self, Placement};
+use crate::promise;
 use crate::stats::{Counters, RuntimeStats, WorkerCounters, WorkerStats};
 use crate::steal::{Mailbox, ReplySlot, MAX_WORKERS};
 use crate::sync::{AtomicBool, Ordering};
@@ -54,18 +54,15 @@ impl Shared {
             task.cancel(Cancellation::RuntimeShutDown);
         }
     }
-
-    /// Cancels every task left in the injector (after shutdown).
-    pub(crate) fn cancel_queued(&self) {
-        while let Some(task) = self.injector.pop() {
-            task.cancel(Cancellation::RuntimeShutDown);
-        }
-    }
 }
 
 impl Drop for Shared {
+    /// The gate keeps tasks out of a shut-down runtime; should one be left
+    /// anyway, its handle learns so instead of waiting forever.
     fn drop(&mut self) {
-        self.cancel_queued();
+        while let Some(task) = self.injector.pop() {
+            task.cancel(Cancellation::RuntimeShutDown);
+        }
     }
 }
 
@@ -349,13 +346,7 @@ impl Runtime {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let task = task::new_handled(f);
-        // SAFETY: `F` and `T` are 'static.
-        let handle = unsafe { JoinHandle::new(&task) };
-        match (promise::delay(&self.shared, task, deps), Worker::current()) {
-            (Placement::Local(pos), Some(w)) => handle.at(w, pos),
-            _ => handle,
-        }
+        promise::submit_delayed(&self.shared, deps, f)
     }
 
     /// Waits until the whole runtime is quiescent: every task spawned so far

@@ -203,9 +203,8 @@ impl<'scope> Scope<'scope> {
 
     fn finish_task(&self) {
         // Copy what we need first: once the count hits zero the owner may
-        // return and the scope be gone.
-        // The runtime pointer is to the owner worker's field, which
-        // outlives the scope.
+        // return and the scope be gone (the runtime pointer is to the owner
+        // worker's field, which outlives the scope).
         let (owner, runtime) = (self.owner, self.runtime);
         if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
             // SAFETY: the owner worker (and its `Arc<Shared>`) lives until

@@ -99,9 +99,6 @@ impl Worker {
         CURRENT.with(|c| c.set(&worker));
         worker.wait_until(Until::Shutdown);
         CURRENT.with(|c| c.set(std::ptr::null()));
-        // Nothing can be queued after shutdown (see
-        // `Shared::inject_ready`); this only guards that promise.
-        worker.shared.cancel_queued();
     }
 
     /// Identity of this worker, stored in handles to find their task again.
@@ -127,7 +124,9 @@ impl Worker {
         if !self.shared.mailboxes[self.index].is_empty() {
             self.answer_requests();
         } else if self.shared.sleep.has_sleepers() {
-            self.share_with_sleepers();
+            // Parked workers send no requests: without this a task spawned
+            // before a long leaf would wait for it.
+            self.share_oldest();
         }
         pos
     }
@@ -191,21 +190,17 @@ impl Worker {
             self.answer_requests();
         }
         let l = self.local();
-        if std::mem::take(&mut l.ready_surplus) && !l.deque.is_empty() && !l.deque.has_one() {
-            self.share_oldest();
+        if l.ready_surplus {
+            l.ready_surplus = false;
+            if !l.deque.is_empty() && !l.deque.has_one() {
+                self.share_oldest();
+            }
         }
-    }
-
-    /// Workers are parked while this one has surplus work: hand the oldest
-    /// task to the injector and wake one. Parked workers send no requests, so
-    /// without this a task spawned before a long leaf would wait for it.
-    #[cold]
-    fn share_with_sleepers(&self) {
-        self.share_oldest();
     }
 
     /// Moves the oldest task to the injector, unless the last one shared is
     /// still there, and wakes a parked worker for it if there is one.
+    #[cold]
     fn share_oldest(&self) {
         if !self.shared.injector.is_empty() {
             return; // the previous share is not taken yet
