@@ -362,6 +362,12 @@ impl Dep {
         self.event().is_fulfilled()
     }
 
+    /// The group this dependency keeps alive.
+    #[cfg(not(loom))]
+    pub(crate) fn group(&self) -> NonNull<Group> {
+        self.group
+    }
+
     fn event(&self) -> &Event {
         // SAFETY: our ref keeps the group, and so the event, alive.
         unsafe { self.event.as_ref() }

@@ -65,6 +65,8 @@ mod error;
 #[cfg(not(loom))]
 mod handle;
 #[cfg(not(loom))]
+mod loops;
+#[cfg(not(loom))]
 mod promise;
 #[cfg(not(loom))]
 mod runtime;
@@ -83,6 +85,10 @@ pub use error::{BuildError, JoinError};
 pub use event::Dep;
 #[cfg(not(loom))]
 pub use handle::JoinHandle;
+#[cfg(not(loom))]
+pub use loops::{
+    par_chunks_mut, par_iter_mut, parallel_for, ParChunksMut, ParIterMut, ParallelFor,
+};
 #[cfg(not(loom))]
 pub use promise::{spawn_delayed, LoopPromise, Promise};
 #[cfg(not(loom))]

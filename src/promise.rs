@@ -336,6 +336,58 @@ impl LoopPromise {
     }
 }
 
+/// What a `depends_on_each` loop keeps of its loop promise: a reference
+/// that keeps the events alive, not a handle, so that dropping the
+/// producer's last handle still breaks the promise and cancels the parked
+/// parts of the loop instead of leaving them waiting forever.
+pub(crate) struct LoopDeps {
+    keep: Dep,
+    range: Range<usize>,
+    bucket: usize,
+}
+
+impl LoopDeps {
+    /// Dependencies on `lp`; `None` when its range is empty (no iteration
+    /// can name it).
+    pub(crate) fn new(lp: &LoopPromise) -> Option<Self> {
+        (!lp.range.is_empty()).then(|| Self {
+            keep: lp.at(lp.range.start),
+            range: lp.range.clone(),
+            bucket: lp.bucket,
+        })
+    }
+
+    /// The bucket of iteration `i`, which must be in range.
+    #[inline]
+    pub(crate) fn bucket_of(&self, i: usize) -> usize {
+        debug_assert!(self.range.contains(&i));
+        (i - self.range.start) / self.bucket
+    }
+
+    /// One past the last iteration of bucket `b`.
+    #[inline]
+    pub(crate) fn bucket_end(&self, b: usize) -> usize {
+        self.range.start + (b + 1) * self.bucket
+    }
+
+    /// Whether bucket `b` was fulfilled (acquire: its producers' writes are
+    /// visible once this says yes).
+    #[inline]
+    pub(crate) fn is_ready(&self, b: usize) -> bool {
+        // SAFETY: `keep` holds a reference to the group; `b` is a bucket
+        // index because it came from `bucket_of`.
+        unsafe { self.keep.group().as_ref() }
+            .event(b)
+            .is_fulfilled()
+    }
+
+    /// Bucket `b` as a dependency.
+    pub(crate) fn dep(&self, b: usize) -> Dep {
+        // SAFETY: as in `is_ready`.
+        unsafe { Group::dep(self.keep.group(), b) }
+    }
+}
+
 impl Clone for LoopPromise {
     fn clone(&self) -> Self {
         // SAFETY: we hold a handle.

@@ -320,6 +320,11 @@ impl Runtime {
         handle
     }
 
+    /// The runtime's shared state (for loops spawned from outside it).
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
     /// Queues `f` from any thread, to run on this runtime once every
     /// dependency in `deps` is fulfilled, and returns its handle. See
     /// [`crate::spawn_delayed`] for the rules; this one never blocks and

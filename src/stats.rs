@@ -43,6 +43,7 @@ pub(crate) struct WorkerCounters {
     pub(crate) tasks_given: Counter,
     pub(crate) tasks_stolen: Counter,
     pub(crate) parks: Counter,
+    pub(crate) loop_splits: Counter,
 }
 
 pub(crate) type Counters = Box<[CachePadded<WorkerCounters>]>;
@@ -73,6 +74,9 @@ pub struct WorkerStats {
     pub tasks_stolen: u64,
     /// Times this worker parked (idle, or waiting in a join).
     pub parks: u64,
+    /// Parallel loops this worker split to answer a thief or wake an idle
+    /// worker.
+    pub loop_splits: u64,
 }
 
 impl WorkerStats {
@@ -85,6 +89,7 @@ impl WorkerStats {
             tasks_given: c.tasks_given.get(),
             tasks_stolen: c.tasks_stolen.get(),
             parks: c.parks.get(),
+            loop_splits: c.loop_splits.get(),
         }
     }
 
@@ -97,6 +102,7 @@ impl WorkerStats {
             tasks_given: self.tasks_given + o.tasks_given,
             tasks_stolen: self.tasks_stolen + o.tasks_stolen,
             parks: self.parks + o.parks,
+            loop_splits: self.loop_splits + o.loop_splits,
         }
     }
 }

@@ -8,7 +8,7 @@
 //! [`Reply::Declined`] into the slot. So every request ends in the thief's
 //! slot exactly once, with tasks or without.
 
-use crate::sync::{AtomicPtr, Ordering};
+use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
 
 /// Most workers a runtime may have: the width of [`VictimSet`].
 pub const MAX_WORKERS: usize = 256;
@@ -134,12 +134,19 @@ impl<T> ReplySlot<T> {
 ///
 /// Bounded: every other worker has at most one request in flight, so
 /// `capacity = workers` can never overflow.
+///
+/// Beside the queue, a count of the requests waiting: a running loop checks
+/// it between iterations, and one relaxed load of a word nobody else writes
+/// in the common case is the cheapest check there is (the queue's own
+/// emptiness test reads two contended words). The count may lag the queue
+/// by a moment; a loop then sees the request at its next iteration.
 #[derive(Debug)]
 pub struct Mailbox {
     #[cfg(not(loom))]
     queue: crossbeam_queue::ArrayQueue<StealRequest>,
     #[cfg(loom)]
     queue: crate::sync::Mutex<std::collections::VecDeque<StealRequest>>,
+    waiting: AtomicUsize,
 }
 
 impl Mailbox {
@@ -150,11 +157,15 @@ impl Mailbox {
             queue: crossbeam_queue::ArrayQueue::new(workers.max(1)),
             #[cfg(loom)]
             queue: crate::sync::Mutex::new(std::collections::VecDeque::with_capacity(workers)),
+            waiting: AtomicUsize::new(0),
         }
     }
 
     /// Posts a request. The caller then wakes the owner if it sleeps.
     pub fn post(&self, req: StealRequest) {
+        // Counted first, so the count never drops below the queue's length
+        // (a take between push and count would wrap it).
+        self.waiting.fetch_add(1, Ordering::Relaxed);
         #[cfg(not(loom))]
         if self.queue.push(req).is_err() {
             unreachable!("mailbox overflow: more requests in flight than workers");
@@ -167,9 +178,20 @@ impl Mailbox {
     #[inline]
     pub fn take(&self) -> Option<StealRequest> {
         #[cfg(not(loom))]
-        return self.queue.pop();
+        let req = self.queue.pop();
         #[cfg(loom)]
-        return crate::sync::lock(&self.queue).pop_front();
+        let req = crate::sync::lock(&self.queue).pop_front();
+        if req.is_some() {
+            self.waiting.fetch_sub(1, Ordering::Relaxed);
+        }
+        req
+    }
+
+    /// How many requests wait, as last counted: one relaxed load, for the
+    /// check between loop iterations and for sharing a loop among thieves.
+    #[inline]
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
     }
 
     /// Whether no request waits.

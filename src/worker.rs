@@ -10,8 +10,9 @@
 use crate::completion::Completion;
 use crate::deque::Deque;
 use crate::handle::thread_waker;
+use crate::loops::{self, LoopFrame};
 use crate::runtime::Shared;
-use crate::steal::{Reply, StealPolicy, StealRequest, VictimSet};
+use crate::steal::{Mailbox, Reply, StealPolicy, StealRequest, VictimSet};
 use crate::sync::{AtomicUsize, Ordering};
 use crate::task::{Header, TaskRef};
 use rand::rngs::SmallRng;
@@ -58,6 +59,10 @@ struct Local {
     /// A fulfill queued ready tasks beyond the one this worker runs next;
     /// shared at the end of the current task (see `push_ready`).
     ready_surplus: bool,
+    /// The newest parallel-loop part running on this worker's stack (each
+    /// links to the one it runs inside): what a steal request can split
+    /// when the deque is empty.
+    loop_top: *const LoopFrame,
 }
 
 /// One worker of a runtime.
@@ -94,6 +99,7 @@ impl Worker {
                 frame_base: 0,
                 tasks_run: 0,
                 ready_surplus: false,
+                loop_top: std::ptr::null(),
             }),
         };
         CURRENT.with(|c| c.set(&worker));
@@ -158,6 +164,45 @@ impl Worker {
         pos
     }
 
+    /// This worker's mailbox, which a running loop checks between iterations.
+    #[inline]
+    pub(crate) fn mailbox(&self) -> &Mailbox {
+        &self.shared.mailboxes[self.index]
+    }
+
+    /// Registers a loop part that starts running on this worker, so steal
+    /// requests can split it.
+    #[inline]
+    pub(crate) fn enter_loop(&self, frame: &LoopFrame) {
+        let l = self.local();
+        frame.set_older(l.loop_top);
+        l.loop_top = frame;
+    }
+
+    /// Unregisters the newest loop part (`frame`), which stopped running.
+    #[inline]
+    pub(crate) fn leave_loop(&self, frame: &LoopFrame) {
+        let l = self.local();
+        debug_assert!(std::ptr::eq(l.loop_top, frame), "loop parts leave in order");
+        l.loop_top = frame.older();
+    }
+
+    /// A loop part starting while workers sleep: sleeping workers send no
+    /// requests, so hand half of it to one through the injector (as `push`
+    /// does with tasks), unless an older loop here has iterations to give,
+    /// which the woken worker will be given by request instead.
+    #[cold]
+    pub(crate) fn share_loop(&self, frame: &LoopFrame) {
+        if !self.shared.injector.is_empty() {
+            return; // the previous share is not taken yet
+        }
+        if let Some(task) = loops::split_for_sleeper(frame) {
+            self.shared.counters[self.index].loop_splits.bump();
+            self.shared.injector.push(task);
+            self.shared.sleep.wake_any();
+        }
+    }
+
     /// Takes back a task this worker pushed at `pos`, if no thief took it.
     #[inline]
     pub(crate) fn take_back(&self, pos: u64, block: NonNull<Header>) -> Option<TaskRef> {
@@ -214,12 +259,15 @@ impl Worker {
     }
 
     /// Answers every waiting steal request: with work from the old end of
-    /// the deque, else by forwarding the request.
+    /// the deque, else with the back of the oldest loop running here, else
+    /// by forwarding the request.
     #[cold]
-    fn answer_requests(&self) {
+    pub(crate) fn answer_requests(&self) {
         let shared = &*self.shared;
-        while let Some(req) = shared.mailboxes[self.index].take() {
+        let mailbox = &shared.mailboxes[self.index];
+        while let Some(req) = mailbox.take() {
             let l = self.local();
+            let c = &shared.counters[self.index];
             let work = if req.half {
                 l.deque.steal_half()
             } else {
@@ -227,7 +275,13 @@ impl Worker {
                     .steal_one()
                     .map(|t| (t.into_list(std::ptr::null_mut()), 1))
             };
-            let c = &shared.counters[self.index];
+            let work = work.or_else(|| {
+                // This thief and the others still waiting share the loop.
+                let thieves = 1 + mailbox.waiting().min(shared.num_threads());
+                let task = loops::split_for_thieves(l.loop_top, thieves)?;
+                c.loop_splits.bump();
+                Some((task.into_list(std::ptr::null_mut()), 1))
+            });
             match work {
                 Some((list, n)) => {
                     c.requests_answered.bump();

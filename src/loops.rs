@@ -1,0 +1,1143 @@
+//! Parallel loops: [`parallel_for`] with strides, reductions and dataflow
+//! dependencies, and [`par_chunks_mut`] / [`par_iter_mut`] over slices.
+//!
+//! A loop is split lazily. It starts as one *part* holding every iteration,
+//! run in place by the caller (or as one task, for `spawn` and delayed
+//! loops). Between iterations the part checks its worker's mailbox, one
+//! relaxed load. Only when a thief's request is there, and the deque has no
+//! task to give it, does the worker split a loop: the oldest loop on its
+//! stack that has iterations to spare keeps its front and sends the back
+//! `remaining / (thieves + 1)` iterations to the thief as a new part. So a
+//! loop nested in a loop costs no task at all until some worker is idle,
+//! and a thief gets the coarsest work there is (outer iterations, not the
+//! tail of an inner loop).
+//!
+//! A reduction gives each part its own accumulator. A split puts a join
+//! node between the part that keeps the front and the part that takes the
+//! back; whichever of the two finishes second merges them (left before
+//! right, so the merge order is the index order) and passes the result up,
+//! so the whole reduction merges on the workers that finish last, without a
+//! lock.
+//!
+//! A `depends_on_each` loop checks, before each iteration, whether that
+//! iteration's promise is fulfilled (once per bucket). When it is not, the
+//! iterations of that bucket become a part parked on the bucket's promise,
+//! and the loop goes on with the next bucket: each iteration starts the
+//! moment its promise is fulfilled, and no worker waits for it.
+//!
+//! Every part of a loop counts in the loop's `pending` count: a blocking
+//! loop's caller waits (working) until it reaches zero; a spawned loop's
+//! last part fulfills the promise its handle waits on.
+
+use crate::event::Dep;
+use crate::handle::JoinHandle;
+use crate::promise::{self, LoopDeps, LoopPromise, Promise};
+use crate::runtime::{global_runtime, on_worker, Shared};
+use crate::sync::{lock, AtomicUsize, Mutex, Ordering, UnsafeCell};
+use crate::task::{self, TaskRef};
+use crate::worker::{Until, Worker};
+use std::any::Any;
+use std::cell::Cell;
+use std::marker::PhantomData;
+use std::ops::Range;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+/// A parallel loop over a range of indices, configured by its methods and
+/// run by [`for_each`](ParallelFor::for_each),
+/// [`reduce`](ParallelFor::reduce) or [`spawn`](ParallelFor::spawn).
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+///
+/// let sum = AtomicUsize::new(0);
+/// selvedge::parallel_for(0..100).stride(10).for_each(|i| {
+///     sum.fetch_add(i, Ordering::Relaxed);
+/// });
+/// assert_eq!(sum.into_inner(), (0..100).step_by(10).sum());
+/// ```
+#[must_use = "a parallel loop does nothing until `for_each`, `reduce` or `spawn` runs it"]
+pub struct ParallelFor<'p> {
+    range: Range<usize>,
+    stride: usize,
+    deps: Vec<Dep>,
+    each: Option<&'p LoopPromise>,
+}
+
+/// A parallel loop over `range`, one iteration per index (see
+/// [`ParallelFor`] for the options). An empty or reversed range runs no
+/// iteration, as a Rust `for` loop would.
+///
+/// On a worker the loop runs on that worker's runtime; from any other
+/// thread, on the global runtime.
+///
+/// ```
+/// let v: Vec<u64> = (0..1000).collect();
+/// let total = selvedge::parallel_for(0..v.len()).reduce(|| 0, |acc, i| acc + v[i], |a, b| a + b);
+/// assert_eq!(total, 499_500);
+/// ```
+pub fn parallel_for(range: Range<usize>) -> ParallelFor<'static> {
+    ParallelFor {
+        range,
+        stride: 1,
+        deps: Vec::new(),
+        each: None,
+    }
+}
+
+impl<'p> ParallelFor<'p> {
+    /// Runs every `step`-th index of the range, starting at its start.
+    ///
+    /// # Panics
+    /// When `step` is 0.
+    ///
+    /// ```
+    /// let n = selvedge::parallel_for(1..10).stride(3).reduce(Vec::new, |mut v, i| { v.push(i); v }, |mut a, b| { a.extend(b); a });
+    /// assert_eq!(n, [1, 4, 7]);
+    /// ```
+    #[track_caller]
+    pub fn stride(mut self, step: usize) -> Self {
+        assert!(
+            step > 0,
+            "parallel_for stride must be at least 1, got {step}"
+        );
+        self.stride = step;
+        self
+    }
+
+    /// The whole loop waits for `dep` (a promise, or an iteration of a
+    /// loop promise) before its first iteration. May be given several
+    /// times; the loop waits for all of them.
+    ///
+    /// ```
+    /// use selvedge::{parallel_for, Promise};
+    ///
+    /// let ready = Promise::new();
+    /// let h = parallel_for(0..4).depends_on(ready.dep()).spawn(|i| assert!(i < 4));
+    /// assert!(!h.is_finished());
+    /// ready.fulfill();
+    /// h.join();
+    /// ```
+    pub fn depends_on(mut self, dep: Dep) -> Self {
+        self.deps.push(dep);
+        self
+    }
+
+    /// Iteration `i` waits for `promise.at(i)`, and runs as soon as that is
+    /// fulfilled, whatever happened to the other iterations: two loops
+    /// chained this way pipeline, with no barrier between them.
+    ///
+    /// The loop keeps a reference to the promise, not a handle: when the
+    /// producer drops its last handle with iterations unfulfilled, their
+    /// consumers are cancelled, and the loop reports that as a panic.
+    ///
+    /// # Panics
+    /// When an index of this loop lies outside the promise's range; the
+    /// message names the index and the range.
+    ///
+    /// ```
+    /// use selvedge::{parallel_for, LoopPromise};
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    ///
+    /// let stage1 = LoopPromise::new(0..8);
+    /// let squares: Vec<AtomicU64> = (0..8).map(|_| AtomicU64::new(0)).collect();
+    /// let total = AtomicU64::new(0);
+    /// selvedge::scope(|s| {
+    ///     s.spawn(|_| {
+    ///         parallel_for(0..8).depends_on_each(&stage1).for_each(|i| {
+    ///             total.fetch_add(squares[i].load(Ordering::Relaxed), Ordering::Relaxed);
+    ///         })
+    ///     });
+    ///     parallel_for(0..8).for_each(|i| {
+    ///         squares[i].store((i * i) as u64, Ordering::Relaxed);
+    ///         stage1.fulfill(i);
+    ///     });
+    /// });
+    /// assert_eq!(total.into_inner(), 140);
+    /// ```
+    #[track_caller]
+    pub fn depends_on_each<'q>(self, promise: &'q LoopPromise) -> ParallelFor<'q>
+    where
+        'p: 'q,
+    {
+        if let Some(last) = self.last_index() {
+            let covered = promise.range();
+            for i in [self.range.start, last] {
+                if !covered.contains(&i) {
+                    panic!(
+                        "depends_on_each: loop index {i} is outside the loop promise's range {}..{}",
+                        covered.start, covered.end
+                    );
+                }
+            }
+        }
+        ParallelFor {
+            range: self.range,
+            stride: self.stride,
+            deps: self.deps,
+            each: Some(promise),
+        }
+    }
+
+    /// How many iterations the loop runs.
+    ///
+    /// ```
+    /// assert_eq!(selvedge::parallel_for(0..10).stride(4).len(), 3);
+    /// assert_eq!(selvedge::parallel_for(5..2).len(), 0);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.range
+            .end
+            .saturating_sub(self.range.start)
+            .div_ceil(self.stride)
+    }
+
+    /// Whether the loop runs no iteration.
+    ///
+    /// ```
+    /// assert!(selvedge::parallel_for(3..3).is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn last_index(&self) -> Option<usize> {
+        let n = self.len();
+        (n > 0).then(|| self.range.start + (n - 1) * self.stride)
+    }
+
+    /// Runs `f(i)` for every index and returns when all have run. `f` may
+    /// borrow from the caller. On a worker, the caller runs iterations
+    /// itself and, once its part is done, keeps working while the parts
+    /// thieves took finish.
+    ///
+    /// A panic in `f` does not stop the loop: every other iteration still
+    /// runs exactly once, and the first panic is resumed here afterwards.
+    ///
+    /// ```
+    /// let mut out = vec![0usize; 64];
+    /// let slots: Vec<std::sync::atomic::AtomicUsize> = (0..64).map(Into::into).collect();
+    /// selvedge::parallel_for(0..64).for_each(|i| {
+    ///     slots[i].store(i * 2, std::sync::atomic::Ordering::Relaxed);
+    /// });
+    /// for (o, s) in out.iter_mut().zip(&slots) {
+    ///     *o = s.load(std::sync::atomic::Ordering::Relaxed);
+    /// }
+    /// assert_eq!(out[63], 126);
+    /// ```
+    pub fn for_each<F>(self, f: F)
+    where
+        F: Fn(usize) + Sync,
+    {
+        self.run_blocking(&ForEach(f));
+    }
+
+    /// Folds the indices into one value: each part of the loop starts from
+    /// `identity()` and folds its iterations in order with `fold`; parts
+    /// are combined with `merge(left, right)`, always a lower range on the
+    /// left, so an associative `merge` gives the same result as a serial
+    /// fold even when it is not commutative (concatenation, say).
+    ///
+    /// A panic in any of the three closures is resumed here after the loop
+    /// ends; the other iterations still run.
+    ///
+    /// ```
+    /// let words = ["a", "b", "c", "d", "e"];
+    /// let joined = selvedge::parallel_for(0..words.len()).reduce(
+    ///     String::new,
+    ///     |mut s, i| { s.push_str(words[i]); s },
+    ///     |a, b| a + &b,
+    /// );
+    /// assert_eq!(joined, "abcde");
+    /// ```
+    pub fn reduce<T, I, G, M>(self, identity: I, fold: G, merge: M) -> T
+    where
+        T: Send,
+        I: Fn() -> T + Sync,
+        G: Fn(T, usize) -> T + Sync,
+        M: Fn(T, T) -> T + Sync,
+    {
+        self.run_blocking(&Reduce {
+            identity,
+            fold,
+            merge,
+            _acc: PhantomData,
+        })
+    }
+
+    /// Starts the loop without waiting for it and returns a handle that
+    /// completes when every iteration has run (a [`JoinHandle`]: `join`,
+    /// `try_join`, `is_finished`, `.await`). No task waits for the loop:
+    /// the part that finishes last completes the handle. `f` must be
+    /// `'static`; to borrow, call `for_each` inside a [`crate::scope`]
+    /// task instead.
+    ///
+    /// The first panic of `f` is resumed by the handle's `join` (after
+    /// every other iteration ran); a cancelled part (its promise dropped
+    /// unfulfilled) is reported the same way.
+    ///
+    /// ```
+    /// use selvedge::{parallel_for, LoopPromise};
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    ///
+    /// let produced = Arc::new(LoopPromise::new(0..100));
+    /// let seen = Arc::new(AtomicUsize::new(0));
+    /// let consumer = {
+    ///     let seen = seen.clone();
+    ///     parallel_for(0..100)
+    ///         .depends_on_each(&produced)
+    ///         .spawn(move |_| { seen.fetch_add(1, Ordering::Relaxed); })
+    /// };
+    /// let producer = {
+    ///     let produced = produced.clone();
+    ///     parallel_for(0..100).spawn(move |i| { produced.fulfill(i); })
+    /// };
+    /// producer.join();
+    /// consumer.join();
+    /// assert_eq!(seen.load(Ordering::Relaxed), 100);
+    /// ```
+    pub fn spawn<F>(self, f: F) -> JoinHandle<()>
+    where
+        F: Fn(usize) + Send + Sync + 'static,
+    {
+        let worker = Worker::current();
+        let runtime = match worker {
+            Some(w) => &w.shared,
+            None => global_runtime().shared(),
+        };
+        let done = Promise::new();
+        let job = Arc::new(Job {
+            body: ForEach(f),
+            start: self.range.start,
+            stride: self.stride,
+            each: self.each.and_then(LoopDeps::new),
+            pending: AtomicUsize::new(1),
+            panic: Mutex::new(None),
+            result: UnsafeCell::new(None),
+            finish: Finish::Fulfill(UnsafeCell::new(Some(done.clone()))),
+        });
+        let keep = job.clone();
+        let handle = promise::submit_delayed(runtime, [done.dep()], move || {
+            if let Some(p) = keep.take_panic() {
+                resume_unwind(p);
+            }
+        });
+        drop(done);
+        let job = Arc::as_ptr(&job);
+        match self.len() {
+            // SAFETY: the handle task keeps the job alive until the promise
+            // this fulfills lets it run.
+            0 => unsafe { Job::finish_part(job) },
+            n => {
+                let part = Part::new(job, 0, n, Out::ROOT).into_task();
+                promise::delay(runtime, part, self.deps);
+            }
+        }
+        handle
+    }
+
+    fn run_blocking<B: Body>(self, body: &B) -> B::Acc {
+        let count = self.len();
+        if count == 0 {
+            return body.identity();
+        }
+        let ParallelFor {
+            range,
+            stride,
+            deps,
+            each,
+        } = self;
+        on_worker(|w| {
+            let job = Job {
+                body,
+                start: range.start,
+                stride,
+                each: each.and_then(LoopDeps::new),
+                pending: AtomicUsize::new(1),
+                panic: Mutex::new(None),
+                result: UnsafeCell::new(None),
+                finish: Finish::Wake {
+                    owner: w.index,
+                    runtime: &w.shared,
+                },
+            };
+            if deps.iter().all(Dep::is_fulfilled) {
+                run_part(&job, w, 0, count, Out::ROOT);
+                if job.pending.fetch_sub(1, Ordering::AcqRel) != 1 {
+                    w.wait_until(Until::Zero(&job.pending));
+                }
+            } else {
+                let part = Part::new(&job, 0, count, Out::ROOT).into_task();
+                promise::delay(&w.shared, part, deps);
+                w.wait_until(Until::Zero(&job.pending));
+            }
+            if let Some(p) = job.take_panic() {
+                resume_unwind(p);
+            }
+            // SAFETY: every part finished (pending is zero, read with
+            // acquire), so the last merge's write is visible and nobody
+            // touches the slot any more.
+            match job.result.with_mut(|r| unsafe { (*r).take() }) {
+                Some(Some(acc)) => acc,
+                // Without merges (`for_each`) nothing is deposited.
+                _ => job.body.identity(),
+            }
+        })
+    }
+}
+
+impl std::fmt::Debug for ParallelFor<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParallelFor")
+            .field("range", &self.range)
+            .field("stride", &self.stride)
+            .field("deps", &self.deps.len())
+            .field("depends_on_each", &self.each.is_some())
+            .finish()
+    }
+}
+
+/// Parallel iteration over `slice` in chunks of `chunk_len` elements (the
+/// last may be shorter), each chunk given mutably with its index: a way to
+/// write outputs in parallel without `unsafe` or locks.
+///
+/// # Panics
+/// When `chunk_len` is 0.
+///
+/// ```
+/// let mut out = vec![0u32; 10];
+/// selvedge::par_chunks_mut(&mut out, 4).for_each(|c, chunk| chunk.fill(c as u32));
+/// assert_eq!(out, [0, 0, 0, 0, 1, 1, 1, 1, 2, 2]);
+/// ```
+#[track_caller]
+pub fn par_chunks_mut<T: Send>(slice: &mut [T], chunk_len: usize) -> ParChunksMut<'_, T> {
+    assert!(
+        chunk_len > 0,
+        "par_chunks_mut chunk length must be at least 1, got {chunk_len}"
+    );
+    ParChunksMut { slice, chunk_len }
+}
+
+/// Chunks of a slice for a parallel loop; made by [`par_chunks_mut`].
+///
+/// ```
+/// let mut v = vec![1u64; 100];
+/// selvedge::par_chunks_mut(&mut v, 7).for_each(|_, c| c.iter_mut().for_each(|x| *x *= 3));
+/// assert_eq!(v.iter().sum::<u64>(), 300);
+/// ```
+#[derive(Debug)]
+#[must_use = "nothing runs until `for_each`"]
+pub struct ParChunksMut<'a, T> {
+    slice: &'a mut [T],
+    chunk_len: usize,
+}
+
+impl<T: Send> ParChunksMut<'_, T> {
+    /// How many chunks there are.
+    ///
+    /// ```
+    /// let mut v = [0u8; 10];
+    /// assert_eq!(selvedge::par_chunks_mut(&mut v, 4).len(), 3);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.slice.len().div_ceil(self.chunk_len)
+    }
+
+    /// Whether there is no chunk (the slice is empty).
+    ///
+    /// ```
+    /// let mut v: [u8; 0] = [];
+    /// assert!(selvedge::par_chunks_mut(&mut v, 4).is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.slice.is_empty()
+    }
+
+    /// Runs `f(chunk_index, chunk)` for every chunk, in parallel, and
+    /// returns when all have run. Panics as [`ParallelFor::for_each`].
+    ///
+    /// ```
+    /// let mut image = vec![0u8; 6 * 4];
+    /// selvedge::par_chunks_mut(&mut image, 6).for_each(|row, pixels| {
+    ///     for (x, p) in pixels.iter_mut().enumerate() {
+    ///         *p = (row * 10 + x) as u8;
+    ///     }
+    /// });
+    /// assert_eq!(image[6 * 3 + 5], 35);
+    /// ```
+    pub fn for_each<F>(self, f: F)
+    where
+        F: Fn(usize, &mut [T]) + Sync,
+    {
+        let (len, chunk_len) = (self.slice.len(), self.chunk_len);
+        let base = SendPtr(self.slice.as_mut_ptr());
+        parallel_for(0..self.len()).for_each(|c| {
+            let start = c * chunk_len;
+            let end = (start + chunk_len).min(len);
+            // SAFETY: chunk `c` is `[start, end)`, inside the slice, and
+            // each chunk index runs exactly once, so no two calls see
+            // overlapping elements; the slice stays mutably borrowed until
+            // the loop returns.
+            let chunk =
+                unsafe { std::slice::from_raw_parts_mut(base.get().add(start), end - start) };
+            f(c, chunk)
+        });
+    }
+}
+
+/// Parallel iteration over the elements of `slice`, each given mutably with
+/// its index.
+///
+/// ```
+/// let mut v = vec![0usize; 1000];
+/// selvedge::par_iter_mut(&mut v).for_each(|i, x| *x = i * i);
+/// assert_eq!(v[999], 998_001);
+/// ```
+pub fn par_iter_mut<T: Send>(slice: &mut [T]) -> ParIterMut<'_, T> {
+    ParIterMut { slice }
+}
+
+/// The elements of a slice for a parallel loop; made by [`par_iter_mut`].
+///
+/// ```
+/// let mut v = [1, 2, 3];
+/// selvedge::par_iter_mut(&mut v).for_each(|_, x| *x += 1);
+/// assert_eq!(v, [2, 3, 4]);
+/// ```
+#[derive(Debug)]
+#[must_use = "nothing runs until `for_each`"]
+pub struct ParIterMut<'a, T> {
+    slice: &'a mut [T],
+}
+
+impl<T: Send> ParIterMut<'_, T> {
+    /// Runs `f(index, element)` for every element, in parallel, and returns
+    /// when all have run. Panics as [`ParallelFor::for_each`].
+    ///
+    /// ```
+    /// let mut v = vec![1.0f64; 8];
+    /// selvedge::par_iter_mut(&mut v).for_each(|i, x| *x *= i as f64);
+    /// assert_eq!(v[7], 7.0);
+    /// ```
+    pub fn for_each<F>(self, f: F)
+    where
+        F: Fn(usize, &mut T) + Sync,
+    {
+        let base = SendPtr(self.slice.as_mut_ptr());
+        parallel_for(0..self.slice.len()).for_each(|i| {
+            // SAFETY: `i` is in bounds and runs exactly once, so each
+            // element is borrowed by one call only, while the slice stays
+            // mutably borrowed until the loop returns.
+            f(i, unsafe { &mut *base.get().add(i) })
+        });
+    }
+}
+
+/// A slice's base pointer, shared by the iterations that write disjoint
+/// parts of it.
+struct SendPtr<T>(*mut T);
+
+impl<T> SendPtr<T> {
+    /// The pointer (a method, so closures capture the whole wrapper).
+    fn get(&self) -> *mut T {
+        self.0
+    }
+}
+
+// SAFETY: only used for slices of `T: Send` whose elements each go to one
+// iteration.
+unsafe impl<T: Send> Sync for SendPtr<T> {}
+
+// ---------------------------------------------------------------------------
+// What a loop computes.
+
+/// The per-loop behaviour: what a part starts from, what one iteration
+/// does, and how two parts combine.
+trait Body: Sync {
+    /// A part's accumulator (`()` for `for_each`).
+    type Acc: Send;
+    /// Whether parts' accumulators must be merged (false: no join nodes).
+    const MERGES: bool;
+    fn identity(&self) -> Self::Acc;
+    fn fold(&self, acc: Self::Acc, i: usize) -> Self::Acc;
+    fn merge(&self, left: Self::Acc, right: Self::Acc) -> Self::Acc;
+}
+
+struct ForEach<F>(F);
+
+impl<F: Fn(usize) + Sync> Body for ForEach<F> {
+    type Acc = ();
+    const MERGES: bool = false;
+
+    #[inline(always)]
+    fn identity(&self) {}
+
+    #[inline(always)]
+    fn fold(&self, _: (), i: usize) {
+        (self.0)(i)
+    }
+
+    #[inline(always)]
+    fn merge(&self, _: (), _: ()) {}
+}
+
+struct Reduce<T, I, G, M> {
+    identity: I,
+    fold: G,
+    merge: M,
+    _acc: PhantomData<fn() -> T>,
+}
+
+impl<T, I, G, M> Body for Reduce<T, I, G, M>
+where
+    T: Send,
+    I: Fn() -> T + Sync,
+    G: Fn(T, usize) -> T + Sync,
+    M: Fn(T, T) -> T + Sync,
+{
+    type Acc = T;
+    const MERGES: bool = true;
+
+    #[inline(always)]
+    fn identity(&self) -> T {
+        (self.identity)()
+    }
+
+    #[inline(always)]
+    fn fold(&self, acc: T, i: usize) -> T {
+        (self.fold)(acc, i)
+    }
+
+    #[inline(always)]
+    fn merge(&self, left: T, right: T) -> T {
+        (self.merge)(left, right)
+    }
+}
+
+impl<B: Body> Body for &B {
+    type Acc = B::Acc;
+    const MERGES: bool = B::MERGES;
+
+    #[inline(always)]
+    fn identity(&self) -> B::Acc {
+        (**self).identity()
+    }
+
+    #[inline(always)]
+    fn fold(&self, acc: B::Acc, i: usize) -> B::Acc {
+        (**self).fold(acc, i)
+    }
+
+    #[inline(always)]
+    fn merge(&self, left: B::Acc, right: B::Acc) -> B::Acc {
+        (**self).merge(left, right)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// One running loop.
+
+/// What every part of one loop shares.
+struct Job<B: Body> {
+    body: B,
+    /// Iteration `k` runs index `start + k * stride`.
+    start: usize,
+    stride: usize,
+    each: Option<LoopDeps>,
+    /// Parts not yet finished (the first part counts from the start).
+    pending: AtomicUsize,
+    /// The first panic of any iteration, merge or cancelled part.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+    /// The merged accumulator, written once by the last merge (`None`
+    /// inside when a merge panicked).
+    result: UnsafeCell<Option<Option<B::Acc>>>,
+    finish: Finish,
+}
+
+/// Who learns that the last part finished.
+enum Finish {
+    /// A caller blocked in `for_each`/`reduce` on worker `owner`.
+    Wake {
+        owner: usize,
+        /// The owner worker's own `Arc<Shared>` field, which outlives the
+        /// wait.
+        runtime: *const Arc<Shared>,
+    },
+    /// A spawned loop's handle, parked on this promise (taken by the last
+    /// part).
+    Fulfill(UnsafeCell<Option<Promise>>),
+}
+
+// SAFETY: a job is shared by its parts on several workers. The body is
+// Sync; `result` is written once by the last merge and read by the owner
+// after `pending` reaches zero (acquire/release on `pending`); the
+// promise in `Finish::Fulfill` is taken only by the part that brings
+// `pending` to zero; `Finish::Wake`'s pointer is only read.
+unsafe impl<B: Body> Sync for Job<B> {}
+// SAFETY: as above; a spawned loop's body is also Send.
+unsafe impl<B: Body + Send> Send for Job<B> {}
+
+impl<B: Body> Job<B> {
+    fn record_panic(&self, payload: Box<dyn Any + Send>) {
+        let mut slot = lock(&self.panic);
+        if slot.is_none() {
+            *slot = Some(payload);
+        }
+    }
+
+    fn take_panic(&self) -> Option<Box<dyn Any + Send>> {
+        lock(&self.panic).take()
+    }
+
+    /// Counts one part finished (after its deposit); the last one tells
+    /// the owner or fulfills the handle's promise.
+    ///
+    /// # Safety
+    /// `job` is live and the calling part has not finished before. The job
+    /// may be freed as soon as the count reaches zero, so nothing of it is
+    /// touched after that but what was copied out first.
+    unsafe fn finish_part(job: *const Self) {
+        // SAFETY: the caller's unfinished part keeps the job alive until
+        // the decrement below.
+        let job = unsafe { &*job };
+        match &job.finish {
+            Finish::Wake { owner, runtime } => {
+                let (owner, runtime) = (*owner, *runtime);
+                if job.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    // SAFETY: the owner worker (and its `Arc<Shared>`
+                    // field) lives until shutdown, which waits for it.
+                    unsafe { &*runtime }.sleep.unpark(owner);
+                }
+            }
+            Finish::Fulfill(promise) => {
+                if job.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    // SAFETY: only the part that brought the count to zero
+                    // gets here, and the job lives until the handle task,
+                    // which waits for this promise, runs.
+                    let promise = promise.with_mut(|p| unsafe { (*p).take() });
+                    if let Some(p) = promise {
+                        p.fulfill();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Where a part's accumulator goes: one side of a join node, or the job's
+/// result when `node` is null.
+struct Out<T> {
+    node: *const JoinNode<T>,
+    right: bool,
+}
+
+impl<T> Clone for Out<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Out<T> {}
+
+impl<T> Out<T> {
+    const ROOT: Self = Out {
+        node: std::ptr::null(),
+        right: false,
+    };
+}
+
+/// The meeting point of two neighbouring parts of a reduction.
+struct JoinNode<T> {
+    /// How many of the two sides have deposited.
+    arrived: AtomicUsize,
+    left: UnsafeCell<Option<T>>,
+    right: UnsafeCell<Option<T>>,
+    /// Where the merged value goes.
+    parent: Out<T>,
+}
+
+impl<T> JoinNode<T> {
+    /// A node under `parent`, returned as its (left, right) sides.
+    fn split(parent: Out<T>) -> (Out<T>, Out<T>) {
+        let node = Box::into_raw(Box::new(JoinNode {
+            arrived: AtomicUsize::new(0),
+            left: UnsafeCell::new(None),
+            right: UnsafeCell::new(None),
+            parent,
+        }));
+        (Out { node, right: false }, Out { node, right: true })
+    }
+}
+
+/// Hands a finished part's accumulator to `out`; whoever completes a join
+/// node merges it (left, right) and carries the result up.
+fn deposit<B: Body>(job: &Job<B>, mut out: Out<B::Acc>, mut value: Option<B::Acc>) {
+    if !B::MERGES {
+        return;
+    }
+    loop {
+        if out.node.is_null() {
+            // SAFETY: the root is deposited once, by the last merge; the
+            // owner reads it after every part finished.
+            job.result.with_mut(|r| unsafe { *r = Some(value) });
+            return;
+        }
+        // SAFETY: a node lives until its second side arrives, and this
+        // side has not arrived yet.
+        let node = unsafe { &*out.node };
+        let side = if out.right { &node.right } else { &node.left };
+        // SAFETY: each side is written by exactly one part, before it
+        // announces its arrival.
+        side.with_mut(|s| unsafe { *s = value });
+        if node.arrived.fetch_add(1, Ordering::AcqRel) == 0 {
+            return; // the other side merges
+        }
+        // SAFETY: both sides arrived (acquire above saw the other's
+        // write); nobody else holds the node now.
+        let node = unsafe { Box::from_raw(out.node as *mut JoinNode<B::Acc>) };
+        let left = node.left.with_mut(|s| unsafe { (*s).take() });
+        let right = node.right.with_mut(|s| unsafe { (*s).take() });
+        value = match (left, right) {
+            (Some(l), Some(r)) => match catch_unwind(AssertUnwindSafe(|| job.body.merge(l, r))) {
+                Ok(v) => Some(v),
+                Err(p) => {
+                    job.record_panic(p);
+                    None
+                }
+            },
+            _ => None,
+        };
+        out = node.parent;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Parts and their frames.
+
+/// A running loop part, as the worker sees it: the iterations it has not
+/// started yet, and how to split them off. Lives on the stack of the part.
+pub(crate) struct LoopFrame {
+    /// The next iteration to start.
+    next: Cell<usize>,
+    /// One past the last iteration of this part (lowered by splits).
+    stop: Cell<usize>,
+    /// The loop part this one runs inside, on the same worker.
+    older: Cell<*const LoopFrame>,
+    /// The part is between two iterations (at its mailbox check), not in
+    /// the middle of one.
+    polling: Cell<bool>,
+    /// Makes a part of the job for iterations `[from, to)`, which the frame
+    /// has just given up.
+    split: unsafe fn(&LoopFrame, usize, usize) -> TaskRef,
+}
+
+impl LoopFrame {
+    pub(crate) fn older(&self) -> *const LoopFrame {
+        self.older.get()
+    }
+
+    pub(crate) fn set_older(&self, older: *const LoopFrame) {
+        self.older.set(older);
+    }
+
+    /// How many iterations to give one of `thieves` thieves: an equal
+    /// share with this worker when it is between iterations; when it is in
+    /// the middle of one (a long outer iteration), an equal share of the
+    /// unstarted ones among the thieves and it, rounded up, so that even a
+    /// last unstarted iteration goes to an idle worker.
+    fn share_for(&self, thieves: usize) -> usize {
+        let unstarted = self.stop.get().saturating_sub(self.next.get());
+        if self.polling.get() {
+            unstarted / (thieves + 1)
+        } else {
+            unstarted.div_ceil(thieves + 1)
+        }
+    }
+
+    /// Gives up the last `give` iterations as a new part.
+    fn split_back(&self, give: usize) -> TaskRef {
+        let to = self.stop.get();
+        let from = to - give;
+        self.stop.set(from);
+        // SAFETY: `split` belongs to the frame's own part type, and the
+        // iterations `[from, to)` were unstarted and are now given up.
+        unsafe { (self.split)(self, from, to) }
+    }
+}
+
+/// For a steal request: splits the oldest loop part on the worker's stack
+/// (from `top` down) that has iterations to give one of `thieves` thieves.
+pub(crate) fn split_for_thieves(top: *const LoopFrame, thieves: usize) -> Option<TaskRef> {
+    let mut chosen = None;
+    let mut frame = top;
+    // SAFETY: the worker's loop frames are live: each is unregistered
+    // before its part's stack frame ends.
+    while let Some(f) = unsafe { frame.as_ref() } {
+        let give = f.share_for(thieves);
+        if give > 0 {
+            chosen = Some((f, give));
+        }
+        frame = f.older();
+    }
+    let (f, give) = chosen?;
+    Some(f.split_back(give))
+}
+
+/// For a sleeping worker: half of `frame` (a part just starting), unless an
+/// older part on this worker has iterations to give.
+pub(crate) fn split_for_sleeper(frame: &LoopFrame) -> Option<TaskRef> {
+    let mut older = frame.older();
+    // SAFETY: as in `split_for_thieves`.
+    while let Some(f) = unsafe { older.as_ref() } {
+        if f.share_for(1) > 0 {
+            return None;
+        }
+        older = f.older();
+    }
+    frame.polling.set(true);
+    let give = frame.share_for(1);
+    frame.polling.set(false);
+    (give > 0).then(|| frame.split_back(give))
+}
+
+/// A loop frame with what its part needs to split: the job and where its
+/// accumulator goes.
+#[repr(C)]
+struct PartFrame<'j, B: Body> {
+    /// First, so `&LoopFrame` casts back to the whole.
+    frame: LoopFrame,
+    job: &'j Job<B>,
+    out: Cell<Out<B::Acc>>,
+}
+
+/// The `LoopFrame::split` of a `PartFrame<B>`.
+///
+/// # Safety
+/// `frame` is the `frame` field of a live `PartFrame<B>`.
+unsafe fn split_part<B: Body>(frame: &LoopFrame, from: usize, to: usize) -> TaskRef {
+    // SAFETY: `PartFrame` is repr(C) with the frame first (caller's promise).
+    let part = unsafe { &*(frame as *const LoopFrame as *const PartFrame<'_, B>) };
+    // Relaxed: this part is unfinished, so the count cannot reach zero
+    // before the new part's own decrement, which follows in the count's
+    // modification order.
+    part.job.pending.fetch_add(1, Ordering::Relaxed);
+    let out = if B::MERGES {
+        let (left, right) = JoinNode::split(part.out.get());
+        part.out.set(left);
+        right
+    } else {
+        Out::ROOT
+    };
+    Part::new(part.job, from, to, out).into_task()
+}
+
+/// Runs iterations `[from, to)` of `job` on `w` as one part, splittable by
+/// thieves, and deposits its accumulator into `out`. The caller counts the
+/// part finished.
+fn run_part<B: Body>(job: &Job<B>, w: &Worker, from: usize, to: usize, out: Out<B::Acc>) {
+    let part = PartFrame {
+        frame: LoopFrame {
+            next: Cell::new(from),
+            stop: Cell::new(to),
+            older: Cell::new(std::ptr::null()),
+            polling: Cell::new(false),
+            split: split_part::<B>,
+        },
+        job,
+        out: Cell::new(out),
+    };
+    w.enter_loop(&part.frame);
+    if w.shared.sleep.has_sleepers() {
+        w.share_loop(&part.frame);
+    }
+    let acc = iterate(&part, w);
+    w.leave_loop(&part.frame);
+    deposit(job, part.out.get(), acc);
+}
+
+/// Runs the part's iterations, surviving panics: a panicking iteration is
+/// recorded and skipped, and the rest go on from a fresh accumulator (the
+/// loop's result is not used once a panic is recorded).
+fn iterate<B: Body>(part: &PartFrame<'_, B>, w: &Worker) -> Option<B::Acc> {
+    let job = part.job;
+    loop {
+        let acc = match catch_unwind(AssertUnwindSafe(|| job.body.identity())) {
+            Ok(acc) => acc,
+            Err(p) => {
+                // Nothing to fold into: the rest of this part cannot run.
+                job.record_panic(p);
+                part.frame.next.set(part.frame.stop.get());
+                return None;
+            }
+        };
+        let run = AssertUnwindSafe(|| match &job.each {
+            None => run_iterations(part, w, acc),
+            Some(each) => run_iterations_when_ready(part, each, w, acc),
+        });
+        match catch_unwind(run) {
+            Ok(acc) => return Some(acc),
+            // `next` is already past the iteration that panicked.
+            Err(p) => job.record_panic(p),
+        }
+    }
+}
+
+/// The hot loop: one iteration, then one relaxed load of the mailbox's
+/// count. `next` and `stop` live in the frame because a split (made by a
+/// nested loop's check, too) lowers `stop`.
+#[inline(always)]
+fn run_iterations<B: Body>(part: &PartFrame<'_, B>, w: &Worker, mut acc: B::Acc) -> B::Acc {
+    let (job, f) = (part.job, &part.frame);
+    let mailbox = w.mailbox();
+    let (start, stride) = (job.start, job.stride);
+    loop {
+        let k = f.next.get();
+        if k >= f.stop.get() {
+            return acc;
+        }
+        f.next.set(k + 1);
+        acc = job.body.fold(acc, start + k * stride);
+        if mailbox.waiting() != 0 {
+            poll(w, f);
+        }
+    }
+}
+
+/// The loop of a `depends_on_each` part: before an iteration of a bucket
+/// not yet seen fulfilled, check its promise; an unfulfilled bucket's
+/// iterations become a part parked on it.
+#[inline(always)]
+fn run_iterations_when_ready<B: Body>(
+    part: &PartFrame<'_, B>,
+    each: &LoopDeps,
+    w: &Worker,
+    mut acc: B::Acc,
+) -> B::Acc {
+    let (job, f) = (part.job, &part.frame);
+    let mailbox = w.mailbox();
+    let (start, stride) = (job.start, job.stride);
+    // Iterations below this are in buckets already seen fulfilled.
+    let mut ready_until = 0;
+    loop {
+        let k = f.next.get();
+        if k >= f.stop.get() {
+            return acc;
+        }
+        if k >= ready_until {
+            let bucket = each.bucket_of(start + k * stride);
+            let bucket_end = (each.bucket_end(bucket) - start).div_ceil(stride);
+            if each.is_ready(bucket) {
+                ready_until = bucket_end;
+            } else {
+                let end = bucket_end.min(f.stop.get());
+                acc = park_bucket(part, each, w, bucket, k..end, acc);
+                continue;
+            }
+        }
+        f.next.set(k + 1);
+        acc = job.body.fold(acc, start + k * stride);
+        if mailbox.waiting() != 0 {
+            poll(w, f);
+        }
+    }
+}
+
+/// Turns iterations `run` (all in unfulfilled `bucket`) into a part parked
+/// on the bucket's promise; the current part goes on after them.
+#[cold]
+#[inline(never)]
+fn park_bucket<B: Body>(
+    part: &PartFrame<'_, B>,
+    each: &LoopDeps,
+    w: &Worker,
+    bucket: usize,
+    run: Range<usize>,
+    acc: B::Acc,
+) -> B::Acc {
+    let job = part.job;
+    part.frame.next.set(run.end);
+    job.pending.fetch_add(1, Ordering::Relaxed);
+    let (parked_out, acc) = if B::MERGES {
+        // Close what this part folded so far, then place the parked
+        // iterations between it and what this part folds next.
+        let (before, after) = JoinNode::split(part.out.get());
+        deposit(job, before, Some(acc));
+        let (parked, rest) = JoinNode::split(after);
+        part.out.set(rest);
+        (parked, job.body.identity())
+    } else {
+        (Out::ROOT, acc)
+    };
+    let task = Part::new(job, run.start, run.end, parked_out).into_task();
+    promise::delay(&w.shared, task, [each.dep(bucket)]);
+    acc
+}
+
+/// Between two iterations: a thief is asking.
+#[cold]
+#[inline(never)]
+fn poll(w: &Worker, frame: &LoopFrame) {
+    frame.polling.set(true);
+    w.answer_requests();
+    frame.polling.set(false);
+}
+
+/// A part queued as a task (split off, parked, or a spawned loop's first).
+/// Dropped unrun (its promise broken, or its runtime shut down), it still
+/// counts itself finished and reports the cancellation as the loop's panic.
+struct Part<B: Body> {
+    job: *const Job<B>,
+    from: usize,
+    to: usize,
+    out: Out<B::Acc>,
+    ran: bool,
+}
+
+// SAFETY: a part only reaches its job through `&Job<B>`, which is Sync.
+unsafe impl<B: Body> Send for Part<B> {}
+
+impl<B: Body> Part<B> {
+    fn new(job: *const Job<B>, from: usize, to: usize, out: Out<B::Acc>) -> Self {
+        Self {
+            job,
+            from,
+            to,
+            out,
+            ran: false,
+        }
+    }
+
+    fn into_task(self) -> TaskRef {
+        task::new_detached(move || {
+            let mut part = self;
+            part.ran = true;
+            let w = Worker::current().expect("selvedge: loop parts run on workers");
+            // SAFETY: the job lives until every part has finished, and this
+            // one finishes only below.
+            let job = unsafe { &*part.job };
+            run_part(job, w, part.from, part.to, part.out);
+            // SAFETY: this part is finished, once.
+            unsafe { Job::finish_part(part.job) };
+        })
+    }
+}
+
+impl<B: Body> Drop for Part<B> {
+    fn drop(&mut self) {
+        if self.ran {
+            return;
+        }
+        // SAFETY: an unfinished part keeps its job alive.
+        let job = unsafe { &*self.job };
+        let first = job.start + self.from * job.stride;
+        let last = job.start + (self.to - 1) * job.stride;
+        job.record_panic(Box::new(format!(
+            "selvedge: parallel loop iterations {first}..={last} were cancelled: {}",
+            "a dependency was dropped unfulfilled, or the runtime shut down"
+        )));
+        deposit(job, self.out, None);
+        // SAFETY: this part is finished, once.
+        unsafe { Job::finish_part(self.job) };
+    }
+}
