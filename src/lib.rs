@@ -54,6 +54,7 @@
 mod completion;
 mod event;
 mod gate;
+mod merge;
 mod park;
 mod steal;
 mod sync;
@@ -111,6 +112,7 @@ pub mod protocols {
     pub use crate::completion::{Completion, Release};
     pub use crate::event::{Dep, Group, Outcome, Waiter};
     pub use crate::gate::Gate;
+    pub use crate::merge::{deposit, split, Out};
     pub use crate::park::Sleep;
     pub use crate::steal::{Mailbox, Reply, ReplySlot, StealRequest, VictimSet};
 }

@@ -13,11 +13,11 @@
 //! tail of an inner loop).
 //!
 //! A reduction gives each part its own accumulator. A split puts a join
-//! node between the part that keeps the front and the part that takes the
-//! back; whichever of the two finishes second merges them (left before
-//! right, so the merge order is the index order) and passes the result up,
-//! so the whole reduction merges on the workers that finish last, without a
-//! lock.
+//! node ([`crate::merge`]) between the part that keeps the front and the
+//! part that takes the back; whichever of the two finishes second merges
+//! them (left before right, so the merge order is the index order) and
+//! passes the result up, so the whole reduction merges on the workers that
+//! finish last, without a lock.
 //!
 //! A `depends_on_each` loop checks, before each iteration, whether that
 //! iteration's promise is fulfilled (once per bucket). When it is not, the
@@ -31,6 +31,7 @@
 
 use crate::event::Dep;
 use crate::handle::JoinHandle;
+use crate::merge::{self, Out};
 use crate::promise::{self, LoopDeps, LoopPromise, Promise};
 use crate::runtime::{global_runtime, on_worker, Shared};
 use crate::sync::{lock, AtomicUsize, Mutex, Ordering, UnsafeCell};
@@ -725,90 +726,27 @@ impl<B: Body> Job<B> {
     }
 }
 
-/// Where a part's accumulator goes: one side of a join node, or the job's
-/// result when `node` is null.
-struct Out<T> {
-    node: *const JoinNode<T>,
-    right: bool,
-}
-
-impl<T> Clone for Out<T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<T> Copy for Out<T> {}
-
-impl<T> Out<T> {
-    const ROOT: Self = Out {
-        node: std::ptr::null(),
-        right: false,
-    };
-}
-
-/// The meeting point of two neighbouring parts of a reduction.
-struct JoinNode<T> {
-    /// How many of the two sides have deposited.
-    arrived: AtomicUsize,
-    left: UnsafeCell<Option<T>>,
-    right: UnsafeCell<Option<T>>,
-    /// Where the merged value goes.
-    parent: Out<T>,
-}
-
-impl<T> JoinNode<T> {
-    /// A node under `parent`, returned as its (left, right) sides.
-    fn split(parent: Out<T>) -> (Out<T>, Out<T>) {
-        let node = Box::into_raw(Box::new(JoinNode {
-            arrived: AtomicUsize::new(0),
-            left: UnsafeCell::new(None),
-            right: UnsafeCell::new(None),
-            parent,
-        }));
-        (Out { node, right: false }, Out { node, right: true })
-    }
-}
-
-/// Hands a finished part's accumulator to `out`; whoever completes a join
-/// node merges it (left, right) and carries the result up.
-fn deposit<B: Body>(job: &Job<B>, mut out: Out<B::Acc>, mut value: Option<B::Acc>) {
+/// Hands a finished part's accumulator to `out` (see [`crate::merge`]); a
+/// merge that panics is recorded and passes `None` up; the value that
+/// reaches the root is the loop's result.
+fn deposit<B: Body>(job: &Job<B>, out: Out<B::Acc>, value: Option<B::Acc>) {
     if !B::MERGES {
         return;
     }
-    loop {
-        if out.node.is_null() {
-            // SAFETY: the root is deposited once, by the last merge; the
-            // owner reads it after every part finished.
-            job.result.with_mut(|r| unsafe { *r = Some(value) });
-            return;
+    let merge = |l, r| match catch_unwind(AssertUnwindSafe(|| job.body.merge(l, r))) {
+        Ok(v) => Some(v),
+        Err(p) => {
+            job.record_panic(p);
+            None
         }
-        // SAFETY: a node lives until its second side arrives, and this
-        // side has not arrived yet.
-        let node = unsafe { &*out.node };
-        let side = if out.right { &node.right } else { &node.left };
-        // SAFETY: each side is written by exactly one part, before it
-        // announces its arrival.
-        side.with_mut(|s| unsafe { *s = value });
-        if node.arrived.fetch_add(1, Ordering::AcqRel) == 0 {
-            return; // the other side merges
-        }
-        // SAFETY: both sides arrived (acquire above saw the other's
-        // write); nobody else holds the node now.
-        let node = unsafe { Box::from_raw(out.node as *mut JoinNode<B::Acc>) };
-        let left = node.left.with_mut(|s| unsafe { (*s).take() });
-        let right = node.right.with_mut(|s| unsafe { (*s).take() });
-        value = match (left, right) {
-            (Some(l), Some(r)) => match catch_unwind(AssertUnwindSafe(|| job.body.merge(l, r))) {
-                Ok(v) => Some(v),
-                Err(p) => {
-                    job.record_panic(p);
-                    None
-                }
-            },
-            _ => None,
-        };
-        out = node.parent;
+    };
+    // SAFETY: every `Out` of a loop is deposited once: by the part it was
+    // given to when it finishes, or by `park_bucket` when it closes a
+    // segment.
+    if let Some(result) = unsafe { merge::deposit(out, value, merge) } {
+        // SAFETY: the root is reached once, by the last merge; the owner
+        // reads it after every part finished.
+        job.result.with_mut(|r| unsafe { *r = Some(result) });
     }
 }
 
@@ -923,7 +861,7 @@ unsafe fn split_part<B: Body>(frame: &LoopFrame, from: usize, to: usize) -> Task
     // modification order.
     part.job.pending.fetch_add(1, Ordering::Relaxed);
     let out = if B::MERGES {
-        let (left, right) = JoinNode::split(part.out.get());
+        let (left, right) = merge::split(part.out.get());
         part.out.set(left);
         right
     } else {
@@ -1061,9 +999,9 @@ fn park_bucket<B: Body>(
     let (parked_out, acc) = if B::MERGES {
         // Close what this part folded so far, then place the parked
         // iterations between it and what this part folds next.
-        let (before, after) = JoinNode::split(part.out.get());
+        let (before, after) = merge::split(part.out.get());
         deposit(job, before, Some(acc));
-        let (parked, rest) = JoinNode::split(after);
+        let (parked, rest) = merge::split(after);
         part.out.set(rest);
         (parked, job.body.identity())
     } else {

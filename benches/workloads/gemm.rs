@@ -1,0 +1,251 @@
+//! Batched single-precision GEMM with a second stage per matrix: the
+//! workload of the README's main demonstration (`examples/batched_gemm.rs`)
+//! and of the `gemm` criterion benchmark.
+//!
+//! For each of `batch` pairs of `n x n` matrices, stage 1 computes
+//! `C = A B`, and stage 2 applies an activation (ReLU) to `C` in place and
+//! sums each of its rows. Three implementations of the same computation:
+//!
+//! - [`serial`]: one thread, one kernel call per matrix.
+//! - [`selvedge`]: an outer `parallel_for` over the batch whose body runs an
+//!   inner parallel loop over blocks of rows (`par_chunks_mut`), each block
+//!   one single-threaded kernel call; every matrix fulfills its iteration of
+//!   a `LoopPromise` when its product is done, and stage 2 is a
+//!   `depends_on_each` loop that starts on a matrix the moment it is ready,
+//!   with no barrier between the stages. Both loops split only when a
+//!   worker asks for work, so with idle workers the thief takes whole outer
+//!   iterations, not row blocks.
+//! - [`rayon`]: the same nesting with rayon's `par_chunks_mut`, and stage 2
+//!   after the stage-1 loop returns (rayon has no per-iteration dependency).
+//!
+//! The kernel is `matrixmultiply::sgemm`, single-threaded: a packed,
+//! cache-blocked, SIMD-dispatched GEMM in a small, well-kept crate with no
+//! threading of its own, so all parallelism comes from the scheduler
+//! under test.
+
+use selvedge::{par_chunks_mut, parallel_for, LoopPromise};
+use std::sync::Mutex;
+
+/// The inputs and outputs of one batch.
+pub struct Batch {
+    pub batch: usize,
+    pub n: usize,
+    /// `batch` matrices `A`, row-major, one after the other.
+    pub a: Vec<f32>,
+    /// `batch` matrices `B`.
+    pub b: Vec<f32>,
+}
+
+/// What a run produces: the activated products and their row sums.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Output {
+    /// `batch` matrices `relu(A B)`.
+    pub c: Vec<f32>,
+    /// `batch * n` row sums of those.
+    pub row_sums: Vec<f32>,
+}
+
+impl Batch {
+    /// A batch of pseudo-random matrices with entries in [-1, 1).
+    pub fn new(batch: usize, n: usize, seed: u64) -> Self {
+        let mut state = seed | 1;
+        let mut next = || {
+            // xorshift64*: deterministic and fast enough for inputs.
+            state ^= state >> 12;
+            state ^= state << 25;
+            state ^= state >> 27;
+            let x = state.wrapping_mul(0x2545_F491_4F6C_DD1D);
+            (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+        };
+        let len = batch * n * n;
+        Batch {
+            batch,
+            n,
+            a: (0..len).map(|_| next()).collect(),
+            b: (0..len).map(|_| next()).collect(),
+        }
+    }
+
+    /// Floating-point operations of stage 1 (the GEMMs).
+    pub fn flops(&self) -> f64 {
+        2.0 * (self.n as f64).powi(3) * self.batch as f64
+    }
+
+    fn matrix<'a>(&self, all: &'a [f32], m: usize) -> &'a [f32] {
+        let nn = self.n * self.n;
+        &all[m * nn..(m + 1) * nn]
+    }
+
+    /// A fresh output buffer (zeroed).
+    pub fn output(&self) -> Output {
+        Output {
+            c: vec![0.0; self.batch * self.n * self.n],
+            row_sums: vec![0.0; self.batch * self.n],
+        }
+    }
+}
+
+/// `c_rows = a_rows * b` for `c_rows.len() / n` rows: one single-threaded
+/// kernel call.
+pub fn gemm_rows(a_rows: &[f32], b: &[f32], c_rows: &mut [f32], n: usize) {
+    let rows = c_rows.len() / n;
+    assert_eq!(c_rows.len(), rows * n, "whole rows of C");
+    assert_eq!(a_rows.len(), rows * n, "as many rows of A as of C");
+    assert_eq!(b.len(), n * n, "B is n x n");
+    // SAFETY: the asserts above make every access in bounds: A is
+    // rows x n, B is n x n and C is rows x n, all row-major and contiguous
+    // (row stride n, column stride 1), and C is a unique borrow.
+    unsafe {
+        matrixmultiply::sgemm(
+            rows,
+            n,
+            n,
+            1.0,
+            a_rows.as_ptr(),
+            n as isize,
+            1,
+            b.as_ptr(),
+            n as isize,
+            1,
+            0.0,
+            c_rows.as_mut_ptr(),
+            n as isize,
+            1,
+        );
+    }
+}
+
+/// Stage 2 on one matrix: ReLU in place, then each row's sum.
+pub fn activate_and_sum(c: &mut [f32], row_sums: &mut [f32], n: usize) {
+    for (row, sum) in c.chunks_mut(n).zip(row_sums) {
+        let mut s = 0.0;
+        for x in row {
+            *x = x.max(0.0);
+            s += *x;
+        }
+        *sum = s;
+    }
+}
+
+/// One thread, one kernel call per matrix.
+pub fn serial(input: &Batch, out: &mut Output) {
+    let (n, nn) = (input.n, input.n * input.n);
+    for (m, (c, sums)) in out
+        .c
+        .chunks_mut(nn)
+        .zip(out.row_sums.chunks_mut(n))
+        .enumerate()
+    {
+        gemm_rows(input.matrix(&input.a, m), input.matrix(&input.b, m), c, n);
+        activate_and_sum(c, sums, n);
+    }
+}
+
+/// Only stage 1 on one thread: the kernel's single-thread rate, which sets
+/// the parallel limit (`threads` times this rate).
+pub fn serial_products(input: &Batch, out: &mut Output) {
+    let (n, nn) = (input.n, input.n * input.n);
+    for (m, c) in out.c.chunks_mut(nn).enumerate() {
+        gemm_rows(input.matrix(&input.a, m), input.matrix(&input.b, m), c, n);
+    }
+}
+
+/// Nested dataflow version; call it on a worker of the runtime to use (for
+/// example inside `Runtime::run`). `block_rows` rows of C per inner
+/// iteration.
+pub fn selvedge(input: &Batch, out: &mut Output, block_rows: usize) {
+    let (n, nn) = (input.n, input.n * input.n);
+    // Each matrix's output behind its own lock: stage 1 holds it while its
+    // inner loop writes the row blocks, stage 2 takes it once the promise
+    // says the product is done, so the lock is never contended; it is what
+    // lets two loops hand a buffer over without `unsafe`.
+    let matrices: Vec<Mutex<(&mut [f32], &mut [f32])>> = out
+        .c
+        .chunks_mut(nn)
+        .zip(out.row_sums.chunks_mut(n))
+        .map(Mutex::new)
+        .collect();
+    let products_done = LoopPromise::new(0..input.batch);
+    selvedge::scope(|s| {
+        // Stage 2, started first: each iteration waits only for its own
+        // matrix's product.
+        s.spawn(|_| {
+            parallel_for(0..input.batch)
+                .depends_on_each(&products_done)
+                .for_each(|m| {
+                    let mut guard = matrices[m].lock().unwrap();
+                    let (c, sums) = &mut *guard;
+                    activate_and_sum(c, sums, n);
+                });
+        });
+        // Stage 1: batch x row blocks, nested.
+        parallel_for(0..input.batch).for_each(|m| {
+            {
+                let mut guard = matrices[m].lock().unwrap();
+                let (a, b) = (input.matrix(&input.a, m), input.matrix(&input.b, m));
+                par_chunks_mut(&mut guard.0[..], block_rows * n).for_each(|blk, c_rows| {
+                    let a_rows = &a[blk * block_rows * n..][..c_rows.len()];
+                    gemm_rows(a_rows, b, c_rows, n);
+                });
+            }
+            products_done.fulfill(m);
+        });
+    });
+}
+
+/// Rayon's nested version: stage 1 as nested `par_chunks_mut`, then stage
+/// 2 behind the barrier of the first loop's return. Call it inside the
+/// rayon pool to use (`ThreadPool::install`).
+pub fn rayon(input: &Batch, out: &mut Output, block_rows: usize) {
+    use rayon::prelude::*;
+    let (n, nn) = (input.n, input.n * input.n);
+    out.c.par_chunks_mut(nn).enumerate().for_each(|(m, c)| {
+        let (a, b) = (input.matrix(&input.a, m), input.matrix(&input.b, m));
+        c.par_chunks_mut(block_rows * n)
+            .enumerate()
+            .for_each(|(blk, c_rows)| {
+                let a_rows = &a[blk * block_rows * n..][..c_rows.len()];
+                gemm_rows(a_rows, b, c_rows, n);
+            });
+    });
+    out.c
+        .par_chunks_mut(nn)
+        .zip(out.row_sums.par_chunks_mut(n))
+        .for_each(|(c, sums)| activate_and_sum(c, sums, n));
+}
+
+/// No scheduler: `threads` OS threads, each doing both stages on an equal
+/// contiguous share of the batch. What the machine itself allows for this
+/// work at this thread count (every share is the same size, so static
+/// partitioning is ideal here), against which the schedulers' figures are
+/// read; it spawns its threads inside the timed region, as each run of a
+/// scheduler wakes its pool's.
+pub fn static_threads(input: &Batch, out: &mut Output, threads: usize) {
+    let (n, nn) = (input.n, input.n * input.n);
+    let per_thread = input.batch.div_ceil(threads.max(1)).max(1);
+    std::thread::scope(|s| {
+        let shares = out
+            .c
+            .chunks_mut(per_thread * nn)
+            .zip(out.row_sums.chunks_mut(per_thread * n));
+        for (t, (c, sums)) in shares.enumerate() {
+            s.spawn(move || {
+                for (i, (c, sums)) in c.chunks_mut(nn).zip(sums.chunks_mut(n)).enumerate() {
+                    let m = t * per_thread + i;
+                    gemm_rows(input.matrix(&input.a, m), input.matrix(&input.b, m), c, n);
+                    activate_and_sum(c, sums, n);
+                }
+            });
+        }
+    });
+}
+
+/// The largest relative difference between two outputs (the kernel may sum
+/// in a different order when it sees fewer rows, so bitwise equality is
+/// not promised).
+pub fn max_relative_error(expected: &Output, got: &Output) -> f32 {
+    let rel = |(x, y): (&f32, &f32)| (x - y).abs() / x.abs().max(1.0);
+    let c = expected.c.iter().zip(&got.c).map(rel);
+    let s = expected.row_sums.iter().zip(&got.row_sums).map(rel);
+    c.chain(s).fold(0.0, f32::max)
+}

@@ -1,0 +1,197 @@
+//! The main demonstration: a nested, dataflow batched GEMM.
+//!
+//! A batch of `--batch` pairs of `--size` x `--size` single-precision
+//! matrices. Stage 1 multiplies each pair: an outer parallel loop over the
+//! batch, an inner parallel loop over blocks of `--block` rows, each block
+//! one single-threaded `matrixmultiply` kernel call. Stage 2 (ReLU and row
+//! sums) starts on each matrix the moment its product is done, through a
+//! `LoopPromise`: no barrier between the stages. The code is in
+//! `benches/workloads/gemm.rs`, shared with `cargo bench --bench gemm`.
+//!
+//! The program first measures the kernel's single-thread rate (stage 1 on
+//! one thread), which sets the parallel limit (`threads` times that rate),
+//! then times the serial program, selvedge's and rayon's versions (each in
+//! a pool of `--threads` threads) and a scheduler-free reference (`--threads`
+//! OS threads, each with an equal contiguous share of the batch: what the
+//! machine allows), checks each against the serial result, and prints
+//! GFLOP/s (of stage 1's flops, over the time of both stages), the medians,
+//! and the ratios.
+//!
+//! ```text
+//! cargo run --release --example batched_gemm -- [--batch 64] [--size 256] [--block 32] [--threads 2] [--samples 7]
+//! ```
+//!
+//! `--threads` defaults to `SELVEDGE_NUM_THREADS`, or 2. GPU: this build
+//! runs on the CPU; the GPU path arrives with the `cuda` feature (issue #5).
+
+#[path = "../benches/workloads/gemm.rs"]
+mod gemm;
+
+use std::time::Instant;
+
+struct Args {
+    batch: usize,
+    size: usize,
+    block: usize,
+    threads: usize,
+    samples: usize,
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "usage: batched_gemm [--batch B] [--size N] [--block ROWS] [--threads T] [--samples S]"
+    );
+    std::process::exit(2)
+}
+
+fn parse_args() -> Args {
+    let threads = std::env::var("SELVEDGE_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let mut args = Args {
+        batch: 64,
+        size: 256,
+        block: 32,
+        threads,
+        samples: 7,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = |it: &mut std::iter::Skip<std::env::Args>| -> usize {
+            match it.next().map(|v| v.parse::<usize>()) {
+                Some(Ok(v)) if v > 0 => v,
+                Some(_) => {
+                    eprintln!("batched_gemm: {flag} needs a positive integer");
+                    usage()
+                }
+                None => {
+                    eprintln!("batched_gemm: {flag} needs a value");
+                    usage()
+                }
+            }
+        };
+        match flag.as_str() {
+            "--batch" => args.batch = value(&mut it),
+            "--size" => args.size = value(&mut it),
+            "--block" => args.block = value(&mut it),
+            "--threads" => args.threads = value(&mut it),
+            "--samples" => args.samples = value(&mut it),
+            "-h" | "--help" => usage(),
+            other => {
+                eprintln!("batched_gemm: unknown argument {other:?}");
+                usage()
+            }
+        }
+    }
+    args
+}
+
+/// Runs `f` `samples` times after one warm-up and returns the median in
+/// seconds.
+fn median_secs(samples: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let mut times: Vec<f64> = (0..samples)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
+fn main() {
+    let args = parse_args();
+    let input = gemm::Batch::new(args.batch, args.size, 0x5e1_7ed6e);
+    let gflops = |secs: f64| input.flops() / secs / 1e9;
+    println!(
+        "batched GEMM: {} x {}^3 f32, row blocks of {}, {} threads, median of {} runs",
+        args.batch, args.size, args.block, args.threads, args.samples
+    );
+    println!("device: CPU (the GPU path comes with the `cuda` feature)");
+
+    let mut expected = input.output();
+    gemm::serial(&input, &mut expected);
+
+    let mut scratch = input.output();
+    let kernel = median_secs(args.samples, || gemm::serial_products(&input, &mut scratch));
+    let limit = gflops(kernel) * args.threads as f64;
+    let serial = median_secs(args.samples, || gemm::serial(&input, &mut scratch));
+
+    let runtime = selvedge::Runtime::builder()
+        .num_threads(args.threads)
+        .build()
+        .unwrap_or_else(|e| {
+            eprintln!("batched_gemm: cannot start the runtime: {e}");
+            std::process::exit(1)
+        });
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(args.threads)
+        .build()
+        .expect("rayon pool");
+
+    let mut out = input.output();
+    runtime.run(|| gemm::selvedge(&input, &mut out, args.block));
+    check("selvedge", &expected, &out);
+    let mut out_rayon = input.output();
+    pool.install(|| gemm::rayon(&input, &mut out_rayon, args.block));
+    check("rayon", &expected, &out_rayon);
+
+    let ours = median_secs(args.samples, || {
+        runtime.run(|| gemm::selvedge(&input, &mut out, args.block))
+    });
+    let theirs = median_secs(args.samples, || {
+        pool.install(|| gemm::rayon(&input, &mut out_rayon, args.block))
+    });
+    let mut out_static = input.output();
+    gemm::static_threads(&input, &mut out_static, args.threads);
+    check("static threads", &expected, &out_static);
+    let ceiling = median_secs(args.samples, || {
+        gemm::static_threads(&input, &mut out_static, args.threads)
+    });
+
+    println!(
+        "kernel, one thread (stage 1 only): {:>8.2} ms  {:>6.1} GFLOP/s",
+        kernel * 1e3,
+        gflops(kernel)
+    );
+    println!(
+        "{}-thread limit:                     {:>8}     {:>6.1} GFLOP/s",
+        args.threads, "", limit
+    );
+    println!(
+        "serial, both stages:               {:>8.2} ms  {:>6.1} GFLOP/s",
+        serial * 1e3,
+        gflops(serial)
+    );
+    for (name, secs) in [
+        ("selvedge (nested, dataflow)", ours),
+        ("rayon (nested, barrier)", theirs),
+        ("static threads (no scheduler)", ceiling),
+    ] {
+        println!(
+            "{name:<34} {:>8.2} ms  {:>6.1} GFLOP/s  {:>5.1}% of the limit",
+            secs * 1e3,
+            gflops(secs),
+            100.0 * gflops(secs) / limit
+        );
+    }
+    println!(
+        "selvedge / rayon time: {:.3}   selvedge / static threads: {:.3}   ideal (serial / {}): {:.2} ms",
+        ours / theirs,
+        ours / ceiling,
+        args.threads,
+        serial / args.threads as f64 * 1e3
+    );
+}
+
+fn check(name: &str, expected: &gemm::Output, got: &gemm::Output) {
+    let err = gemm::max_relative_error(expected, got);
+    if err > 1e-4 {
+        eprintln!("batched_gemm: {name} differs from the serial result (max relative error {err})");
+        std::process::exit(1);
+    }
+    println!("{name}: matches the serial result (max relative error {err:.1e})");
+}
