@@ -26,7 +26,7 @@ use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throug
 
 const BATCH: usize = 64;
 const SIZE: usize = 256;
-const BLOCK_ROWS: usize = 32;
+const BLOCK_ROWS: usize = 64;
 
 fn nested_gemm(c: &mut Criterion) {
     let pools = workloads::Pools::new(workloads::threads_from_env());

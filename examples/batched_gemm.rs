@@ -18,7 +18,7 @@
 //! and the ratios.
 //!
 //! ```text
-//! cargo run --release --example batched_gemm -- [--batch 64] [--size 256] [--block 32] [--threads 2] [--samples 7]
+//! cargo run --release --example batched_gemm -- [--batch 64] [--size 256] [--block 64] [--threads 2] [--samples 7]
 //! ```
 //!
 //! `--threads` defaults to `SELVEDGE_NUM_THREADS`, or 2. GPU: this build
@@ -52,7 +52,7 @@ fn parse_args() -> Args {
     let mut args = Args {
         batch: 64,
         size: 256,
-        block: 32,
+        block: 64,
         threads,
         samples: 7,
     };

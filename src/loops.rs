@@ -34,7 +34,7 @@ use crate::handle::JoinHandle;
 use crate::merge::{self, Out};
 use crate::promise::{self, LoopDeps, LoopPromise, Promise};
 use crate::runtime::{global_runtime, on_worker, Shared};
-use crate::sync::{lock, AtomicUsize, Mutex, Ordering, UnsafeCell};
+use crate::sync::{lock, AtomicBool, AtomicUsize, Mutex, Ordering, UnsafeCell};
 use crate::task::{self, TaskRef};
 use crate::worker::{Until, Worker};
 use std::any::Any;
@@ -315,6 +315,7 @@ impl<'p> ParallelFor<'p> {
             each: self.each.and_then(LoopDeps::new),
             pending: AtomicUsize::new(1),
             panic: Mutex::new(None),
+            panicked: AtomicBool::new(false),
             result: UnsafeCell::new(None),
             finish: Finish::Fulfill(UnsafeCell::new(Some(done.clone()))),
         });
@@ -357,6 +358,7 @@ impl<'p> ParallelFor<'p> {
                 each: each.and_then(LoopDeps::new),
                 pending: AtomicUsize::new(1),
                 panic: Mutex::new(None),
+                panicked: AtomicBool::new(false),
                 result: UnsafeCell::new(None),
                 finish: Finish::Wake {
                     owner: w.index,
@@ -650,6 +652,9 @@ struct Job<B: Body> {
     pending: AtomicUsize,
     /// The first panic of any iteration, merge or cancelled part.
     panic: Mutex<Option<Box<dyn Any + Send>>>,
+    /// Whether `panic` was ever filled: spares a loop without panics the
+    /// lock at its end.
+    panicked: AtomicBool,
     /// The merged accumulator, written once by the last merge (`None`
     /// inside when a merge panicked).
     result: UnsafeCell<Option<Option<B::Acc>>>,
@@ -685,9 +690,15 @@ impl<B: Body> Job<B> {
         if slot.is_none() {
             *slot = Some(payload);
         }
+        self.panicked.store(true, Ordering::Relaxed);
     }
 
+    /// The first panic; call after every part finished (the parts' ends
+    /// order their records before this).
     fn take_panic(&self) -> Option<Box<dyn Any + Send>> {
+        if !self.panicked.load(Ordering::Relaxed) {
+            return None;
+        }
         lock(&self.panic).take()
     }
 
@@ -756,8 +767,13 @@ fn deposit<B: Body>(job: &Job<B>, out: Out<B::Acc>, value: Option<B::Acc>) {
 /// A running loop part, as the worker sees it: the iterations it has not
 /// started yet, and how to split them off. Lives on the stack of the part.
 pub(crate) struct LoopFrame {
-    /// The next iteration to start.
+    /// The first iteration the running part has not claimed: splits give
+    /// away only from here on. The hot loop claims a block of iterations
+    /// at a time (see `run_iterations`).
     next: Cell<usize>,
+    /// The first iteration not yet started (at most `next`): where the
+    /// part resumes after a panicking iteration.
+    resume: Cell<usize>,
     /// One past the last iteration of this part (lowered by splits).
     stop: Cell<usize>,
     /// The loop part this one runs inside, on the same worker.
@@ -877,6 +893,7 @@ fn run_part<B: Body>(job: &Job<B>, w: &Worker, from: usize, to: usize, out: Out<
     let part = PartFrame {
         frame: LoopFrame {
             next: Cell::new(from),
+            resume: Cell::new(from),
             stop: Cell::new(to),
             older: Cell::new(std::ptr::null()),
             polling: Cell::new(false),
@@ -905,7 +922,7 @@ fn iterate<B: Body>(part: &PartFrame<'_, B>, w: &Worker) -> Option<B::Acc> {
             Err(p) => {
                 // Nothing to fold into: the rest of this part cannot run.
                 job.record_panic(p);
-                part.frame.next.set(part.frame.stop.get());
+                part.frame.resume.set(part.frame.stop.get());
                 return None;
             }
         };
@@ -915,31 +932,113 @@ fn iterate<B: Body>(part: &PartFrame<'_, B>, w: &Worker) -> Option<B::Acc> {
         });
         match catch_unwind(run) {
             Ok(acc) => return Some(acc),
-            // `next` is already past the iteration that panicked.
+            // `resume` is already past the iteration that panicked.
             Err(p) => job.record_panic(p),
         }
     }
 }
 
-/// The hot loop: one iteration, then one relaxed load of the mailbox's
-/// count. `next` and `stop` live in the frame because a split (made by a
-/// nested loop's check, too) lowers `stop`.
+/// Iterations the hot loop may claim at once, at most.
+const MAX_BLOCK: usize = 4096;
+/// About how long (in time-stamp-counter ticks, roughly CPU cycles) a
+/// block of iterations should take: the longest a thief waits for an
+/// answer from a running loop, a microsecond or two.
+const BLOCK_TICKS: u64 = 4096;
+
+/// The hot loop. Iterations run in blocks: a block is claimed (`next`
+/// moves past it, so no split can give it away), run with nothing but the
+/// loop test and the body per iteration, and followed by one relaxed load
+/// of the mailbox's count. The block starts at one iteration and grows
+/// fourfold while blocks take under half of `BLOCK_TICKS` (halving when
+/// they take more than twice that), so a loop of long iterations answers a thief after each one and
+/// a loop of tiny ones pays for the check once per thousands of them.
+/// `stop` is re-read per block because a split, made by a nested loop's
+/// check too, lowers it; `resume` is written when a block ends or an
+/// iteration unwinds (see `ResumeAt`), so a panic loses no iteration.
 #[inline(always)]
 fn run_iterations<B: Body>(part: &PartFrame<'_, B>, w: &Worker, mut acc: B::Acc) -> B::Acc {
     let (job, f) = (part.job, &part.frame);
     let mailbox = w.mailbox();
     let (start, stride) = (job.start, job.stride);
+    let mut k = f.resume.get();
+    let mut block = 1;
+    // One clock read per block: each block's end is the next one's start.
+    let mut began = ticks();
     loop {
-        let k = f.next.get();
-        if k >= f.stop.get() {
+        let stop = f.stop.get();
+        if k >= stop {
             return acc;
         }
-        f.next.set(k + 1);
-        acc = job.body.fold(acc, start + k * stride);
+        let end = stop.min(k + block);
+        f.next.set(end);
+        let mut at = ResumeAt {
+            resume: &f.resume,
+            k,
+        };
+        while at.k < end {
+            let i = start + at.k * stride;
+            at.k += 1;
+            acc = job.body.fold(acc, i);
+        }
+        k = at.k;
+        drop(at);
+        let now = ticks();
+        block = next_block(block, now.wrapping_sub(began));
+        began = now;
         if mailbox.waiting() != 0 {
             poll(w, f);
         }
     }
+}
+
+/// Records where a block stopped in `resume`: at the block's end, or,
+/// when an iteration unwinds, just past it. A local the loop counts in, so
+/// the count stays in a register (the frame is reachable from the worker,
+/// so a count kept there would be stored every iteration) and reaches
+/// memory only at the end of the block or in the unwinding path.
+struct ResumeAt<'a> {
+    resume: &'a Cell<usize>,
+    k: usize,
+}
+
+impl Drop for ResumeAt<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.resume.set(self.k);
+    }
+}
+
+/// The next block size after a block of `block` iterations took `took`
+/// ticks.
+#[inline(always)]
+fn next_block(block: usize, took: u64) -> usize {
+    if took < BLOCK_TICKS / 2 {
+        (block * 4).min(MAX_BLOCK)
+    } else if took > BLOCK_TICKS * 2 {
+        (block / 2).max(1)
+    } else {
+        block
+    }
+}
+
+/// A cheap clock for sizing blocks: the time-stamp counter.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn ticks() -> u64 {
+    // SAFETY: `rdtsc` has no preconditions on x86_64 (it only reads a
+    // counter; it is an `unsafe fn` in older Rust only).
+    #[allow(unused_unsafe)]
+    unsafe {
+        std::arch::x86_64::_rdtsc()
+    }
+}
+
+/// Without a cheap clock, every block looks slow: the loop checks its
+/// mailbox after every iteration.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+fn ticks() -> u64 {
+    0
 }
 
 /// The loop of a `depends_on_each` part: before an iteration of a bucket
@@ -957,28 +1056,30 @@ fn run_iterations_when_ready<B: Body>(
     let (start, stride) = (job.start, job.stride);
     // Iterations below this are in buckets already seen fulfilled.
     let mut ready_until = 0;
-    loop {
-        let k = f.next.get();
-        if k >= f.stop.get() {
-            return acc;
-        }
+    let mut k = f.resume.get();
+    while k < f.stop.get() {
+        let i = start + k * stride;
         if k >= ready_until {
-            let bucket = each.bucket_of(start + k * stride);
+            let bucket = each.bucket_of(i);
             let bucket_end = (each.bucket_end(bucket) - start).div_ceil(stride);
             if each.is_ready(bucket) {
                 ready_until = bucket_end;
             } else {
                 let end = bucket_end.min(f.stop.get());
                 acc = park_bucket(part, each, w, bucket, k..end, acc);
+                k = end;
                 continue;
             }
         }
-        f.next.set(k + 1);
-        acc = job.body.fold(acc, start + k * stride);
+        k += 1;
+        f.next.set(k);
+        f.resume.set(k);
+        acc = job.body.fold(acc, i);
         if mailbox.waiting() != 0 {
             poll(w, f);
         }
     }
+    acc
 }
 
 /// Turns iterations `run` (all in unfulfilled `bucket`) into a part parked
@@ -995,6 +1096,7 @@ fn park_bucket<B: Body>(
 ) -> B::Acc {
     let job = part.job;
     part.frame.next.set(run.end);
+    part.frame.resume.set(run.end);
     job.pending.fetch_add(1, Ordering::Relaxed);
     let (parked_out, acc) = if B::MERGES {
         // Close what this part folded so far, then place the parked
