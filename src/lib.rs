@@ -45,6 +45,14 @@
 //!   promise per iteration, so loops pipeline without barriers. A promise
 //!   dropped unfulfilled cancels its waiters: [`JoinHandle::try_join`]
 //!   returns a [`JoinError`] saying so.
+//! - Loops: [`parallel_for`] (with [`ParallelFor::stride`],
+//!   [`ParallelFor::reduce`], [`ParallelFor::depends_on_each`] and
+//!   [`ParallelFor::spawn`]), [`par_chunks_mut`] and [`par_iter_mut`]. A loop
+//!   is one part until an idle worker asks for work; then the oldest loop on
+//!   the busy worker gives it the back of its remaining iterations. Nested
+//!   loops need no barrier, reductions merge in index order, and a
+//!   `depends_on_each` loop runs iteration `i` as soon as its promise is
+//!   fulfilled.
 //! - Outside any runtime, [`spawn`], [`scope`], [`join`] and [`sync_root`] use
 //!   a global runtime built on first use ([`global_runtime`]); its size comes
 //!   from `SELVEDGE_NUM_THREADS`, else the available parallelism.
