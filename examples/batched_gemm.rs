@@ -8,14 +8,14 @@
 //! `LoopPromise`: no barrier between the stages. The code is in
 //! `benches/workloads/gemm.rs`, shared with `cargo bench --bench gemm`.
 //!
-//! The program first measures the kernel's single-thread rate (stage 1 on
-//! one thread), which sets the parallel limit (`threads` times that rate),
-//! then times the serial program, selvedge's and rayon's versions (each in
-//! a pool of `--threads` threads) and a scheduler-free reference (`--threads`
-//! OS threads, each with an equal contiguous share of the batch: what the
-//! machine allows), checks each against the serial result, and prints
-//! GFLOP/s (of stage 1's flops, over the time of both stages), the medians,
-//! and the ratios.
+//! The program checks selvedge's and rayon's versions (each in a pool of
+//! `--threads` threads) and a scheduler-free reference (`--threads` OS
+//! threads, each with an equal contiguous share of the batch: what the
+//! machine allows) against the serial result, then times them, the serial
+//! program and the kernel alone (stage 1 on one thread, whose rate times
+//! `--threads` is the parallel limit), taking turns sample by sample. It
+//! prints GFLOP/s (of stage 1's flops, over the time of both stages), the
+//! medians, and the ratios.
 //!
 //! ```text
 //! cargo run --release --example batched_gemm -- [--batch 64] [--size 256] [--block 64] [--threads 2] [--samples 7]
@@ -87,19 +87,28 @@ fn parse_args() -> Args {
     args
 }
 
-/// Runs `f` `samples` times after one warm-up and returns the median in
-/// seconds.
-fn median_secs(samples: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    let mut times: Vec<f64> = (0..samples)
-        .map(|_| {
+/// Times each of `runs` `samples` times, after one warm-up each, taking
+/// turns (one sample of each per round) so that a slow phase of a shared
+/// machine hits all of them alike; returns each one's median in seconds.
+fn interleaved_medians<const N: usize>(
+    samples: usize,
+    mut runs: [&mut dyn FnMut(); N],
+) -> [f64; N] {
+    for run in runs.iter_mut() {
+        run();
+    }
+    let mut times = [(); N].map(|_| Vec::with_capacity(samples));
+    for _ in 0..samples {
+        for (run, times) in runs.iter_mut().zip(&mut times) {
             let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
-    times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
+            run();
+            times.push(t.elapsed().as_secs_f64());
+        }
+    }
+    times.map(|mut t| {
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    })
 }
 
 fn main() {
@@ -114,11 +123,6 @@ fn main() {
 
     let mut expected = input.output();
     gemm::serial(&input, &mut expected);
-
-    let mut scratch = input.output();
-    let kernel = median_secs(args.samples, || gemm::serial_products(&input, &mut scratch));
-    let limit = gflops(kernel) * args.threads as f64;
-    let serial = median_secs(args.samples, || gemm::serial(&input, &mut scratch));
 
     let runtime = selvedge::Runtime::builder()
         .num_threads(args.threads)
@@ -139,18 +143,22 @@ fn main() {
     pool.install(|| gemm::rayon(&input, &mut out_rayon, args.block));
     check("rayon", &expected, &out_rayon);
 
-    let ours = median_secs(args.samples, || {
-        runtime.run(|| gemm::selvedge(&input, &mut out, args.block))
-    });
-    let theirs = median_secs(args.samples, || {
-        pool.install(|| gemm::rayon(&input, &mut out_rayon, args.block))
-    });
     let mut out_static = input.output();
     gemm::static_threads(&input, &mut out_static, args.threads);
     check("static threads", &expected, &out_static);
-    let ceiling = median_secs(args.samples, || {
-        gemm::static_threads(&input, &mut out_static, args.threads)
-    });
+
+    let (mut scratch, mut scratch2) = (input.output(), input.output());
+    let [kernel, serial, ours, theirs, ceiling] = interleaved_medians(
+        args.samples,
+        [
+            &mut || gemm::serial_products(&input, &mut scratch),
+            &mut || gemm::serial(&input, &mut scratch2),
+            &mut || runtime.run(|| gemm::selvedge(&input, &mut out, args.block)),
+            &mut || pool.install(|| gemm::rayon(&input, &mut out_rayon, args.block)),
+            &mut || gemm::static_threads(&input, &mut out_static, args.threads),
+        ],
+    );
+    let limit = gflops(kernel) * args.threads as f64;
 
     println!(
         "kernel, one thread (stage 1 only): {:>8.2} ms  {:>6.1} GFLOP/s",

@@ -969,7 +969,7 @@ fn run_iterations<B: Body>(part: &PartFrame<'_, B>, w: &Worker, mut acc: B::Acc)
         if k >= stop {
             return acc;
         }
-        let end = stop.min(k + block);
+        let end = stop.min(k.saturating_add(block));
         f.next.set(end);
         let mut at = ResumeAt {
             resume: &f.resume,
