@@ -3,16 +3,21 @@
 //! Runs every workload of Weave's suite used in `benches/scheduler.rs` (fib,
 //! DFS, N-Queens, bouncing producer-consumer, single producer / many
 //! consumers), then the dataflow workloads of `benches/dataflow.rs` (promise
-//! overhead, chain latency, tiled wavefront; issue #3), with every
-//! implementation, each in a pool of the same number of threads built once
-//! up front. Each implementation is first checked against the serial result,
-//! run twice to warm up, then timed `--samples` times (one full workload per
-//! sample; in the dataflow section, workloads shorter than 20 ms are run
-//! back to back for at least 20 ms per sample); the median is reported, in
-//! milliseconds.
+//! overhead, chain latency, tiled wavefront; issue #3), then the parallel
+//! loop workloads of `benches/loops.rs` (loop overhead, histogram,
+//! log-sum-exp, Black-Scholes, transposition, pipelined loops; issue #4),
+//! with every implementation, each in a pool of the same number of threads
+//! built once up front. Each implementation is first checked against the
+//! serial result, run twice to warm up, then timed `--samples` times (one
+//! full workload per sample; in the dataflow and loops sections, workloads
+//! shorter than 20 ms are run back to back for at least 20 ms per sample;
+//! in the loops section the samples of a workload's implementations are
+//! taken in turn, each after a 5 ms pause, so a slow spell of the machine
+//! hits them all alike and no pool's idle threads compete with the next);
+//! the median is reported, in milliseconds.
 //!
 //! ```text
-//! cargo run --release --example bench_report -- [--samples N] [--threads N] [--only weave|dataflow]
+//! cargo run --release --example bench_report -- [--samples N] [--threads N] [--only weave|dataflow|loops]
 //! ```
 //!
 //! The thread count defaults to `SELVEDGE_BENCH_THREADS`, or 2. For the
@@ -21,10 +26,19 @@
 //! The dataflow section adds per-task and per-link times, the cost of a
 //! promise dependency over a plain spawn, the wavefront's speedup over the
 //! barrier version and its distance from half the serial time, and whether
-//! each of issue #3's targets is met. `--only` runs one of the two sections.
+//! each of issue #3's targets is met. The loops section adds per-iteration
+//! times for the loop-overhead workloads, the ratio of each selvedge version
+//! to its rayon peer, whether each of issue #4's targets is met, and
+//! selvedge's scheduler counters per run (loop splits, steal requests,
+//! parks), and a probe of how much of the CPUs the process was getting
+//! before each workload (plain threads, no scheduler): on a shared VM the
+//! second CPU comes and goes, and every parallel figure with it. `--only`
+//! runs one of the three sections.
 
 #[path = "../benches/workloads/dataflow.rs"]
 mod dataflow;
+#[path = "../benches/workloads/loops.rs"]
+mod loops;
 #[path = "../benches/workloads/mod.rs"]
 mod workloads;
 
@@ -37,12 +51,18 @@ const WARMUPS: usize = 2;
 /// In the dataflow section, a sample of a workload shorter than this is the
 /// mean of back-to-back runs lasting at least this long (ms).
 const DATAFLOW_MIN_SAMPLE_MS: f64 = 20.0;
+/// The same for the loops section.
+const LOOPS_MIN_SAMPLE_MS: f64 = 20.0;
+/// Runs of each selvedge loop implementation whose scheduler counters are
+/// averaged (after the timings).
+const STATS_RUNS: u32 = 5;
 
 struct Args {
     samples: usize,
     threads: usize,
     weave: bool,
     dataflow: bool,
+    loops: bool,
 }
 
 fn parse_args() -> Args {
@@ -51,6 +71,7 @@ fn parse_args() -> Args {
         threads: workloads::threads_from_env(),
         weave: true,
         dataflow: true,
+        loops: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -71,10 +92,11 @@ fn parse_args() -> Args {
             "--threads" => args.threads = value("--threads"),
             "--only" => {
                 let section = inline.clone().or_else(|| it.next()).unwrap_or_default();
-                (args.weave, args.dataflow) = match section.as_str() {
-                    "weave" => (true, false),
-                    "dataflow" => (false, true),
-                    _ => usage("--only needs `weave` or `dataflow`"),
+                (args.weave, args.dataflow, args.loops) = match section.as_str() {
+                    "weave" => (true, false, false),
+                    "dataflow" => (false, true, false),
+                    "loops" => (false, false, true),
+                    _ => usage("--only needs `weave`, `dataflow` or `loops`"),
                 };
             }
             "--bench" => {} // passed by `cargo bench`-style runners; ignore
@@ -89,7 +111,7 @@ fn usage(msg: &str) -> ! {
     if !msg.is_empty() {
         eprintln!("error: {msg}");
     }
-    eprintln!("usage: bench_report [--samples N] [--threads N] [--only weave|dataflow]");
+    eprintln!("usage: bench_report [--samples N] [--threads N] [--only weave|dataflow|loops]");
     std::process::exit(if msg.is_empty() { 0 } else { 2 })
 }
 
@@ -221,6 +243,9 @@ fn main() {
     }
     if args.dataflow {
         dataflow_section(&pools, args.samples);
+    }
+    if args.loops {
+        loops_section(&pools, args.samples);
     }
     let total: Duration = started.elapsed();
     println!("(report took {:.1} s)", total.as_secs_f64());
@@ -548,4 +573,300 @@ fn dataflow_section(pools: &Pools, samples: usize) {
         met(to_ideal.is_some_and(|v| v <= 1.1))
     );
     println!();
+}
+
+/// A loop implementation: its checksum and the time of its computation.
+type TimedRun = fn(&Pools) -> (u64, Duration);
+
+/// The pause before each sample of the loops section.
+const SETTLE: Duration = Duration::from_millis(5);
+
+/// Units of `loops::pipe_work` per share of the capacity probe (about 2 ms).
+const CAPACITY_UNITS: u32 = 50;
+/// Solo/parallel pairs per capacity probe.
+const CAPACITY_PAIRS: usize = 7;
+
+/// How many CPUs' worth this process gets right now, without any
+/// scheduler: the median speedup of `threads` shares of a compute-only
+/// kernel run on `threads` plain threads over the same shares run one
+/// after the other on this thread. On a quiet machine it is close to
+/// `threads`; on this 2-vCPU VM it drops towards 1 for seconds at a time.
+fn capacity(threads: usize) -> f64 {
+    let share = || {
+        black_box(loops::pipe_work(black_box(1), CAPACITY_UNITS));
+    };
+    let ratios: Vec<f64> = (0..CAPACITY_PAIRS)
+        .map(|_| {
+            let start = Instant::now();
+            (0..threads).for_each(|_| share());
+            let solo = start.elapsed().as_secs_f64();
+            let start = Instant::now();
+            std::thread::scope(|s| {
+                for _ in 0..threads {
+                    s.spawn(share);
+                }
+            });
+            solo / start.elapsed().as_secs_f64()
+        })
+        .collect();
+    median_min_max(ratios).0
+}
+
+/// Like [`measure_phase`] for several implementations at once, their
+/// samples interleaved (sample 1 of each, then sample 2 of each, ...), so
+/// that a slow spell of the machine (this VM's speed varies up to 2x for
+/// tens of milliseconds at a time) hits every implementation alike instead
+/// of skewing one of them. Each is warmed up first; a sample is the mean
+/// of as many back-to-back runs as last `min_sample_ms`. Before each sample
+/// the thread sleeps [`SETTLE`], so that the pool used just before has
+/// finished spinning down (its idle workers would otherwise compete for
+/// the 2 CPUs with the next implementation's) and every sample starts from
+/// parked workers.
+fn measure_interleaved(
+    pools: &Pools,
+    runs: &[TimedRun],
+    samples: usize,
+    min_sample_ms: f64,
+) -> Vec<(f64, f64, f64)> {
+    let once = |run: TimedRun| black_box(run(pools)).1.as_secs_f64() * 1e3;
+    let reps: Vec<usize> = runs
+        .iter()
+        .map(|&run| {
+            let mut last = 0.0;
+            for _ in 0..WARMUPS {
+                last = once(run);
+            }
+            if last > 0.0 {
+                ((min_sample_ms / last).ceil() as usize).max(1)
+            } else {
+                1
+            }
+        })
+        .collect();
+    let mut ms: Vec<Vec<f64>> = vec![Vec::with_capacity(samples); runs.len()];
+    for _ in 0..samples {
+        for (k, &run) in runs.iter().enumerate() {
+            std::thread::sleep(SETTLE);
+            let t = (0..reps[k]).map(|_| once(run)).sum::<f64>() / reps[k] as f64;
+            ms[k].push(t);
+        }
+    }
+    ms.into_iter().map(median_min_max).collect()
+}
+
+/// The scheduler counters selvedge's runtime gained per run of `run`
+/// (averaged over [`STATS_RUNS`] runs), as
+/// (loop splits, steal requests sent, answered, declined, tasks stolen,
+/// tasks run, parks).
+fn selvedge_counters(pools: &Pools, run: TimedRun) -> [f64; 7] {
+    let total = |pools: &Pools| {
+        let t = pools.selvedge.stats().total();
+        [
+            t.loop_splits,
+            t.steal_requests_sent,
+            t.steal_requests_answered,
+            t.steal_requests_declined,
+            t.tasks_stolen,
+            t.tasks_run,
+            t.parks,
+        ]
+    };
+    let before = total(pools);
+    for _ in 0..STATS_RUNS {
+        black_box(run(pools));
+    }
+    let after = total(pools);
+    std::array::from_fn(|k| (after[k] - before[k]) as f64 / f64::from(STATS_RUNS))
+}
+
+/// The parallel-loop workloads (issue #4): every implementation, the
+/// selvedge / rayon ratios against the targets, and selvedge's counters.
+fn loops_section(pools: &Pools, samples: usize) {
+    use loops::Target;
+
+    let threads = pools.threads;
+    let all = loops::all();
+    let mut probes = Vec::new();
+    let results: Vec<(&loops::LoopWorkload, Vec<Timing>)> = all
+        .iter()
+        .map(|w| {
+            w.verify(pools);
+            probes.push(capacity(threads));
+            let runs: Vec<_> = w.impls.iter().map(|imp| imp.run).collect();
+            let timings = measure_interleaved(pools, &runs, samples, LOOPS_MIN_SAMPLE_MS)
+                .into_iter()
+                .zip(&w.impls)
+                .map(|((median, min, max), imp)| Timing {
+                    name: imp.name,
+                    kind: imp.kind,
+                    median,
+                    min,
+                    max,
+                })
+                .collect();
+            (w, timings)
+        })
+        .collect();
+
+    println!("## Parallel loops (issue #4)");
+    println!();
+    println!(
+        "Each run is one whole workload; only its computation is timed (the whole \
+         `rt.run` / `pool.install` call; inputs built once, outputs reused, checksums \
+         taken after the clock). A sample is one run, or for runs under \
+         {LOOPS_MIN_SAMPLE_MS} ms the mean of back-to-back runs lasting at least that; \
+         the samples of a workload's implementations are interleaved (one of each in \
+         turn, after a {} ms pause so that every sample starts from parked workers). Median, min and max over the samples in ms per run, per-unit times \
+         from the median. Every implementation was checked against the serial one.",
+        SETTLE.as_millis()
+    );
+    println!();
+    let end_probe = capacity(threads);
+    for ((w, _), probe) in results.iter().zip(&probes) {
+        println!(
+            "- `{}`: {} (capacity probe before it: {probe:.2}x)",
+            w.group, w.title
+        );
+    }
+    println!(
+        "- capacity probe after the last workload: {end_probe:.2}x. The probe runs a \
+         compute-only kernel ({CAPACITY_UNITS} units of `pipe_work`) {threads} times on one \
+         thread, then once on each of {threads} plain threads, and gives the median \
+         speedup of {CAPACITY_PAIRS} such pairs: {threads}.00x when this process gets \
+         {threads} whole CPUs, less when the machine (or its host) is busy."
+    );
+    println!();
+    println!(
+        "| workload | implementation | median | min | max | ns per unit | vs serial \
+         | vs rayon | efficiency |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (w, t) in &results {
+        let serial = named(t, loops::SERIAL);
+        let rayon = named(t, w.rayon);
+        for x in t {
+            let parallel = x.kind != Kind::Serial;
+            println!(
+                "| {} | {} | {:.2} | {:.2} | {:.2} | {} {} | {} | {} | {} |",
+                w.group,
+                x.name,
+                x.median,
+                x.min,
+                x.max,
+                ns_f(ns_per(Some(x.median), w.units)),
+                w.unit,
+                ratio(Some(x.median), serial),
+                ratio(Some(x.median), rayon),
+                if parallel {
+                    efficiency(serial, Some(x.median), threads)
+                } else {
+                    "—".into()
+                },
+            );
+        }
+    }
+    println!();
+    println!("Efficiency = serial / ({threads} × parallel).");
+    println!();
+
+    println!("### Targets (issue #4, {threads} threads)");
+    println!();
+    println!(
+        "| workload | serial | selvedge | rayon | selvedge ns/iter | rayon ns/iter \
+         | selvedge / rayon | goal | target met? |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---|---|");
+    for (w, t) in &results {
+        let serial = named(t, loops::SERIAL);
+        let selvedge = named(t, w.selvedge);
+        let rayon = named(t, w.rayon);
+        let r = selvedge.zip(rayon).map(|(s, r)| s / r);
+        let per_iter = w.target == Target::PerIteration;
+        let iter_ns = |ms: Option<f64>| {
+            if per_iter {
+                ns_f(ns_per(ms, w.units))
+            } else {
+                "—".into()
+            }
+        };
+        let (goal, ok) = match w.target {
+            Target::PerIteration => ("≤ rayon per iteration", r.is_some_and(|r| r <= 1.0)),
+            Target::AsFastAsRayon => ("≤ 1.00x", r.is_some_and(|r| r <= 1.0)),
+            Target::FasterThanBarrier => ("< 1.00x", r.is_some_and(|r| r < 1.0)),
+        };
+        println!(
+            "| {} ({} vs {}) | {} | {} | {} | {} | {} | {} | {goal} | {} |",
+            w.group,
+            w.selvedge,
+            w.rayon,
+            ms(serial),
+            ms(selvedge),
+            ms(rayon),
+            iter_ns(selvedge),
+            iter_ns(rayon),
+            r.map_or("—".into(), |r| format!("{r:.2}x")),
+            met(ok),
+        );
+        if w.target == Target::FasterThanBarrier {
+            // The pipeline against selvedge's own barrier version too, and
+            // the bucketed pipeline against both.
+            let barrier = named(t, loops::PIPE_SELVEDGE_BARRIER);
+            for (pipe, against, peer) in [
+                (loops::PIPE_SELVEDGE, loops::PIPE_SELVEDGE_BARRIER, barrier),
+                (
+                    loops::PIPE_SELVEDGE_BUCKETS,
+                    loops::PIPE_SELVEDGE_BARRIER,
+                    barrier,
+                ),
+                (
+                    loops::PIPE_SELVEDGE_BUCKETS,
+                    loops::PIPE_RAYON_BARRIER,
+                    rayon,
+                ),
+            ] {
+                let p = named(t, pipe);
+                let r = p.zip(peer).map(|(p, b)| p / b);
+                println!(
+                    "| {} ({} vs {}) | {} | {} | {} | — | — | {} | < 1.00x | {} |",
+                    w.group,
+                    pipe,
+                    against,
+                    ms(serial),
+                    ms(p),
+                    ms(peer),
+                    r.map_or("—".into(), |r| format!("{r:.2}x")),
+                    met(r.is_some_and(|r| r < 1.0)),
+                );
+            }
+        }
+    }
+    println!();
+    println!(
+        "For the pipeline the \"rayon\" column is the peer named in the first column \
+         (a barrier version). Ratios are time over time: below 1.00x selvedge is faster."
+    );
+    println!();
+
+    println!("### selvedge scheduler counters per run (mean of {STATS_RUNS} runs)");
+    println!();
+    println!(
+        "| workload | implementation | loop splits | steal requests sent | answered \
+         | declined | tasks stolen | tasks run | parks |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (w, _) in &results {
+        for imp in w.impls.iter().filter(|i| i.name.starts_with("selvedge")) {
+            let c = selvedge_counters(pools, imp.run);
+            println!(
+                "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+                w.group, imp.name, c[0], c[1], c[2], c[3], c[4], c[5], c[6]
+            );
+        }
+    }
+    println!();
+}
+
+/// Nanoseconds with two decimals (per-iteration times are around 1 ns).
+fn ns_f(t: Option<f64>) -> String {
+    t.map_or_else(|| "—".to_string(), |t| format!("{t:.2}"))
 }

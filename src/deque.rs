@@ -44,6 +44,13 @@ impl Deque {
         self.slots.len() - self.bottom == 1
     }
 
+    /// Absolute position of the bottom slot, if any task is queued: the
+    /// oldest task's, or a hole just under it.
+    #[inline]
+    pub(crate) fn oldest(&self) -> Option<u64> {
+        (!self.is_empty()).then_some(self.offset + self.bottom as u64)
+    }
+
     /// Absolute position one past the newest slot.
     #[inline]
     pub(crate) fn top(&self) -> u64 {

@@ -161,22 +161,32 @@ impl<'p> ParallelFor<'p> {
     where
         'p: 'q,
     {
-        if let Some(last) = self.last_index() {
-            let covered = promise.range();
-            for i in [self.range.start, last] {
-                if !covered.contains(&i) {
-                    panic!(
-                        "depends_on_each: loop index {i} is outside the loop promise's range {}..{}",
-                        covered.start, covered.end
-                    );
-                }
-            }
-        }
-        ParallelFor {
+        let this = ParallelFor {
             range: self.range,
             stride: self.stride,
             deps: self.deps,
             each: Some(promise),
+        };
+        this.check_each();
+        this
+    }
+
+    /// Panics unless every index is covered by the `depends_on_each`
+    /// promise (checked again when the loop runs: a later `stride` changes
+    /// the indices).
+    #[track_caller]
+    fn check_each(&self) {
+        let (Some(promise), Some(last)) = (self.each, self.last_index()) else {
+            return;
+        };
+        let covered = promise.range();
+        for i in [self.range.start, last] {
+            if !covered.contains(&i) {
+                panic!(
+                    "depends_on_each: loop index {i} is outside the loop promise's range {}..{}",
+                    covered.start, covered.end
+                );
+            }
         }
     }
 
@@ -226,6 +236,7 @@ impl<'p> ParallelFor<'p> {
     /// }
     /// assert_eq!(out[63], 126);
     /// ```
+    #[track_caller]
     pub fn for_each<F>(self, f: F)
     where
         F: Fn(usize) + Sync,
@@ -251,6 +262,7 @@ impl<'p> ParallelFor<'p> {
     /// );
     /// assert_eq!(joined, "abcde");
     /// ```
+    #[track_caller]
     pub fn reduce<T, I, G, M>(self, identity: I, fold: G, merge: M) -> T
     where
         T: Send,
@@ -298,10 +310,12 @@ impl<'p> ParallelFor<'p> {
     /// consumer.join();
     /// assert_eq!(seen.load(Ordering::Relaxed), 100);
     /// ```
+    #[track_caller]
     pub fn spawn<F>(self, f: F) -> JoinHandle<()>
     where
         F: Fn(usize) + Send + Sync + 'static,
     {
+        self.check_each();
         let worker = Worker::current();
         let runtime = match worker {
             Some(w) => &w.shared,
@@ -339,7 +353,9 @@ impl<'p> ParallelFor<'p> {
         handle
     }
 
+    #[track_caller]
     fn run_blocking<B: Body>(self, body: &B) -> B::Acc {
+        self.check_each();
         let count = self.len();
         if count == 0 {
             return body.identity();
@@ -560,17 +576,23 @@ unsafe impl<T: Send> Sync for SendPtr<T> {}
 trait Body: Sync {
     /// A part's accumulator (`()` for `for_each`).
     type Acc: Send;
+    /// The body itself, behind any references: what the hot loop takes
+    /// as an argument, so the compiler knows the closures' captures do not
+    /// change while it runs (see `run_block`).
+    type Target: Body<Acc = Self::Acc>;
     /// Whether parts' accumulators must be merged (false: no join nodes).
     const MERGES: bool;
     fn identity(&self) -> Self::Acc;
     fn fold(&self, acc: Self::Acc, i: usize) -> Self::Acc;
     fn merge(&self, left: Self::Acc, right: Self::Acc) -> Self::Acc;
+    fn target(&self) -> &Self::Target;
 }
 
 struct ForEach<F>(F);
 
 impl<F: Fn(usize) + Sync> Body for ForEach<F> {
     type Acc = ();
+    type Target = Self;
     const MERGES: bool = false;
 
     #[inline(always)]
@@ -583,6 +605,11 @@ impl<F: Fn(usize) + Sync> Body for ForEach<F> {
 
     #[inline(always)]
     fn merge(&self, _: (), _: ()) {}
+
+    #[inline(always)]
+    fn target(&self) -> &Self {
+        self
+    }
 }
 
 struct Reduce<T, I, G, M> {
@@ -600,6 +627,7 @@ where
     M: Fn(T, T) -> T + Sync,
 {
     type Acc = T;
+    type Target = Self;
     const MERGES: bool = true;
 
     #[inline(always)]
@@ -616,10 +644,16 @@ where
     fn merge(&self, left: T, right: T) -> T {
         (self.merge)(left, right)
     }
+
+    #[inline(always)]
+    fn target(&self) -> &Self {
+        self
+    }
 }
 
 impl<B: Body> Body for &B {
     type Acc = B::Acc;
+    type Target = B::Target;
     const MERGES: bool = B::MERGES;
 
     #[inline(always)]
@@ -635,6 +669,11 @@ impl<B: Body> Body for &B {
     #[inline(always)]
     fn merge(&self, left: B::Acc, right: B::Acc) -> B::Acc {
         (**self).merge(left, right)
+    }
+
+    #[inline(always)]
+    fn target(&self) -> &B::Target {
+        (**self).target()
     }
 }
 
@@ -781,6 +820,9 @@ pub(crate) struct LoopFrame {
     /// The part is between two iterations (at its mailbox check), not in
     /// the middle of one.
     polling: Cell<bool>,
+    /// The worker's deque top when the part started: queued tasks at or
+    /// above it are younger than the loop, those below older.
+    deque_top: Cell<u64>,
     /// Makes a part of the job for iterations `[from, to)`, which the frame
     /// has just given up.
     split: unsafe fn(&LoopFrame, usize, usize) -> TaskRef,
@@ -791,8 +833,17 @@ impl LoopFrame {
         self.older.get()
     }
 
-    pub(crate) fn set_older(&self, older: *const LoopFrame) {
+    /// Links the frame under `older` as it starts, the worker's deque top
+    /// being `deque_top`.
+    pub(crate) fn start(&self, older: *const LoopFrame, deque_top: u64) {
         self.older.set(older);
+        self.deque_top.set(deque_top);
+    }
+
+    /// Whether this loop started after a task queued at `position`: then
+    /// that task is the older work, and a thief should get it first.
+    pub(crate) fn is_younger_than(&self, position: u64) -> bool {
+        position < self.deque_top.get()
     }
 
     /// How many iterations to give one of `thieves` thieves: an equal
@@ -810,7 +861,7 @@ impl LoopFrame {
     }
 
     /// Gives up the last `give` iterations as a new part.
-    fn split_back(&self, give: usize) -> TaskRef {
+    pub(crate) fn split_back(&self, give: usize) -> TaskRef {
         let to = self.stop.get();
         let from = to - give;
         self.stop.set(from);
@@ -820,9 +871,13 @@ impl LoopFrame {
     }
 }
 
-/// For a steal request: splits the oldest loop part on the worker's stack
-/// (from `top` down) that has iterations to give one of `thieves` thieves.
-pub(crate) fn split_for_thieves(top: *const LoopFrame, thieves: usize) -> Option<TaskRef> {
+/// For a steal request: the oldest loop part on the worker's stack (from
+/// `top` down) that has iterations to give one of `thieves` thieves, and
+/// how many.
+pub(crate) fn pick_for_thieves<'f>(
+    top: *const LoopFrame,
+    thieves: usize,
+) -> Option<(&'f LoopFrame, usize)> {
     let mut chosen = None;
     let mut frame = top;
     // SAFETY: the worker's loop frames are live: each is unregistered
@@ -834,15 +889,14 @@ pub(crate) fn split_for_thieves(top: *const LoopFrame, thieves: usize) -> Option
         }
         frame = f.older();
     }
-    let (f, give) = chosen?;
-    Some(f.split_back(give))
+    chosen
 }
 
 /// For a sleeping worker: half of `frame` (a part just starting), unless an
 /// older part on this worker has iterations to give.
 pub(crate) fn split_for_sleeper(frame: &LoopFrame) -> Option<TaskRef> {
     let mut older = frame.older();
-    // SAFETY: as in `split_for_thieves`.
+    // SAFETY: as in `pick_for_thieves`.
     while let Some(f) = unsafe { older.as_ref() } {
         if f.share_for(1) > 0 {
             return None;
@@ -897,6 +951,7 @@ fn run_part<B: Body>(job: &Job<B>, w: &Worker, from: usize, to: usize, out: Out<
             stop: Cell::new(to),
             older: Cell::new(std::ptr::null()),
             polling: Cell::new(false),
+            deque_top: Cell::new(0),
             split: split_part::<B>,
         },
         job,
@@ -930,10 +985,19 @@ fn iterate<B: Body>(part: &PartFrame<'_, B>, w: &Worker) -> Option<B::Acc> {
             None => run_iterations(part, w, acc),
             Some(each) => run_iterations_when_ready(part, each, w, acc),
         });
+        let resumed_at = part.frame.resume.get();
         match catch_unwind(run) {
             Ok(acc) => return Some(acc),
-            // `resume` is already past the iteration that panicked.
-            Err(p) => job.record_panic(p),
+            Err(p) => {
+                job.record_panic(p);
+                // `resume` is past the iteration that panicked. A panic
+                // outside any iteration (none started) would only repeat:
+                // give the part up rather than spin.
+                if part.frame.resume.get() == resumed_at {
+                    part.frame.resume.set(part.frame.stop.get());
+                    return None;
+                }
+            }
         }
     }
 }
@@ -971,17 +1035,8 @@ fn run_iterations<B: Body>(part: &PartFrame<'_, B>, w: &Worker, mut acc: B::Acc)
         }
         let end = stop.min(k.saturating_add(block));
         f.next.set(end);
-        let mut at = ResumeAt {
-            resume: &f.resume,
-            k,
-        };
-        while at.k < end {
-            let i = start + at.k * stride;
-            at.k += 1;
-            acc = job.body.fold(acc, i);
-        }
-        k = at.k;
-        drop(at);
+        acc = run_block(job.body.target(), &f.resume, start, stride, k..end, acc);
+        k = end;
         let now = ticks();
         block = next_block(block, now.wrapping_sub(began));
         began = now;
@@ -989,6 +1044,44 @@ fn run_iterations<B: Body>(part: &PartFrame<'_, B>, w: &Worker, mut acc: B::Acc)
             poll(w, f);
         }
     }
+}
+
+/// Runs iterations `ks` (claimed) of a loop of `body`, and leaves `resume`
+/// at their end (or just past one that unwinds).
+///
+/// A function of its own, never inlined, so `body` arrives as an argument:
+/// a shared reference argument tells the compiler that the closures'
+/// captured values cannot change during the call, so it loads them once,
+/// not after every store the loop body makes through a pointer (slices of
+/// `par_iter_mut`, say). A stride of 1 gets its own loop, which the
+/// compiler can vectorize.
+#[inline(never)]
+fn run_block<T: Body>(
+    body: &T,
+    resume: &Cell<usize>,
+    start: usize,
+    stride: usize,
+    ks: Range<usize>,
+    mut acc: T::Acc,
+) -> T::Acc {
+    let mut at = ResumeAt {
+        resume,
+        k: ks.start,
+    };
+    if stride == 1 {
+        while at.k < ks.end {
+            let i = start + at.k;
+            at.k += 1;
+            acc = body.fold(acc, i);
+        }
+    } else {
+        while at.k < ks.end {
+            let i = start + at.k * stride;
+            at.k += 1;
+            acc = body.fold(acc, i);
+        }
+    }
+    acc
 }
 
 /// Records where a block stopped in `resume`: at the block's end, or,
@@ -1095,19 +1188,23 @@ fn park_bucket<B: Body>(
     acc: B::Acc,
 ) -> B::Acc {
     let job = part.job;
+    // The only call here that may panic comes first, before anything
+    // changes: a panic leaves the part as it was.
+    let fresh = B::MERGES.then(|| job.body.identity());
     part.frame.next.set(run.end);
     part.frame.resume.set(run.end);
     job.pending.fetch_add(1, Ordering::Relaxed);
-    let (parked_out, acc) = if B::MERGES {
-        // Close what this part folded so far, then place the parked
-        // iterations between it and what this part folds next.
-        let (before, after) = merge::split(part.out.get());
-        deposit(job, before, Some(acc));
-        let (parked, rest) = merge::split(after);
-        part.out.set(rest);
-        (parked, job.body.identity())
-    } else {
-        (Out::ROOT, acc)
+    let (parked_out, acc) = match fresh {
+        Some(fresh) => {
+            // Close what this part folded so far, then place the parked
+            // iterations between it and what this part folds next.
+            let (before, after) = merge::split(part.out.get());
+            deposit(job, before, Some(acc));
+            let (parked, rest) = merge::split(after);
+            part.out.set(rest);
+            (parked, fresh)
+        }
+        None => (Out::ROOT, acc),
     };
     let task = Part::new(job, run.start, run.end, parked_out).into_task();
     promise::delay(&w.shared, task, [each.dep(bucket)]);

@@ -116,24 +116,28 @@ impl Sleep {
         false
     }
 
-    /// Wakes one idle worker, if any: for work that any worker may take (the
-    /// injector). Call after publishing the work.
+    /// Wakes one parked worker, if any: for work that any worker may take
+    /// (the injector). An idle one first; else one parked in a join, which
+    /// takes injected work while it waits (with one worker, or every worker
+    /// waiting, nobody else would). Call after publishing the work.
     pub fn wake_any(&self) -> bool {
         fence(Ordering::SeqCst);
         let n = self.threads.len();
         let start = self.next_wake.load(Ordering::Relaxed);
         self.next_wake
             .store(start.wrapping_add(1), Ordering::Relaxed);
-        for k in 0..n {
-            let i = (start + k) % n;
-            let state = &self.states[i];
-            if state.load(Ordering::SeqCst) == SLEEPING
-                && state
-                    .compare_exchange(SLEEPING, AWAKE, Ordering::SeqCst, Ordering::SeqCst)
-                    .is_ok()
-            {
-                self.threads[i].unpark();
-                return true;
+        for parked in [SLEEPING, JOIN_WAITING] {
+            for k in 0..n {
+                let i = (start + k) % n;
+                let state = &self.states[i];
+                if state.load(Ordering::SeqCst) == parked
+                    && state
+                        .compare_exchange(parked, AWAKE, Ordering::SeqCst, Ordering::SeqCst)
+                        .is_ok()
+                {
+                    self.threads[i].unpark();
+                    return true;
+                }
             }
         }
         false

@@ -367,7 +367,10 @@ impl LoopDeps {
     /// One past the last iteration of bucket `b`.
     #[inline]
     pub(crate) fn bucket_end(&self, b: usize) -> usize {
-        self.range.start + (b + 1) * self.bucket
+        // Saturating: the last bucket may reach past `usize::MAX` on paper.
+        (b + 1)
+            .saturating_mul(self.bucket)
+            .saturating_add(self.range.start)
     }
 
     /// Whether bucket `b` was fulfilled (acquire: its producers' writes are

@@ -175,7 +175,7 @@ impl Worker {
     #[inline]
     pub(crate) fn enter_loop(&self, frame: &LoopFrame) {
         let l = self.local();
-        frame.set_older(l.loop_top);
+        frame.start(l.loop_top, l.deque.top());
         l.loop_top = frame;
     }
 
@@ -258,9 +258,9 @@ impl Worker {
         }
     }
 
-    /// Answers every waiting steal request: with work from the old end of
-    /// the deque, else with the back of the oldest loop running here, else
-    /// by forwarding the request.
+    /// Answers every waiting steal request: with the back of the oldest
+    /// loop running here or a task from the old end of the deque,
+    /// whichever is older, else by forwarding the request.
     #[cold]
     pub(crate) fn answer_requests(&self) {
         let shared = &*self.shared;
@@ -268,20 +268,23 @@ impl Worker {
         while let Some(req) = mailbox.take() {
             let l = self.local();
             let c = &shared.counters[self.index];
-            let work = if req.half {
+            // The oldest work goes first: a running loop's iterations
+            // before the tasks queued since it started (ready tasks its
+            // iterations fulfilled, say), but after older tasks. This
+            // thief and the others still waiting share the loop.
+            let thieves = 1 + mailbox.waiting().min(shared.num_threads());
+            let from_loop = loops::pick_for_thieves(l.loop_top, thieves)
+                .filter(|(f, _)| l.deque.oldest().is_none_or(|pos| !f.is_younger_than(pos)));
+            let work = if let Some((frame, give)) = from_loop {
+                c.loop_splits.bump();
+                Some((frame.split_back(give).into_list(std::ptr::null_mut()), 1))
+            } else if req.half {
                 l.deque.steal_half()
             } else {
                 l.deque
                     .steal_one()
                     .map(|t| (t.into_list(std::ptr::null_mut()), 1))
             };
-            let work = work.or_else(|| {
-                // This thief and the others still waiting share the loop.
-                let thieves = 1 + mailbox.waiting().min(shared.num_threads());
-                let task = loops::split_for_thieves(l.loop_top, thieves)?;
-                c.loop_splits.bump();
-                Some((task.into_list(std::ptr::null_mut()), 1))
-            });
             match work {
                 Some((list, n)) => {
                     c.requests_answered.bump();
@@ -478,13 +481,15 @@ impl Worker {
                 if c.register(&self.waker) {
                     return;
                 }
-                shared.sleep.join_park(me, || incoming() || c.is_complete());
+                shared.sleep.join_park(me, || {
+                    incoming() || !shared.injector.is_empty() || c.is_complete()
+                });
             }
             Until::Zero(count) => {
                 // The task that brings the count to zero unparks us.
-                shared
-                    .sleep
-                    .join_park(me, || incoming() || count.load(Ordering::SeqCst) == 0);
+                shared.sleep.join_park(me, || {
+                    incoming() || !shared.injector.is_empty() || count.load(Ordering::SeqCst) == 0
+                });
             }
             Until::Quiescent => {
                 // Nobody signals quiescence to a worker: poll, slowly.

@@ -1,5 +1,6 @@
 //! Idle parking against the ways work arrives: an injector push with
-//! `wake_any`, a mailbox post with `wake`, and shutdown after the runtime
+//! `wake_any` (to an idle worker, or to one waiting in a join when none is
+//! idle), a mailbox post with `wake`, and shutdown after the runtime
 //! was observed quiescent. loom fails a model whose thread parks forever,
 //! so a lost wake-up shows up as a deadlock.
 #![cfg(loom)]
@@ -96,5 +97,37 @@ fn a_steal_request_wakes_its_parked_victim() {
         };
         idle_loop(&w, 0, 1);
         join_after(thief, &w.finished);
+    });
+}
+
+/// A worker waiting in a join (parked as a join waiter, one worker in all)
+/// must be woken by work injected for the runtime: with nobody idle,
+/// `wake_any` falls back to a join waiter, which takes injected work while
+/// it waits. Here the injected task is what completes the join.
+#[test]
+fn injected_work_wakes_a_worker_waiting_in_a_join() {
+    model(|| {
+        let w = world();
+        let done = Arc::new(AtomicBool::new(false));
+        let producer = {
+            let w = w.clone();
+            thread::spawn(move || {
+                w.injector.fetch_add(1, Ordering::SeqCst);
+                w.sleep.wake_any();
+                w.finished.store(true, Ordering::SeqCst);
+            })
+        };
+        // The join's wait loop: run injected work, else park as a waiter.
+        while !done.load(Ordering::SeqCst) {
+            if w.injector.load(Ordering::SeqCst) > 0 {
+                w.injector.fetch_sub(1, Ordering::SeqCst);
+                done.store(true, Ordering::SeqCst); // the task the join awaited
+                continue;
+            }
+            w.sleep.join_park(0, || {
+                w.injector.load(Ordering::SeqCst) > 0 || done.load(Ordering::SeqCst)
+            });
+        }
+        join_after(producer, &w.finished);
     });
 }
