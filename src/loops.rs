@@ -543,13 +543,77 @@ impl<T: Send> ParIterMut<'_, T> {
     where
         F: Fn(usize, &mut T) + Sync,
     {
-        let base = SendPtr(self.slice.as_mut_ptr());
-        parallel_for(0..self.slice.len()).for_each(|i| {
-            // SAFETY: `i` is in bounds and runs exactly once, so each
-            // element is borrowed by one call only, while the slice stays
-            // mutably borrowed until the loop returns.
-            f(i, unsafe { &mut *base.get().add(i) })
-        });
+        let body = ElementsBody {
+            base: SendPtr(self.slice.as_mut_ptr()),
+            f,
+        };
+        parallel_for(0..self.slice.len()).run_blocking(&body);
+    }
+}
+
+/// The body of `par_iter_mut`: each block of iterations becomes a `&mut`
+/// sub-slice, so the compiler knows the element stores touch nothing the
+/// closure reads (through a raw pointer per element it would reload every
+/// captured value after every store).
+struct ElementsBody<T, F> {
+    base: SendPtr<T>,
+    f: F,
+}
+
+impl<T: Send, F: Fn(usize, &mut T) + Sync> Body for ElementsBody<T, F> {
+    type Acc = ();
+    type Target = Self;
+    const MERGES: bool = false;
+
+    fn identity(&self) {}
+
+    fn fold(&self, _: (), i: usize) {
+        // SAFETY: `i` is in bounds and runs exactly once, so each element
+        // is borrowed by one call only, while the slice stays mutably
+        // borrowed until the loop returns.
+        (self.f)(i, unsafe { &mut *self.base.get().add(i) })
+    }
+
+    fn merge(&self, _: (), _: ()) {}
+
+    fn target(&self) -> &Self {
+        self
+    }
+
+    #[inline(always)]
+    fn fold_block(
+        &self,
+        resume: &Cell<usize>,
+        start: usize,
+        stride: usize,
+        ks: Range<usize>,
+        _: (),
+    ) {
+        debug_assert!(start == 0 && stride == 1, "par_iter_mut loops cover 0..len");
+        // SAFETY: the part claimed iterations `ks`, which are in bounds
+        // and run by this part only, so their elements are borrowed here
+        // alone while the slice stays mutably borrowed by the loop.
+        let block =
+            unsafe { std::slice::from_raw_parts_mut(self.base.get().add(ks.start), ks.len()) };
+        visit_elements(block, ks.start, &self.f, resume);
+    }
+}
+
+/// Calls `f(first + j, &mut block[j])` for each element; a function of its
+/// own so `block` arrives as a `&mut` argument, which no other pointer
+/// aliases.
+#[inline(never)]
+fn visit_elements<T, F: Fn(usize, &mut T)>(
+    block: &mut [T],
+    first: usize,
+    f: &F,
+    resume: &Cell<usize>,
+) {
+    let mut at = ResumeAt { resume, k: first };
+    for x in block {
+        let i = at.k;
+        at.k += 1;
+        f(i, x);
     }
 }
 
@@ -586,6 +650,20 @@ trait Body: Sync {
     fn fold(&self, acc: Self::Acc, i: usize) -> Self::Acc;
     fn merge(&self, left: Self::Acc, right: Self::Acc) -> Self::Acc;
     fn target(&self) -> &Self::Target;
+
+    /// Folds iterations `ks` (claimed by the calling part) into `acc`,
+    /// leaving `resume` past the last one started, even when one unwinds.
+    #[inline(always)]
+    fn fold_block(
+        &self,
+        resume: &Cell<usize>,
+        start: usize,
+        stride: usize,
+        ks: Range<usize>,
+        acc: Self::Acc,
+    ) -> Self::Acc {
+        fold_indices(self, resume, start, stride, ks, acc)
+    }
 }
 
 struct ForEach<F>(F);
@@ -1051,12 +1129,25 @@ fn run_iterations<B: Body>(part: &PartFrame<'_, B>, w: &Worker, mut acc: B::Acc)
 ///
 /// A function of its own, never inlined, so `body` arrives as an argument:
 /// a shared reference argument tells the compiler that the closures'
-/// captured values cannot change during the call, so it loads them once,
-/// not after every store the loop body makes through a pointer (slices of
-/// `par_iter_mut`, say). A stride of 1 gets its own loop, which the
-/// compiler can vectorize.
+/// captured values cannot change during the call, so it loads them once
+/// per block. The loop itself is the body's [`Body::fold_block`].
 #[inline(never)]
 fn run_block<T: Body>(
+    body: &T,
+    resume: &Cell<usize>,
+    start: usize,
+    stride: usize,
+    ks: Range<usize>,
+    acc: T::Acc,
+) -> T::Acc {
+    body.fold_block(resume, start, stride, ks, acc)
+}
+
+/// Folds iterations `ks` one index at a time (the default
+/// [`Body::fold_block`]). A stride of 1 gets its own loop, which the
+/// compiler can vectorize.
+#[inline(always)]
+fn fold_indices<T: Body + ?Sized>(
     body: &T,
     resume: &Cell<usize>,
     start: usize,
@@ -1106,7 +1197,7 @@ impl Drop for ResumeAt<'_> {
 #[inline(always)]
 fn next_block(block: usize, took: u64) -> usize {
     if took < BLOCK_TICKS / 2 {
-        (block * 4).min(MAX_BLOCK)
+        (block * 16).min(MAX_BLOCK)
     } else if took > BLOCK_TICKS * 2 {
         (block / 2).max(1)
     } else {
