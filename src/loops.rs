@@ -1083,17 +1083,21 @@ fn iterate<B: Body>(part: &PartFrame<'_, B>, w: &Worker) -> Option<B::Acc> {
 /// Iterations the hot loop may claim at once, at most.
 const MAX_BLOCK: usize = 4096;
 /// About how long (in time-stamp-counter ticks, roughly CPU cycles) a
-/// block of iterations should take: the longest a thief waits for an
-/// answer from a running loop, a microsecond or two.
+/// block of iterations should take. A block grows only while it takes
+/// under half of this, so none takes much over sixteen times that (the
+/// growth factor): a thief waits at most about ten microseconds for a
+/// running loop to answer.
 const BLOCK_TICKS: u64 = 4096;
 
 /// The hot loop. Iterations run in blocks: a block is claimed (`next`
 /// moves past it, so no split can give it away), run with nothing but the
 /// loop test and the body per iteration, and followed by one relaxed load
 /// of the mailbox's count. The block starts at one iteration and grows
-/// fourfold while blocks take under half of `BLOCK_TICKS` (halving when
-/// they take more than twice that), so a loop of long iterations answers a thief after each one and
-/// a loop of tiny ones pays for the check once per thousands of them.
+/// sixteenfold while blocks take under half of `BLOCK_TICKS` (halving
+/// when they take more than twice that), so a loop of long iterations
+/// answers a thief after each one, a loop of tiny ones pays for the check
+/// (and the clock read) once per thousands of them, and a short inner
+/// loop reads the clock only a few times.
 /// `stop` is re-read per block because a split, made by a nested loop's
 /// check too, lowers it; `resume` is written when a block ends or an
 /// iteration unwinds (see `ResumeAt`), so a panic loses no iteration.
