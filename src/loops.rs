@@ -108,7 +108,8 @@ impl<'p> ParallelFor<'p> {
 
     /// The whole loop waits for `dep` (a promise, or an iteration of a
     /// loop promise) before its first iteration. May be given several
-    /// times; the loop waits for all of them.
+    /// times; the loop waits for all of them. An empty loop with
+    /// dependencies still completes only once they are fulfilled.
     ///
     /// ```
     /// use selvedge::{parallel_for, Promise};
@@ -128,9 +129,12 @@ impl<'p> ParallelFor<'p> {
     /// fulfilled, whatever happened to the other iterations: two loops
     /// chained this way pipeline, with no barrier between them.
     ///
-    /// The loop keeps a reference to the promise, not a handle: when the
-    /// producer drops its last handle with iterations unfulfilled, their
-    /// consumers are cancelled, and the loop reports that as a panic.
+    /// A spawned loop keeps a reference to the promise, not a handle: when
+    /// the producer drops its last handle with iterations unfulfilled,
+    /// their consumers are cancelled, and the loop reports that as a
+    /// panic. A blocking loop (`for_each`, `reduce`) borrows the promise,
+    /// so the promise outlives the loop: an iteration nobody fulfills
+    /// keeps it waiting.
     ///
     /// # Panics
     /// When an index of this loop lies outside the promise's range; the
@@ -344,7 +348,9 @@ impl<'p> ParallelFor<'p> {
         match self.len() {
             // SAFETY: the handle task keeps the job alive until the promise
             // this fulfills lets it run.
-            0 => unsafe { Job::finish_part(job) },
+            0 if self.deps.is_empty() => unsafe { Job::finish_part(job) },
+            // An empty loop with dependencies still completes only after
+            // them (or reports them broken).
             n => {
                 let part = Part::new(job, 0, n, Out::ROOT).into_task();
                 promise::delay(runtime, part, self.deps);
@@ -357,7 +363,7 @@ impl<'p> ParallelFor<'p> {
     fn run_blocking<B: Body>(self, body: &B) -> B::Acc {
         self.check_each();
         let count = self.len();
-        if count == 0 {
+        if count == 0 && self.deps.is_empty() {
             return body.identity();
         }
         let ParallelFor {
@@ -1362,12 +1368,15 @@ impl<B: Body> Drop for Part<B> {
         }
         // SAFETY: an unfinished part keeps its job alive.
         let job = unsafe { &*self.job };
-        let first = job.start + self.from * job.stride;
-        let last = job.start + (self.to - 1) * job.stride;
-        job.record_panic(Box::new(format!(
-            "selvedge: parallel loop iterations {first}..={last} were cancelled: {}",
-            "a dependency was dropped unfulfilled, or the runtime shut down"
-        )));
+        let why = "a dependency was dropped unfulfilled, or the runtime shut down";
+        let message = if self.from == self.to {
+            format!("selvedge: an empty parallel loop was cancelled: {why}")
+        } else {
+            let first = job.start + self.from * job.stride;
+            let last = job.start + (self.to - 1) * job.stride;
+            format!("selvedge: parallel loop iterations {first}..={last} were cancelled: {why}")
+        };
+        job.record_panic(Box::new(message));
         deposit(job, self.out, None);
         // SAFETY: this part is finished, once.
         unsafe { Job::finish_part(self.job) };

@@ -2332,3 +2332,60 @@ fn stress_many_loops_on_eight_workers() {
     assert!(total_iterations > 10_000_000, "{total_iterations}");
     assert!(rt.stats().total().loop_splits > 0);
 }
+
+/// An empty loop with a dependency completes only after the dependency:
+/// a spawned one's handle stays unfinished until the promise is fulfilled,
+/// a broken one reports the cancellation, and a blocking one returns once
+/// another thread fulfills it.
+#[test]
+fn an_empty_loop_still_waits_for_its_dependencies() {
+    let rt = runtime(2);
+    let ready = Promise::new();
+    let h = rt.run(|| {
+        parallel_for(5..5)
+            .depends_on(ready.dep())
+            .spawn(|_| unreachable!())
+    });
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(!h.is_finished(), "an empty loop ran before its dependency");
+    ready.fulfill();
+    h.join();
+
+    let broken = Promise::new();
+    let h = rt.run(|| {
+        parallel_for(0..0)
+            .depends_on(broken.dep())
+            .spawn(|_| unreachable!())
+    });
+    drop(broken);
+    let err = h
+        .try_join()
+        .expect_err("a broken dependency must be reported");
+    let message = err
+        .try_into_panic()
+        .ok()
+        .and_then(|p| p.downcast::<String>().ok())
+        .expect("a message");
+    assert!(message.contains("cancelled"), "{message}");
+
+    let later = Promise::new();
+    let fulfiller = {
+        let later = later.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            later.fulfill();
+        })
+    };
+    let (high, low) = (3, 1);
+    let sum = rt.run(|| {
+        parallel_for(high..low)
+            .depends_on(later.dep())
+            .reduce(|| 7, |a, i| a + i, |a, b| a + b)
+    });
+    assert_eq!(sum, 7);
+    assert!(
+        later.is_fulfilled(),
+        "the blocking loop returned before its dependency"
+    );
+    fulfiller.join().unwrap();
+}
