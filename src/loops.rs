@@ -255,7 +255,10 @@ impl<'p> ParallelFor<'p> {
     /// fold even when it is not commutative (concatenation, say).
     ///
     /// A panic in any of the three closures is resumed here after the loop
-    /// ends; the other iterations still run.
+    /// ends. A panicking `fold` skips only its own iteration; a panicking
+    /// `identity` skips the iterations of the part it was starting; a
+    /// panicking `merge` drops both values. (There is no result to lose
+    /// by then: the loop panics.)
     ///
     /// ```
     /// let words = ["a", "b", "c", "d", "e"];
@@ -838,11 +841,15 @@ impl<B: Body> Job<B> {
         let job = unsafe { &*job };
         match &job.finish {
             Finish::Wake { owner, runtime } => {
-                let (owner, runtime) = (*owner, *runtime);
+                // The owner may return as soon as the count reaches zero,
+                // and its runtime may then be dropped before this thread
+                // (a foreign one, cancelling a part) reaches the wake-up:
+                // hold the runtime's state from here on.
+                // SAFETY: the owner is still waiting for this part, so its
+                // worker and the `Arc<Shared>` field pointed to are live.
+                let (owner, runtime) = (*owner, Arc::clone(unsafe { &**runtime }));
                 if job.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-                    // SAFETY: the owner worker (and its `Arc<Shared>`
-                    // field) lives until shutdown, which waits for it.
-                    unsafe { &*runtime }.sleep.unpark(owner);
+                    runtime.sleep.unpark(owner);
                 }
             }
             Finish::Fulfill(promise) => {
@@ -976,21 +983,16 @@ pub(crate) fn pick_for_thieves<'f>(
     chosen
 }
 
-/// For a sleeping worker: half of `frame` (a part just starting), unless an
-/// older part on this worker has iterations to give.
+/// For a sleeping worker, as `frame`'s part starts: half of the oldest
+/// loop part on this worker that has iterations to give (as a thief's
+/// request would get), `frame`'s own if no older one has.
 pub(crate) fn split_for_sleeper(frame: &LoopFrame) -> Option<TaskRef> {
-    let mut older = frame.older();
-    // SAFETY: as in `pick_for_thieves`.
-    while let Some(f) = unsafe { older.as_ref() } {
-        if f.share_for(1) > 0 {
-            return None;
-        }
-        older = f.older();
-    }
+    // The starting part is between iterations; older ones are in the
+    // middle of one (the iteration that started this loop).
     frame.polling.set(true);
-    let give = frame.share_for(1);
+    let chosen = pick_for_thieves(frame, 1);
     frame.polling.set(false);
-    (give > 0).then(|| frame.split_back(give))
+    chosen.map(|(f, give)| f.split_back(give))
 }
 
 /// A loop frame with what its part needs to split: the job and where its
@@ -1088,11 +1090,13 @@ fn iterate<B: Body>(part: &PartFrame<'_, B>, w: &Worker) -> Option<B::Acc> {
 
 /// Iterations the hot loop may claim at once, at most.
 const MAX_BLOCK: usize = 4096;
-/// About how long (in time-stamp-counter ticks, roughly CPU cycles) a
-/// block of iterations should take. A block grows only while it takes
-/// under half of this, so none takes much over sixteen times that (the
-/// growth factor): a thief waits at most about ten microseconds for a
-/// running loop to answer.
+/// About how long (in time-stamp-counter ticks on x86_64, roughly CPU
+/// cycles; nanoseconds elsewhere) a block of iterations should take. A
+/// block grows only while it takes under half of this, so a block of
+/// uniform iterations takes at most about sixteen times that (the growth
+/// factor): a thief waits about ten microseconds at 3 GHz for a running
+/// loop to answer, longer when iterations suddenly slow down (the next
+/// block is sized from the last).
 const BLOCK_TICKS: u64 = 4096;
 
 /// The hot loop. Iterations run in blocks: a block is claimed (`next`
@@ -1227,12 +1231,19 @@ fn ticks() -> u64 {
     }
 }
 
-/// Without a cheap clock, every block looks slow: the loop checks its
-/// mailbox after every iteration.
+/// Elsewhere, nanoseconds from the monotonic clock (a few nanoseconds to
+/// read where the platform maps it to user space, and read once per
+/// block, so only loops of slow iterations read it often). A clock that
+/// always read the same would let every block grow to `MAX_BLOCK`, which
+/// would leave a thief waiting for thousands of slow iterations.
 #[cfg(not(target_arch = "x86_64"))]
 #[inline(always)]
 fn ticks() -> u64 {
-    0
+    use std::sync::OnceLock;
+    use std::time::Instant;
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    // Truncation is harmless: only differences are used, with wrapping.
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
 /// The loop of a `depends_on_each` part: before an iteration of a bucket
@@ -1259,9 +1270,9 @@ fn run_iterations_when_ready<B: Body>(
             if each.is_ready(bucket) {
                 ready_until = bucket_end;
             } else {
-                let end = bucket_end.min(f.stop.get());
-                acc = park_bucket(part, each, w, bucket, k..end, acc);
-                k = end;
+                let (parked_until, folded) = park_bucket(part, each, w, bucket, k, bucket_end, acc);
+                acc = folded;
+                k = parked_until;
                 continue;
             }
         }
@@ -1276,8 +1287,10 @@ fn run_iterations_when_ready<B: Body>(
     acc
 }
 
-/// Turns iterations `run` (all in unfulfilled `bucket`) into a part parked
-/// on the bucket's promise; the current part goes on after them.
+/// Turns iterations `from..bucket_end` (all in unfulfilled `bucket`, cut
+/// at the part's stop) into a part parked on the bucket's promise; the
+/// current part goes on after them. Returns where the parked run ends and
+/// the accumulator to go on with.
 #[cold]
 #[inline(never)]
 fn park_bucket<B: Body>(
@@ -1285,15 +1298,23 @@ fn park_bucket<B: Body>(
     each: &LoopDeps,
     w: &Worker,
     bucket: usize,
-    run: Range<usize>,
+    from: usize,
+    bucket_end: usize,
     acc: B::Acc,
-) -> B::Acc {
+) -> (usize, B::Acc) {
     let job = part.job;
     // The only call here that may panic comes first, before anything
     // changes: a panic leaves the part as it was.
     let fresh = B::MERGES.then(|| job.body.identity());
-    part.frame.next.set(run.end);
-    part.frame.resume.set(run.end);
+    // `identity` may have run a loop of its own, which answers thieves
+    // from this part too: the stop is read only now, so iterations sent
+    // away meanwhile are not parked here as well.
+    let end = bucket_end.min(part.frame.stop.get());
+    if end <= from {
+        return (from, acc);
+    }
+    part.frame.next.set(end);
+    part.frame.resume.set(end);
     job.pending.fetch_add(1, Ordering::Relaxed);
     let (parked_out, acc) = match fresh {
         Some(fresh) => {
@@ -1307,9 +1328,9 @@ fn park_bucket<B: Body>(
         }
         None => (Out::ROOT, acc),
     };
-    let task = Part::new(job, run.start, run.end, parked_out).into_task();
+    let task = Part::new(job, from, end, parked_out).into_task();
     promise::delay(&w.shared, task, [each.dep(bucket)]);
-    acc
+    (end, acc)
 }
 
 /// Between two iterations: a thief is asking.

@@ -290,7 +290,7 @@ impl Runtime {
         R: Send,
     {
         if self.is_current() {
-            return f();
+            return run_in_place(f);
         }
         let task = task::new_handled(f);
         // SAFETY: the handle is joined before this function returns, so the
@@ -504,6 +504,15 @@ pub fn current_num_threads() -> usize {
         Some(w) => w.shared.num_threads(),
         None => global_runtime().num_threads(),
     }
+}
+
+/// Calls `f` in a frame of its own: inlined into `run`, `f`'s locals would
+/// be in `run`'s frame, which is entered on the calling thread even when
+/// `f` is sent to a worker, so a worker-sized stack (see
+/// `Builder::stack_size`) would be needed by the caller too.
+#[inline(never)]
+fn run_in_place<R>(f: impl FnOnce() -> R) -> R {
+    f()
 }
 
 /// Runs `f` on the current worker, or on the global runtime from any other

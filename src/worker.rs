@@ -188,9 +188,9 @@ impl Worker {
     }
 
     /// A loop part starting while workers sleep: sleeping workers send no
-    /// requests, so hand half of it to one through the injector (as `push`
-    /// does with tasks), unless an older loop here has iterations to give,
-    /// which the woken worker will be given by request instead.
+    /// requests, so hand one of them half of the oldest loop here that has
+    /// iterations to give, through the injector (as `push` does with
+    /// tasks).
     #[cold]
     pub(crate) fn share_loop(&self, frame: &LoopFrame) {
         if !self.shared.injector.is_empty() {

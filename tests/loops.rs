@@ -1650,6 +1650,58 @@ fn depends_on_each_with_everything_already_fulfilled_runs_like_a_plain_loop() {
     }
 }
 
+/// A reduction's `identity` runs when an unfulfilled bucket is parked. If
+/// it runs a loop of its own, that loop answers thieves from the outer
+/// part too, lowering its stop; the parked run must end at the lowered
+/// stop, or the iterations given away would run twice.
+#[test]
+fn iterations_given_away_while_identity_runs_a_loop_are_not_parked_too() {
+    let _w = Watchdog::new("identity running a loop", HANG);
+    let n = 4000;
+    for threads in [2, 4] {
+        let rt = runtime(threads);
+        for rep in 0..5 {
+            let ctx = format!("{threads} threads, rep {rep}");
+            // One bucket: every part of the loop parks on it.
+            let lp = LoopPromise::with_bucket_size(0..n, n);
+            let counts = counters(n);
+            let identities = AtomicUsize::new(0);
+            let got = std::thread::scope(|s| {
+                s.spawn(|| {
+                    while identities.load(Relaxed) == 0 {
+                        std::thread::yield_now();
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                    for i in 0..n {
+                        lp.fulfill(i);
+                    }
+                });
+                rt.run(|| {
+                    parallel_for(0..n).depends_on_each(&lp).reduce(
+                        || {
+                            identities.fetch_add(1, Relaxed);
+                            // Long enough for idle workers to ask.
+                            parallel_for(0..200).for_each(|_| spin(20_000));
+                            Vec::new()
+                        },
+                        |mut v, i| {
+                            counts[i].fetch_add(1, Relaxed);
+                            v.push(i);
+                            v
+                        },
+                        |mut a, b| {
+                            a.extend(b);
+                            a
+                        },
+                    )
+                })
+            });
+            assert_counts(&counts, |_| 1, &ctx);
+            assert!(got.iter().copied().eq(0..n), "{ctx}");
+        }
+    }
+}
+
 #[test]
 fn dropping_another_handle_does_not_cancel_a_borrowed_loop_promise() {
     // A blocking loop borrows the promise, and that handle lives: dropping
