@@ -62,6 +62,7 @@
 mod completion;
 mod event;
 mod gate;
+mod inbox;
 mod merge;
 mod park;
 mod steal;
@@ -120,6 +121,7 @@ pub mod protocols {
     pub use crate::completion::{Completion, Release};
     pub use crate::event::{Dep, Group, Outcome, Waiter};
     pub use crate::gate::Gate;
+    pub use crate::inbox::{Inbox, SignalRef};
     pub use crate::merge::{deposit, split, Out};
     pub use crate::park::Sleep;
     pub use crate::steal::{Mailbox, Reply, ReplySlot, StealRequest, VictimSet};

@@ -4,6 +4,7 @@ use crate::error::{BuildError, Cancellation};
 use crate::event::Dep;
 use crate::gate::Gate;
 use crate::handle::JoinHandle;
+use crate::inbox::{Action, Inbox, SignalRef};
 use crate::park::Sleep;
 use crate::promise;
 use crate::stats::{Counters, RuntimeStats, WorkerCounters, WorkerStats};
@@ -23,6 +24,8 @@ pub(crate) struct Shared {
     pub(crate) counters: Counters,
     /// Tasks from outside the workers (and shared with parked workers).
     pub(crate) injector: SegQueue<TaskRef>,
+    /// Signals fired where nothing else may be done (device callbacks).
+    pub(crate) inbox: Inbox,
     pub(crate) shutdown: AtomicBool,
     /// Shut when the runtime's drop begins: from then on, delayed tasks made
     /// ready outside the workers are cancelled rather than queued.
@@ -32,6 +35,26 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn num_threads(&self) -> usize {
         self.sleep.workers()
+    }
+
+    /// No task or fired signal waits outside the workers' deques.
+    /// SeqCst loads: part of the parking protocol.
+    #[inline]
+    pub(crate) fn outside_empty(&self) -> bool {
+        self.injector.is_empty() && self.inbox.is_empty()
+    }
+
+    /// Nothing waits outside the deques and no device work is in flight:
+    /// with every worker asleep, the runtime is quiescent.
+    pub(crate) fn outside_idle(&self) -> bool {
+        self.outside_empty() && !self.inbox.has_pending()
+    }
+
+    /// Makes a signal whose action runs on a worker of this runtime once
+    /// [`fire_signal`] is called (see `inbox.rs`).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn signal(&self, action: Action) -> SignalRef {
+        self.inbox.signal(action, (self as *const Shared).cast())
     }
 
     /// Queues a task from anywhere and wakes a parked worker for it.
@@ -60,6 +83,9 @@ impl Drop for Shared {
     /// The gate keeps tasks out of a shut-down runtime; should one be left
     /// anyway, its handle learns so instead of waiting forever.
     fn drop(&mut self) {
+        // Signals fired after the workers left: their promises are
+        // fulfilled now (dependents are cancelled, the runtime being gone).
+        self.inbox.drain();
         while let Some(task) = self.injector.pop() {
             task.cancel(Cancellation::RuntimeShutDown);
         }
@@ -196,6 +222,7 @@ impl Builder {
                 .map(|_| CachePadded::new(WorkerCounters::default()))
                 .collect(),
             injector: SegQueue::new(),
+            inbox: Inbox::new(),
             shutdown: AtomicBool::new(false),
             ready_gate: Gate::new(),
         });
@@ -375,7 +402,7 @@ impl Runtime {
             Some(w) if Arc::ptr_eq(&w.shared, &self.shared) => w.wait_until(Until::Quiescent),
             _ => {
                 let shared = &*self.shared;
-                shared.sleep.wait_quiescent(|| shared.injector.is_empty());
+                shared.sleep.wait_quiescent(|| shared.outside_idle());
             }
         }
     }
@@ -401,7 +428,7 @@ impl Runtime {
 
 fn shut_down(shared: Arc<Shared>, threads: Vec<std::thread::JoinHandle<()>>) {
     shared.ready_gate.close();
-    shared.sleep.wait_quiescent(|| shared.injector.is_empty());
+    shared.sleep.wait_quiescent(|| shared.outside_idle());
     shared.shutdown.store(true, Ordering::SeqCst);
     shared.sleep.wake_all();
     for t in threads {
@@ -504,6 +531,23 @@ pub fn current_num_threads() -> usize {
         Some(w) => w.shared.num_threads(),
         None => global_runtime().num_threads(),
     }
+}
+
+/// Fires `signal` (made by [`Shared::signal`]) and wakes a worker of its
+/// runtime to run its action: no allocation, no lock, no user code, so it
+/// may be called from a CUDA host callback.
+///
+/// # Safety
+/// `signal` is live and not fired before, and its runtime's `Shared` stays
+/// alive until this returns (whoever makes signals holds a reference to it
+/// until every signal it made has fired or been abandoned).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+pub(crate) unsafe fn fire_signal(signal: SignalRef) {
+    // SAFETY: read before firing: the signal may be freed right after.
+    let shared = unsafe { &*signal.context().cast::<Shared>() };
+    // SAFETY: per the caller.
+    unsafe { shared.inbox.fire(signal) };
+    shared.sleep.wake_any();
 }
 
 /// Calls `f` in a frame of its own: inlined into `run`, `f`'s locals would

@@ -372,13 +372,27 @@ impl Worker {
         }
     }
 
-    /// Work that arrives from outside the deque: injector, then our reply.
+    /// Work that arrives from outside the deque: fired signals (whose
+    /// actions queue their ready tasks here), the injector, then our reply.
     fn find_outside_work(&self) -> Option<TaskRef> {
         self.answer_requests();
+        if !self.shared.inbox.is_empty() {
+            self.drain_inbox();
+            let l = self.local();
+            if let Some(task) = l.deque.pop_above(l.frame_base) {
+                return Some(task);
+            }
+        }
         if let Some(task) = self.shared.injector.pop() {
             return Some(task);
         }
         self.take_reply()
+    }
+
+    /// Runs the actions of fired signals (device work that finished).
+    #[cold]
+    fn drain_inbox(&self) {
+        self.shared.inbox.drain();
     }
 
     fn done(&self, until: &Until<'_>) -> bool {
@@ -400,7 +414,7 @@ impl Worker {
             && self
                 .shared
                 .sleep
-                .quiescent_except(self.index, || self.shared.injector.is_empty())
+                .quiescent_except(self.index, || self.shared.outside_idle())
     }
 
     /// Runs work until `until` holds: first the children of the current
@@ -472,9 +486,7 @@ impl Worker {
         match until {
             Until::Shutdown => {
                 shared.sleep.idle_park(me, || {
-                    incoming()
-                        || !shared.injector.is_empty()
-                        || shared.shutdown.load(Ordering::SeqCst)
+                    incoming() || !shared.outside_empty() || shared.shutdown.load(Ordering::SeqCst)
                 });
             }
             Until::Complete(c) => {
@@ -482,13 +494,13 @@ impl Worker {
                     return;
                 }
                 shared.sleep.join_park(me, || {
-                    incoming() || !shared.injector.is_empty() || c.is_complete()
+                    incoming() || !shared.outside_empty() || c.is_complete()
                 });
             }
             Until::Zero(count) => {
                 // The task that brings the count to zero unparks us.
                 shared.sleep.join_park(me, || {
-                    incoming() || !shared.injector.is_empty() || count.load(Ordering::SeqCst) == 0
+                    incoming() || !shared.outside_empty() || count.load(Ordering::SeqCst) == 0
                 });
             }
             Until::Quiescent => {

@@ -1,0 +1,345 @@
+//! Signals from threads that may do almost nothing: a CUDA host callback
+//! must not call CUDA, allocate, lock or unwind, yet its stream's work
+//! finishing has to fulfill a promise, which may allocate (ready tasks are
+//! queued), free memory (the last reference to a promise) and take locks.
+//!
+//! So the work is split. Before the work is enqueued, a worker allocates a
+//! [`Signal`] holding the action to run (fulfilling the promise). The
+//! callback only *fires* it: one compare-and-swap on its state and a
+//! lock-free push onto the runtime's [`Inbox`], an intrusive stack (the
+//! signal is its own node, so nothing is allocated). A worker looking for
+//! work drains the inbox and runs the actions; the caller of `fire` wakes
+//! one. A signal whose callback will never come (the device failed) is
+//! *abandoned* by whoever noticed: its action is dropped instead (which
+//! breaks the promise, so dependents are cancelled rather than left
+//! waiting).
+//!
+//! Each signal is counted pending from its creation until its action ran or
+//! was dropped, so that waiting for the runtime to be quiescent waits for
+//! device work in flight too.
+//!
+//! The protocol is modelled under loom in `loom-tests/tests/inbox.rs`.
+
+// Fired only by device callbacks (and the loom models).
+#![cfg_attr(not(any(loom, feature = "cuda")), allow(dead_code))]
+
+use crate::sync::{AtomicPtr, AtomicU8, AtomicUsize, Ordering, UnsafeCell};
+use std::ptr;
+
+/// What a fired signal runs on a worker.
+pub type Action = Box<dyn FnOnce() + Send>;
+
+const PENDING: u8 = 0;
+const FIRED: u8 = 1;
+const ABANDONED: u8 = 2;
+
+/// A pre-allocated, one-shot notification (see the module docs).
+pub struct Signal {
+    /// The next signal in the inbox; written by the firing thread before
+    /// the push publishes it.
+    next: UnsafeCell<*mut Signal>,
+    /// `PENDING`, then `FIRED` or `ABANDONED` (whoever moves it first owns
+    /// the action).
+    state: AtomicU8,
+    action: UnsafeCell<Option<Action>>,
+    /// Opaque context for whoever fires it (the runtime the signal belongs
+    /// to), read before firing: the signal may be freed right after.
+    context: *const (),
+}
+
+/// A handle to a live [`Signal`]; plain data, so it can be handed to C as a
+/// callback's argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SignalRef(*mut Signal);
+
+// SAFETY: a signal is reached from several threads only through the
+// protocol in this module: the state decides who owns the action, and the
+// inbox's release/acquire pair publishes the node to the worker that frees
+// it.
+unsafe impl Send for SignalRef {}
+// SAFETY: as above.
+unsafe impl Sync for SignalRef {}
+
+impl SignalRef {
+    /// The raw pointer, for a C callback's argument.
+    pub fn as_ptr(self) -> *mut std::ffi::c_void {
+        self.0.cast()
+    }
+
+    /// Back from a callback's argument.
+    ///
+    /// # Safety
+    /// `ptr` came from [`SignalRef::as_ptr`] of a signal not yet freed.
+    pub unsafe fn from_ptr(ptr: *mut std::ffi::c_void) -> SignalRef {
+        SignalRef(ptr.cast())
+    }
+
+    /// The context given at creation.
+    ///
+    /// # Safety
+    /// The signal is live: not yet fired, or fired but not yet drained.
+    pub unsafe fn context(self) -> *const () {
+        // SAFETY: live, per the caller; `context` is never written after
+        // creation.
+        unsafe { (*self.0).context }
+    }
+}
+
+/// The runtime's stack of fired signals, drained by workers.
+pub struct Inbox {
+    head: AtomicPtr<Signal>,
+    /// Signals made and not yet run or abandoned.
+    pending: AtomicUsize,
+}
+
+impl Default for Inbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Inbox {
+    /// An empty inbox.
+    pub fn new() -> Self {
+        Self {
+            head: AtomicPtr::new(ptr::null_mut()),
+            pending: AtomicUsize::new(0),
+        }
+    }
+
+    /// Makes a signal that runs `action` once fired and drained; it counts
+    /// as pending work until then (or until abandoned). The signal must be
+    /// fired exactly once, or abandoned (and then fired at most once).
+    pub fn signal(&self, action: Action, context: *const ()) -> SignalRef {
+        self.pending.fetch_add(1, Ordering::SeqCst);
+        SignalRef(Box::into_raw(Box::new(Signal {
+            next: UnsafeCell::new(ptr::null_mut()),
+            state: AtomicU8::new(PENDING),
+            action: UnsafeCell::new(Some(action)),
+            context,
+        })))
+    }
+
+    /// Fires `signal`: no allocation, no lock, no user code. The caller then
+    /// wakes a worker. The signal may be freed as soon as this returns.
+    ///
+    /// # Safety
+    /// `signal` came from this inbox's [`Inbox::signal`] and was not fired
+    /// before.
+    pub unsafe fn fire(&self, signal: SignalRef) {
+        let s = signal.0;
+        // SAFETY: not fired before, so not freed (the worker that drains it
+        // is the only one that frees it).
+        let node = unsafe { &*s };
+        // Losing to `abandon` is fine: the node is pushed all the same, so
+        // that a worker frees it (this thread may not).
+        let _ = node
+            .state
+            .compare_exchange(PENDING, FIRED, Ordering::AcqRel, Ordering::Acquire);
+        let mut head = self.head.load(Ordering::Relaxed);
+        loop {
+            // SAFETY: the node is unpublished until the exchange below
+            // succeeds: only this thread touches `next`.
+            node.next.with_mut(|n| unsafe { *n = head });
+            // SeqCst: a worker about to park re-checks `is_empty` after
+            // announcing itself (see `park.rs`); with the waker's fence this
+            // is the Dekker pair that rules out a lost wake-up.
+            match self
+                .head
+                .compare_exchange_weak(head, s, Ordering::SeqCst, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(now) => head = now,
+            }
+        }
+    }
+
+    /// Gives up on `signal`, whose firing may never come: if it has not
+    /// fired, its action is returned (for the caller to drop, not run,
+    /// outside any lock of its own: dropping may cancel tasks) and it stops
+    /// counting as pending. `None`: it had fired, and its action runs or
+    /// ran on a worker. The memory of an abandoned signal is freed only if
+    /// it is fired after all, and leaks otherwise (only after a device
+    /// failure).
+    ///
+    /// # Safety
+    /// `signal` came from this inbox and is live: not yet drained. (A
+    /// registry of signals in flight keeps that promise if each action
+    /// takes its own signal out of the registry, under the lock the
+    /// abandoner holds: a signal is drained only after its action ran.)
+    pub unsafe fn abandon(&self, signal: SignalRef) -> Option<Action> {
+        // SAFETY: live, per the caller.
+        let node = unsafe { &*signal.0 };
+        node.state
+            .compare_exchange(PENDING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+            .ok()?;
+        // SAFETY: winning the exchange gave this thread the action; a
+        // worker draining the node later sees `ABANDONED` and leaves it.
+        let action = node.action.with_mut(|a| unsafe { (*a).take() });
+        self.pending.fetch_sub(1, Ordering::SeqCst);
+        action
+    }
+
+    /// Whether no fired signal waits. SeqCst: part of the parking protocol.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.head.load(Ordering::SeqCst).is_null()
+    }
+
+    /// Whether signals are made but not yet run or abandoned (device work
+    /// in flight).
+    pub fn has_pending(&self) -> bool {
+        self.pending.load(Ordering::SeqCst) != 0
+    }
+
+    /// Runs the actions of every fired signal, in firing order, and frees
+    /// the signals. Returns how many actions ran.
+    pub fn drain(&self) -> usize {
+        if self.is_empty() {
+            return 0;
+        }
+        // Acquire: pairs with the push, publishing each node's fields.
+        let mut list = self.head.swap(ptr::null_mut(), Ordering::Acquire);
+        // The stack is newest first: reverse it.
+        let mut fifo: *mut Signal = ptr::null_mut();
+        while !list.is_null() {
+            // SAFETY: taken from the inbox, so fired and owned by this
+            // thread now; `next` was written before the push published it.
+            let next = unsafe { &*list }.next.with(|n| unsafe { *n });
+            // SAFETY: as above; nobody else reads `next` any more.
+            unsafe { &*list }.next.with_mut(|n| unsafe { *n = fifo });
+            fifo = list;
+            list = next;
+        }
+        let mut ran = 0;
+        while !fifo.is_null() {
+            // SAFETY: as above.
+            let next = unsafe { &*fifo }.next.with(|n| unsafe { *n });
+            // SAFETY: made by `Box::into_raw` in `signal` and drained once
+            // (a node is pushed once).
+            let node = unsafe { Box::from_raw(fifo) };
+            if node.state.load(Ordering::Acquire) == FIRED {
+                // SAFETY: the firing thread won the state, so the action is
+                // this thread's to take.
+                if let Some(action) = node.action.with_mut(|a| unsafe { (*a).take() }) {
+                    action();
+                    ran += 1;
+                }
+                self.pending.fetch_sub(1, Ordering::SeqCst);
+            }
+            fifo = next;
+        }
+        ran
+    }
+}
+
+impl Drop for Inbox {
+    /// Signals fired after the workers left still run their actions here.
+    fn drop(&mut self) {
+        self.drain();
+    }
+}
+
+/// The path a device callback takes, without a device: signals fired from
+/// foreign threads while the workers park and wake.
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use crate::runtime::fire_signal;
+    use crate::{Promise, Runtime};
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
+
+    #[test]
+    fn signals_fired_from_foreign_threads_fulfill_promises_exactly_once() {
+        let rounds = if cfg!(debug_assertions) { 20 } else { 200 };
+        let per_round = 1000;
+        let rt = Runtime::builder().num_threads(8).build().unwrap();
+        let ran: Arc<Vec<AtomicUsize>> =
+            Arc::new((0..per_round).map(|_| AtomicUsize::new(0)).collect());
+        for round in 0..rounds {
+            let (tx, rx) = mpsc::channel();
+            let handles: Vec<_> = (0..per_round)
+                .map(|i| {
+                    let p = Promise::new();
+                    let ran = ran.clone();
+                    let h = rt.submit_delayed([p.dep()], move || {
+                        ran[i].fetch_add(1, Relaxed);
+                    });
+                    tx.send(rt.shared().signal(Box::new(move || {
+                        p.fulfill();
+                    })))
+                    .unwrap();
+                    h
+                })
+                .collect();
+            drop(tx);
+            let signals: Vec<_> = rx.into_iter().collect();
+            // Four firing threads; every few rounds they pause first, so
+            // that the workers have parked.
+            std::thread::scope(|s| {
+                for part in signals.chunks(per_round / 4) {
+                    s.spawn(move || {
+                        if round % 8 == 0 {
+                            std::thread::sleep(Duration::from_millis(2));
+                        }
+                        for (k, &signal) in part.iter().enumerate() {
+                            // SAFETY: each signal is fired once, and the
+                            // runtime outlives the scope.
+                            unsafe { fire_signal(signal) };
+                            if k % 64 == 0 {
+                                std::thread::yield_now();
+                            }
+                        }
+                    });
+                }
+            });
+            for h in handles {
+                h.join();
+            }
+            for (i, c) in ran.iter().enumerate() {
+                assert_eq!(c.swap(0, Relaxed), 1, "round {round}: task {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn sync_root_waits_for_signals_in_flight() {
+        let rt = Runtime::builder().num_threads(3).build().unwrap();
+        let done = Arc::new(AtomicUsize::new(0));
+        let mut signals = Vec::new();
+        for _ in 0..100 {
+            let p = Promise::new();
+            let done = done.clone();
+            drop(rt.submit_delayed([p.dep()], move || {
+                done.fetch_add(1, Relaxed);
+            }));
+            signals.push(rt.shared().signal(Box::new(move || {
+                p.fulfill();
+            })));
+        }
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(30));
+                for signal in signals {
+                    // SAFETY: fired once; the runtime outlives the scope.
+                    unsafe { fire_signal(signal) };
+                }
+            });
+            rt.sync_root();
+            assert_eq!(done.load(Relaxed), 100, "sync_root returned early");
+        });
+        // An unfired signal dropped by its abandoner breaks its promise.
+        let p = Promise::new();
+        let h = rt.submit_delayed([p.dep()], || ());
+        let signal = rt.shared().signal(Box::new(move || {
+            p.fulfill();
+        }));
+        // SAFETY: never fired, so live.
+        let action = unsafe { rt.shared().inbox.abandon(signal) };
+        assert!(action.is_some());
+        drop(action);
+        assert!(h.try_join().unwrap_err().is_cancelled());
+        rt.sync_root();
+    }
+}
