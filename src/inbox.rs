@@ -180,6 +180,20 @@ impl Inbox {
         action
     }
 
+    /// Takes back a signal that was never handed to anyone who could fire
+    /// it (enqueuing its callback failed): its action is returned and its
+    /// memory freed.
+    ///
+    /// # Safety
+    /// `signal` came from this inbox, was never fired, and never will be.
+    pub unsafe fn discard(&self, signal: SignalRef) -> Option<Action> {
+        // SAFETY: live and unfired, per the caller.
+        let action = unsafe { self.abandon(signal) };
+        // SAFETY: made by `Box::into_raw` in `signal`; nobody else holds it.
+        drop(unsafe { Box::from_raw(signal.0) });
+        action
+    }
+
     /// Whether no fired signal waits. SeqCst: part of the parking protocol.
     #[inline]
     pub fn is_empty(&self) -> bool {

@@ -62,6 +62,8 @@
 mod completion;
 mod event;
 mod gate;
+#[cfg(all(feature = "cuda", not(loom)))]
+pub mod gpu;
 mod inbox;
 mod merge;
 mod park;

@@ -1,0 +1,221 @@
+//! GPU tasks: spawning, their handles, and dependencies that stay on the
+//! device.
+
+use super::{Device, GpuError, GpuStream};
+use crate::error::JoinError;
+use crate::event::Dep;
+use crate::handle::JoinHandle;
+use crate::promise::{self, Promise};
+use cudarc::driver::CudaEvent;
+use std::sync::{Arc, OnceLock};
+
+/// The handle of a GPU task: its value once the device finished the work
+/// the task enqueued, and the dependencies other tasks can wait on.
+///
+/// ```no_run
+/// # fn main() -> Result<(), selvedge::gpu::GpuError> {
+/// let dev = selvedge::gpu::Device::open(0)?;
+/// let upload = dev.spawn(|s| Ok(s.stream().clone_htod(&[1.0f32; 256])?));
+/// // A CPU task that runs once the upload is complete on the device.
+/// let after = selvedge::spawn_delayed([upload.dep()], || "uploaded");
+/// assert_eq!(after.join(), "uploaded");
+/// let buffer = upload.join()?;
+/// assert_eq!(buffer.len(), 256);
+/// # Ok(()) }
+/// ```
+pub struct GpuHandle<T> {
+    join: JoinHandle<Result<T, GpuError>>,
+    link: Link,
+}
+
+/// What a consumer needs of a GPU task to depend on it.
+#[derive(Clone)]
+struct Link {
+    /// Fulfilled when the stream reached the end of the task's work;
+    /// broken if the task failed.
+    done: Dep,
+    /// Fulfilled once the work and `event` are enqueued; broken if the task
+    /// failed.
+    enqueued: Dep,
+    /// Recorded after the task's work (set before `enqueued` is fulfilled).
+    event: Arc<OnceLock<CudaEvent>>,
+    /// Identifies the device (its `DeviceInner`'s address).
+    device: usize,
+}
+
+/// A dependency of a GPU task ([`Device::spawn_delayed`]): any promise
+/// ([`Dep`] converts), or another GPU task's [`GpuHandle::gpu_dep`], which
+/// on the same device is waited for on the device, not by the host.
+///
+/// ```
+/// let p = selvedge::Promise::new();
+/// let dep: selvedge::gpu::GpuDep = p.dep().into();
+/// # drop(dep);
+/// ```
+pub struct GpuDep(DepKind);
+
+enum DepKind {
+    Host(Dep),
+    Gpu(Link),
+}
+
+impl From<Dep> for GpuDep {
+    fn from(dep: Dep) -> Self {
+        GpuDep(DepKind::Host(dep))
+    }
+}
+
+impl<T> GpuHandle<T> {
+    /// Waits until the device finished the task's work (working meanwhile,
+    /// on a worker) and returns the task's value, or its error. Resumes the
+    /// task's panic; panics if the task was cancelled (a dependency broke,
+    /// or the device failed while its work was in flight).
+    pub fn join(self) -> Result<T, GpuError> {
+        self.join.join()
+    }
+
+    /// [`GpuHandle::join`] that reports a panic or a cancellation as a
+    /// [`JoinError`].
+    pub fn try_join(self) -> Result<Result<T, GpuError>, JoinError> {
+        self.join.try_join()
+    }
+
+    /// Whether the task finished (its work is complete on the device, or it
+    /// failed).
+    pub fn is_finished(&self) -> bool {
+        self.join.is_finished()
+    }
+
+    /// A dependency for CPU tasks: fulfilled once the device finished the
+    /// task's work (from the stream's callback); broken if the task failed
+    /// or was cancelled.
+    pub fn dep(&self) -> Dep {
+        self.link.done.clone()
+    }
+
+    /// A dependency for GPU tasks: on the same device, the consumer is
+    /// enqueued as soon as this task's work is, its stream waiting for this
+    /// task's event on the device (no host round trip); on another device
+    /// it is [`GpuHandle::dep`].
+    pub fn gpu_dep(&self) -> GpuDep {
+        GpuDep(DepKind::Gpu(self.link.clone()))
+    }
+
+    /// The handle as a plain [`JoinHandle`] (awaitable, too).
+    pub fn into_join_handle(self) -> JoinHandle<Result<T, GpuError>> {
+        self.join
+    }
+}
+
+/// Fulfills its promise when dropped, unless defused: a failing or
+/// panicking GPU task still lets its handle report what happened.
+struct FulfillOnDrop(Option<Promise>);
+
+impl FulfillOnDrop {
+    fn defuse(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for FulfillOnDrop {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            p.fulfill();
+        }
+    }
+}
+
+impl Device {
+    /// Runs `f` on a worker with that worker's stream; `f` enqueues device
+    /// work and returns. The handle's value is `f`'s, available once the
+    /// stream has finished the work `f` enqueued.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), selvedge::gpu::GpuError> {
+    /// let dev = selvedge::gpu::Device::open(0)?;
+    /// let data = dev.spawn(|s| Ok(s.stream().clone_htod(&[3.0f32; 4])?)).join()?;
+    /// let back = dev.spawn(move |s| s.download(&data)).join()?;
+    /// assert_eq!(back.as_slice()?, &[3.0; 4]);
+    /// # Ok(()) }
+    /// ```
+    pub fn spawn<T, F>(&self, f: F) -> GpuHandle<T>
+    where
+        F: FnOnce(&GpuStream) -> Result<T, GpuError> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.spawn_delayed(Vec::<GpuDep>::new(), f)
+    }
+
+    /// [`Device::spawn`] once every dependency is met. Dependencies on GPU
+    /// tasks of this device ([`GpuHandle::gpu_dep`]) are met as soon as
+    /// their work is enqueued: this task's stream waits for them on the
+    /// device. Any other dependency is waited for by the runtime, with no
+    /// thread blocked.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), selvedge::gpu::GpuError> {
+    /// let dev = selvedge::gpu::Device::open(0)?;
+    /// let a = dev.spawn(|s| Ok(s.stream().clone_htod(&[1.0f32; 64])?));
+    /// // Enqueued right after `a`'s copy, not after its callback.
+    /// let b = dev.spawn_delayed([a.gpu_dep()], |s| Ok(s.stream().alloc_zeros::<f32>(64)?));
+    /// b.join()?;
+    /// a.join()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn spawn_delayed<D, T, F>(&self, deps: D, f: F) -> GpuHandle<T>
+    where
+        D: IntoIterator,
+        D::Item: Into<GpuDep>,
+        F: FnOnce(&GpuStream) -> Result<T, GpuError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let inner = self.inner.clone();
+        let me = Arc::as_ptr(&inner) as usize;
+        let mut host_deps = Vec::new();
+        let mut device_waits = Vec::new();
+        for dep in deps {
+            match dep.into().0 {
+                DepKind::Host(d) => host_deps.push(d),
+                DepKind::Gpu(link) if link.device == me => {
+                    host_deps.push(link.enqueued);
+                    device_waits.push(link.event);
+                }
+                DepKind::Gpu(link) => host_deps.push(link.done),
+            }
+        }
+        let (enqueued, done, finished) = (Promise::new(), Promise::new(), Promise::new());
+        let event = Arc::new(OnceLock::new());
+        let link = Link {
+            done: done.dep(),
+            enqueued: enqueued.dep(),
+            event: event.clone(),
+            device: me,
+        };
+        let finished_dep = finished.dep();
+        let runtime = inner.runtime().clone();
+        let work = promise::submit_delayed(&runtime, host_deps, move || {
+            let finish = FulfillOnDrop(Some(finished.clone()));
+            inner.check_failed()?;
+            let lane = inner.lane();
+            for producer in &device_waits {
+                // Set before the producer's `enqueued` was fulfilled.
+                let e = producer
+                    .get()
+                    .expect("a producer's event is recorded before it is ready");
+                lane.stream().wait(e)?;
+            }
+            let value = f(lane)?;
+            let recorded = lane.stream().record_event(None)?;
+            let _ = event.set(recorded);
+            inner.enqueue_completion(lane, move || {
+                done.fulfill();
+                finished.fulfill();
+            })?;
+            enqueued.fulfill();
+            finish.defuse();
+            Ok(value)
+        });
+        let join = promise::submit_delayed(&runtime, [finished_dep], move || work.join());
+        GpuHandle { join, link }
+    }
+}
