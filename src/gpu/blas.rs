@@ -3,7 +3,7 @@
 
 use super::{GpuError, GpuStream};
 use cudarc::cublas::sys::cublasOperation_t;
-use cudarc::cublas::{Gemm, GemmConfig, StridedBatchedConfig};
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
 use cudarc::driver::{DevicePtr, DevicePtrMut};
 use half::bf16;
 
@@ -91,7 +91,7 @@ fn dim(name: &str, value: usize) -> i32 {
 
 impl GpuStream {
     /// Enqueues `c = a · b` for every product of the batch `g` (row-major)
-    /// on this stream, through cuBLAS.
+    /// on this stream, through cuBLAS: [`gemm`] with this stream's handle.
     ///
     /// Panics if a buffer is shorter than `g` needs, naming it and both
     /// lengths.
@@ -101,47 +101,86 @@ impl GpuStream {
         A: DevicePtr<T>,
         B: DevicePtr<T>,
         C: DevicePtrMut<T>,
-        cudarc::cublas::CudaBlas: Gemm<T>,
+        CudaBlas: Gemm<T>,
     {
-        for (name, have, need) in [
-            ("a", a.len(), g.a_len()),
-            ("b", b.len(), g.b_len()),
-            ("c", c.len(), g.c_len()),
-        ] {
-            assert!(
-                have >= need,
-                "gemm buffer {name} holds {have} elements, the batch {g:?} needs {need}"
-            );
-        }
-        if g.batch == 0 || g.m == 0 || g.n == 0 {
-            return Ok(());
-        }
-        let (m, n, k) = (dim("m", g.m), dim("n", g.n), dim("k", g.k));
-        let (one, zero) = T::ONE_ZERO;
-        // cuBLAS is column-major: a row-major C = A·B is the column-major
-        // Cᵀ = Bᵀ·Aᵀ, so B goes first and the roles of m and n swap.
-        let cfg = StridedBatchedConfig {
-            gemm: GemmConfig {
-                transa: cublasOperation_t::CUBLAS_OP_N,
-                transb: cublasOperation_t::CUBLAS_OP_N,
-                m: n,
-                n: m,
-                k,
-                alpha: one,
-                lda: n,
-                ldb: k,
-                beta: zero,
-                ldc: n,
-            },
-            batch_size: dim("batch", g.batch),
-            stride_a: (g.k * g.n) as i64,
-            stride_b: (g.m * g.k) as i64,
-            stride_c: (g.m * g.n) as i64,
-        };
-        // SAFETY: the lengths were checked against the shape above, and
-        // every pointer is used on this stream (cudarc orders it after
-        // earlier writes of the buffers).
-        unsafe { self.blas().gemm_strided_batched(cfg, b, a, c) }?;
-        Ok(())
+        gemm(self.blas(), g, a, b, c)
     }
+}
+
+/// Enqueues `c = a · b` for every product of the batch `g` (row-major) on
+/// `blas`'s stream: one strided-batched cuBLAS call. For work outside GPU
+/// tasks (a cuBLAS handle of one's own); inside them, [`GpuStream::gemm`].
+///
+/// Panics if a buffer is shorter than `g` needs, naming it and both
+/// lengths.
+///
+/// ```no_run
+/// use selvedge::gpu::cudarc::cublas::CudaBlas;
+/// use selvedge::gpu::{gemm, BatchedGemm, Device};
+/// # fn main() -> Result<(), selvedge::gpu::GpuError> {
+/// let dev = Device::open(0)?;
+/// let stream = dev.context().new_stream()?;
+/// let blas = CudaBlas::new(stream.clone())?;
+/// let g = BatchedGemm { batch: 4, m: 8, n: 8, k: 8 };
+/// let a = stream.clone_htod(&vec![1.0f32; g.a_len()])?;
+/// let b = stream.clone_htod(&vec![1.0f32; g.b_len()])?;
+/// let mut c = stream.alloc_zeros::<f32>(g.c_len())?;
+/// gemm(&blas, g, &a, &b, &mut c)?;
+/// stream.synchronize()?;
+/// # Ok(()) }
+/// ```
+pub fn gemm<T, A, B, C>(
+    blas: &CudaBlas,
+    g: BatchedGemm,
+    a: &A,
+    b: &B,
+    c: &mut C,
+) -> Result<(), GpuError>
+where
+    T: GemmElement,
+    A: DevicePtr<T>,
+    B: DevicePtr<T>,
+    C: DevicePtrMut<T>,
+    CudaBlas: Gemm<T>,
+{
+    for (name, have, need) in [
+        ("a", a.len(), g.a_len()),
+        ("b", b.len(), g.b_len()),
+        ("c", c.len(), g.c_len()),
+    ] {
+        assert!(
+            have >= need,
+            "gemm buffer {name} holds {have} elements, the batch {g:?} needs {need}"
+        );
+    }
+    if g.batch == 0 || g.m == 0 || g.n == 0 {
+        return Ok(());
+    }
+    let (m, n, k) = (dim("m", g.m), dim("n", g.n), dim("k", g.k));
+    let (one, zero) = T::ONE_ZERO;
+    // cuBLAS is column-major: a row-major C = A·B is the column-major
+    // Cᵀ = Bᵀ·Aᵀ, so B goes first and the roles of m and n swap.
+    let cfg = StridedBatchedConfig {
+        gemm: GemmConfig {
+            transa: cublasOperation_t::CUBLAS_OP_N,
+            transb: cublasOperation_t::CUBLAS_OP_N,
+            m: n,
+            n: m,
+            k,
+            alpha: one,
+            lda: n,
+            ldb: k,
+            beta: zero,
+            ldc: n,
+        },
+        batch_size: dim("batch", g.batch),
+        stride_a: (g.k * g.n) as i64,
+        stride_b: (g.m * g.k) as i64,
+        stride_c: (g.m * g.n) as i64,
+    };
+    // SAFETY: the lengths were checked against the shape above, and every
+    // pointer is used on `blas`'s stream (cudarc orders it after earlier
+    // writes of the buffers on other streams).
+    unsafe { blas.gemm_strided_batched(cfg, b, a, c) }?;
+    Ok(())
 }

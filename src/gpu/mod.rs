@@ -49,7 +49,7 @@ mod device;
 mod error;
 mod task;
 
-pub use blas::{BatchedGemm, GemmElement};
+pub use blas::{gemm, BatchedGemm, GemmElement};
 pub use device::{Device, GpuStream};
 pub use error::GpuError;
 pub use task::{GpuDep, GpuHandle};
