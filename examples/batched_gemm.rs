@@ -25,9 +25,9 @@
 //!
 //! Built with `--features cuda` on a machine with a GPU, it runs the GPU
 //! version instead (`benches/workloads/gpu.rs`): groups of the batch as GPU
-//! tasks, each a strided-batched SGEMM on its worker's stream whose
-//! callback fulfills the group's matrices in a `LoopPromise`, stage 2
-//! pipelined behind; the peer is the same GEMMs issued straight to cuBLAS
+//! tasks, each a strided-batched SGEMM on its worker's stream; a task
+//! delayed on each group's callback fulfills its matrices in a
+//! `LoopPromise`, and stage 2 runs pipelined behind; the peer is the same GEMMs issued straight to cuBLAS
 //! on one stream. It says which device it ran on, and why not the GPU.
 //!
 //! ```text

@@ -53,6 +53,12 @@
 //!   loops need no barrier, reductions merge in index order, and a
 //!   `depends_on_each` loop runs iteration `i` as soon as its promise is
 //!   fulfilled.
+//! - GPU tasks (feature `cuda`): `gpu::Device::spawn` runs a closure that
+//!   enqueues device work on its worker's stream; a host function at the
+//!   end of that work fires a pre-allocated signal and a worker fulfills the
+//!   task's promise, so nobody blocks on the stream; GPU tasks depending on
+//!   GPU tasks wait on events on the device. Built on cudarc, loaded at run
+//!   time: without a driver `Device::open` returns an error.
 //! - Outside any runtime, [`spawn`], [`scope`], [`join`] and [`sync_root`] use
 //!   a global runtime built on first use ([`global_runtime`]); its size comes
 //!   from `SELVEDGE_NUM_THREADS`, else the available parallelism.

@@ -43,6 +43,41 @@
 //! }
 //! # Ok::<(), GpuError>(())
 //! ```
+//!
+//! A GEMM, a GPU task behind it and a CPU task behind both (the README's
+//! example):
+//!
+//! ```no_run
+//! use selvedge::gpu::{BatchedGemm, Device, GpuError};
+//!
+//! fn main() -> Result<(), GpuError> {
+//!     // Err(NoDriver | NoBlas | NoDevice { .. }) without a GPU: never a panic.
+//!     let dev = Device::open(0)?;
+//!     let g = BatchedGemm { batch: 64, m: 256, n: 256, k: 256 };
+//!     let (a, b) = (vec![1.0f32; g.a_len()], vec![0.5f32; g.b_len()]);
+//!     // Runs on a worker with that worker's stream; returns once enqueued.
+//!     let product = dev.spawn(move |s| {
+//!         let a = s.stream().clone_htod(&a)?;
+//!         let b = s.stream().clone_htod(&b)?;
+//!         let mut c = s.stream().alloc_zeros::<f32>(g.c_len())?;
+//!         s.gemm(g, &a, &b, &mut c)?; // row-major strided-batched SGEMM
+//!         Ok(c)
+//!     });
+//!     // Another GPU task: enqueued behind it at once, its stream waiting on
+//!     // the first one's event on the device (no host round trip).
+//!     let summary = dev.spawn_delayed([product.gpu_dep()], |s| {
+//!         Ok(s.stream().alloc_zeros::<f32>(1)?)
+//!     });
+//!     // A CPU task: runs when the stream's callback says the product is done.
+//!     let cpu = selvedge::spawn_delayed([product.dep()], || "product ready");
+//!     let c = product.join()?;           // its value, once its work is complete
+//!     let host = dev.spawn(move |s| s.download(&c)).join()?; // pinned memory
+//!     assert_eq!(host.as_slice()?[0], 128.0);
+//!     assert_eq!(cpu.join(), "product ready");
+//!     summary.join()?;
+//!     Ok(())
+//! }
+//! ```
 
 mod blas;
 mod device;
