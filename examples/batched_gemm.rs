@@ -24,10 +24,10 @@
 //! `--threads` defaults to `SELVEDGE_NUM_THREADS`, or 2.
 //!
 //! Built with `--features cuda` on a machine with a GPU, it runs the GPU
-//! version instead (`benches/workloads/gpu.rs`): groups of the batch as GPU
-//! tasks, each a strided-batched SGEMM on its worker's stream; a task
-//! delayed on each group's callback fulfills its matrices in a
-//! `LoopPromise`, and stage 2 runs pipelined behind; the peer is the same GEMMs issued straight to cuBLAS
+//! version instead (`benches/workloads/gpu.rs`): `Device::parallel_for`
+//! over groups of the batch, each a strided-batched SGEMM on its worker's
+//! stream whose callback fulfills the group's iteration of a
+//! `LoopPromise`, and stage 2 pipelined behind it (`depends_on_each`); the peer is the same GEMMs issued straight to cuBLAS
 //! on one stream. It says which device it ran on, and why not the GPU.
 //!
 //! ```text

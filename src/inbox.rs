@@ -226,6 +226,10 @@ impl Inbox {
             list = next;
         }
         let mut ran = 0;
+        // Actions are the crate's own and do not panic; if one did anyway,
+        // the rest still run and every node is still freed, then the panic
+        // goes on.
+        let mut panic = None;
         while !fifo.is_null() {
             // SAFETY: as above.
             let next = unsafe { &*fifo }.next.with(|n| unsafe { *n });
@@ -236,12 +240,17 @@ impl Inbox {
                 // SAFETY: the firing thread won the state, so the action is
                 // this thread's to take.
                 if let Some(action) = node.action.with_mut(|a| unsafe { (*a).take() }) {
-                    action();
+                    if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(action)) {
+                        panic.get_or_insert(p);
+                    }
                     ran += 1;
                 }
                 self.pending.fetch_sub(1, Ordering::SeqCst);
             }
             fifo = next;
+        }
+        if let Some(p) = panic {
+            std::panic::resume_unwind(p);
         }
         ran
     }

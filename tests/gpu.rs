@@ -262,3 +262,45 @@ fn a_failing_task_reports_its_error_and_breaks_its_dependents() {
     // The consumer's own handle reports the cancellation.
     assert!(gpu.try_join().unwrap_err().is_cancelled());
 }
+
+#[test]
+fn a_device_loop_fulfills_each_iteration_from_its_callback() {
+    use selvedge::gpu::cudarc::driver::PinnedHostSlice;
+    use selvedge::{parallel_for, scope, LoopPromise};
+    let rt = Runtime::builder().num_threads(4).build().unwrap();
+    let Some(dev) = device(&rt, "device loop") else {
+        return;
+    };
+    let n = 256;
+    let len = 4096;
+    // Pinned buffers allocated up front, one per iteration.
+    let hosts: Vec<Mutex<PinnedHostSlice<u32>>> = (0..n)
+        .map(|_| {
+            // SAFETY: written only by the copies below, read after them.
+            Mutex::new(unsafe { dev.context().alloc_pinned_with_flags::<u32>(len, 0) }.unwrap())
+        })
+        .collect();
+    let done = LoopPromise::new(0..n);
+    let checked = AtomicUsize::new(0);
+    rt.run(|| {
+        scope(|s| {
+            s.spawn(|_| {
+                parallel_for(0..n).depends_on_each(&done).for_each(|i| {
+                    let host = hosts[i].lock().unwrap();
+                    assert!(
+                        host.as_slice().unwrap().iter().all(|&x| x == i as u32),
+                        "iteration {i}"
+                    );
+                    checked.fetch_add(1, Relaxed);
+                });
+            });
+            dev.parallel_for(0..n, &done, |s, i| {
+                let x = s.stream().clone_htod(&vec![i as u32; len])?;
+                s.stream().memcpy_dtoh(&x, &mut *hosts[i].lock().unwrap())?;
+                Ok(())
+            })
+            .unwrap();
+        })
+    });
+    assert_eq!(checked.load(Relaxed), n);
+}

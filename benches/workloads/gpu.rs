@@ -2,21 +2,21 @@
 //! `examples/batched_gemm.rs` and `benches/gpu.rs`. Include it next to
 //! `workloads/gemm.rs` as `mod gemm`.
 //!
-//! - `selvedge`: an outer `parallel_for` over groups of the batch; each
-//!   group is one GPU task on its worker's stream (a strided-batched SGEMM
-//!   and a copy of the products to pinned host memory); when the stream's
-//!   callback says a group is done, its matrices' iterations of a
-//!   `LoopPromise` are fulfilled, and stage 2 (ReLU and row sums, on the
-//!   CPU) runs per matrix as a `depends_on_each` loop. No barrier, no
-//!   thread blocked on a stream.
+//! - `selvedge`: `Device::parallel_for` over groups of the batch; each
+//!   group's iteration enqueues a strided-batched SGEMM and a copy of the
+//!   products to pinned host memory on its worker's stream, and the
+//!   stream's callback fulfills the group's iteration of a `LoopPromise`;
+//!   stage 2 (ReLU and row sums, on the CPU) is a `depends_on_each` loop
+//!   over the groups with a loop over each group's matrices nested in it.
+//!   No barrier, no thread blocked on a stream.
 //! - `direct`: the same GEMMs issued straight to cuBLAS as one call on one
 //!   stream, a copy back, a stream synchronize, then stage 2 with rayon.
 
 use crate::gemm::{activate_and_sum, Batch, Output};
 use selvedge::gpu::cudarc::cublas::CudaBlas;
 use selvedge::gpu::cudarc::driver::{CudaSlice, CudaStream, PinnedHostSlice};
-use selvedge::gpu::{gemm, BatchedGemm, Device, GpuError, GpuHandle};
-use selvedge::{parallel_for, spawn_delayed, LoopPromise};
+use selvedge::gpu::{gemm, BatchedGemm, Device, GpuError};
+use selvedge::{parallel_for, LoopPromise};
 use std::sync::{Arc, Mutex};
 
 /// One group of consecutive matrices, with its device and host buffers.
@@ -34,7 +34,6 @@ pub struct Group {
 pub struct DeviceBatch {
     pub batch: usize,
     pub n: usize,
-    pub group_size: usize,
     pub groups: Vec<Group>,
     whole: Group,
 }
@@ -82,7 +81,6 @@ impl DeviceBatch {
         Ok(Arc::new(DeviceBatch {
             batch: input.batch,
             n: input.n,
-            group_size,
             groups,
             whole,
         }))
@@ -108,41 +106,33 @@ pub fn selvedge(dev: &Device, d: &Arc<DeviceBatch>, out: &mut Output) -> Result<
         .zip(out.row_sums.chunks_mut(n))
         .map(Mutex::new)
         .collect();
-    let products_done = LoopPromise::new(0..d.batch);
-    let handles: Mutex<Vec<GpuHandle<()>>> = Mutex::new(Vec::new());
+    // Iteration g: group g's products are in its pinned host buffer.
+    let groups_done = LoopPromise::new(0..d.groups.len());
     selvedge::scope(|s| {
+        // Stage 2, nested: a group's matrices as soon as its callback came.
         s.spawn(|_| {
-            parallel_for(0..d.batch)
-                .depends_on_each(&products_done)
-                .for_each(|m| {
-                    let mut guard = matrices[m].lock().unwrap();
-                    let (c, sums) = &mut *guard;
-                    finish_matrix(&d.groups[m / d.group_size], m, n, c, sums);
+            parallel_for(0..d.groups.len())
+                .depends_on_each(&groups_done)
+                .for_each(|g| {
+                    let group = &d.groups[g];
+                    parallel_for(group.first..group.first + group.len).for_each(|m| {
+                        let mut guard = matrices[m].lock().unwrap();
+                        let (c, sums) = &mut *guard;
+                        finish_matrix(group, m, n, c, sums);
+                    });
                 });
         });
-        parallel_for(0..d.groups.len()).for_each(|g| {
-            let batch = d.clone();
-            let h = dev.spawn(move |s| {
-                let group = &batch.groups[g];
-                let mut c = group.c.lock().unwrap();
-                s.gemm(shape(batch.n, group.len), &group.a, &group.b, &mut *c)?;
-                s.stream()
-                    .memcpy_dtoh(&*c, &mut *group.host.lock().unwrap())?;
-                Ok(())
-            });
-            let (lp, first, len) = (products_done.clone(), d.groups[g].first, d.groups[g].len);
-            drop(spawn_delayed([h.dep()], move || {
-                for m in first..first + len {
-                    lp.fulfill(m);
-                }
-            }));
-            handles.lock().unwrap().push(h);
-        });
-    });
-    for h in handles.into_inner().unwrap() {
-        h.join()?;
-    }
-    Ok(())
+        // Stage 1: one GPU task per group, each on its worker's stream;
+        // the stream's callback fulfills the group's iteration.
+        dev.parallel_for(0..d.groups.len(), &groups_done, |s, g| {
+            let group = &d.groups[g];
+            let mut c = group.c.lock().unwrap();
+            s.gemm(shape(n, group.len), &group.a, &group.b, &mut *c)?;
+            s.stream()
+                .memcpy_dtoh(&*c, &mut *group.host.lock().unwrap())?;
+            Ok(())
+        })
+    })
 }
 
 /// The peer: one cuBLAS call for the whole batch on `blas`'s stream, a

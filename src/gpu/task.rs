@@ -219,3 +219,80 @@ impl Device {
         GpuHandle { join, link }
     }
 }
+
+impl Device {
+    /// A parallel loop whose iterations enqueue device work: `f(stream, i)`
+    /// runs for every `i` in `range`, split lazily over the workers like
+    /// [`crate::parallel_for`], each on its worker's stream; iteration `i`'s
+    /// promise in `done` is fulfilled by the stream's callback once the work
+    /// `f` enqueued for it is complete. Returns when every iteration is
+    /// *enqueued* (not done): pair it with a `depends_on_each(&done)` loop
+    /// to run CPU work behind each iteration, with no barrier.
+    ///
+    /// Call it on a worker of the device's runtime (inside
+    /// [`crate::Runtime::run`]), or every iteration uses the first stream.
+    /// The first error is returned once every iteration was tried; a failed
+    /// iteration's promise stays unfulfilled, so a loop waiting on `done`
+    /// waits until it is fulfilled or `done`'s last handle is dropped
+    /// (which cancels the waiters). A panic in `f` is resumed here. An
+    /// index outside `done`'s range panics before anything runs.
+    ///
+    /// ```no_run
+    /// use selvedge::{parallel_for, scope, LoopPromise};
+    /// # fn main() -> Result<(), selvedge::gpu::GpuError> {
+    /// let dev = selvedge::gpu::Device::open(0)?;
+    /// let uploaded = LoopPromise::new(0..16);
+    /// scope(|s| {
+    ///     s.spawn(|_| {
+    ///         parallel_for(0..16)
+    ///             .depends_on_each(&uploaded)
+    ///             .for_each(|i| println!("chunk {i} is on the device"));
+    ///     });
+    ///     dev.parallel_for(0..16, &uploaded, |s, i| {
+    ///         let _chunk = s.stream().clone_htod(&[i as f32; 1024])?;
+    ///         Ok(())
+    ///     })
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn parallel_for<F>(
+        &self,
+        range: std::ops::Range<usize>,
+        done: &crate::LoopPromise,
+        f: F,
+    ) -> Result<(), GpuError>
+    where
+        F: Fn(&GpuStream, usize) -> Result<(), GpuError> + Sync,
+    {
+        if !range.is_empty() {
+            let promised = done.range();
+            assert!(
+                promised.start <= range.start && range.end <= promised.end,
+                "Device::parallel_for over {range:?} with a LoopPromise over {promised:?}"
+            );
+        }
+        let inner = &self.inner;
+        let first_error = std::sync::Mutex::new(None);
+        crate::parallel_for(range).for_each(|i| {
+            let enqueue = || -> Result<(), GpuError> {
+                inner.check_failed()?;
+                let lane = inner.lane();
+                f(lane, i)?;
+                let done = done.clone();
+                inner.enqueue_completion(lane, move || {
+                    done.fulfill(i);
+                })
+            };
+            if let Err(e) = enqueue() {
+                first_error
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(e);
+            }
+        });
+        match first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
