@@ -911,6 +911,9 @@ pub(crate) struct LoopFrame {
     /// The part is between two iterations (at its mailbox check), not in
     /// the middle of one.
     polling: Cell<bool>,
+    /// The part is computing an accumulator (`identity`), before the
+    /// iterations it would fold into it: it gives none away meanwhile.
+    starting: Cell<bool>,
     /// The worker's deque top when the part started: queued tasks at or
     /// above it are younger than the loop, those below older.
     deque_top: Cell<u64>,
@@ -942,13 +945,37 @@ impl LoopFrame {
     /// the middle of one (a long outer iteration), an equal share of the
     /// unstarted ones among the thieves and it, rounded up, so that even a
     /// last unstarted iteration goes to an idle worker.
+    ///
+    /// A part computing its accumulator gives nothing: a thief would have
+    /// to compute one too, and when `identity` runs a loop of its own (it
+    /// answers thieves from there), every part split off meanwhile would
+    /// start with the same long `identity` and be split in turn, down to
+    /// parts of one iteration each. The thief gets that inner loop's
+    /// iterations instead, which is the work holding this part up.
     fn share_for(&self, thieves: usize) -> usize {
+        if self.starting.get() {
+            return 0;
+        }
         let unstarted = self.stop.get().saturating_sub(self.next.get());
         if self.polling.get() {
             unstarted / (thieves + 1)
         } else {
             unstarted.div_ceil(thieves + 1)
         }
+    }
+
+    /// Computes the part's accumulator with `identity`, the part marked as
+    /// starting meanwhile (see `share_for`), even if `identity` unwinds.
+    fn while_starting<R>(&self, identity: impl FnOnce() -> R) -> R {
+        struct Started<'a>(&'a Cell<bool>);
+        impl Drop for Started<'_> {
+            fn drop(&mut self) {
+                self.0.set(false);
+            }
+        }
+        self.starting.set(true);
+        let _started = Started(&self.starting);
+        identity()
     }
 
     /// Gives up the last `give` iterations as a new part.
@@ -1037,6 +1064,7 @@ fn run_part<B: Body>(job: &Job<B>, w: &Worker, from: usize, to: usize, out: Out<
             stop: Cell::new(to),
             older: Cell::new(std::ptr::null()),
             polling: Cell::new(false),
+            starting: Cell::new(false),
             deque_top: Cell::new(0),
             split: split_part::<B>,
         },
@@ -1058,7 +1086,8 @@ fn run_part<B: Body>(job: &Job<B>, w: &Worker, from: usize, to: usize, out: Out<
 fn iterate<B: Body>(part: &PartFrame<'_, B>, w: &Worker) -> Option<B::Acc> {
     let job = part.job;
     loop {
-        let acc = match catch_unwind(AssertUnwindSafe(|| job.body.identity())) {
+        let identity = || part.frame.while_starting(|| job.body.identity());
+        let acc = match catch_unwind(AssertUnwindSafe(identity)) {
             Ok(acc) => acc,
             Err(p) => {
                 // Nothing to fold into: the rest of this part cannot run.
@@ -1305,10 +1334,11 @@ fn park_bucket<B: Body>(
     let job = part.job;
     // The only call here that may panic comes first, before anything
     // changes: a panic leaves the part as it was.
-    let fresh = B::MERGES.then(|| job.body.identity());
+    let fresh = B::MERGES.then(|| part.frame.while_starting(|| job.body.identity()));
     // `identity` may have run a loop of its own, which answers thieves
-    // from this part too: the stop is read only now, so iterations sent
-    // away meanwhile are not parked here as well.
+    // from the older parts on this worker (not from this one, which is
+    // starting): the stop is read only now all the same, so no iteration
+    // sent away meanwhile could be parked here as well.
     let end = bucket_end.min(part.frame.stop.get());
     if end <= from {
         return (from, acc);
