@@ -5,8 +5,8 @@
 //! `examples/batched_gemm.rs` runs too.
 //!
 //! One group, `nested_gemm`, holds selvedge's nested dataflow version,
-//! rayon's nested `par_chunks_mut` version (stage 2 after a barrier), a
-//! scheduler-free reference (one OS thread per share of the batch) and the
+//! rayon's nested `par_chunks_mut` version (stage 2 after a barrier),
+//! rayon with one task per matrix (not nested), a scheduler-free reference (one OS thread per share of the batch) and the
 //! serial program, each checked against the serial result first. Throughput
 //! is stage 1's flops. The pools are built once with
 //! `SELVEDGE_BENCH_THREADS` threads (default 2).
@@ -49,6 +49,10 @@ fn nested_gemm(c: &mut Criterion) {
         .rayon
         .install(|| gemm::rayon(&input, &mut out, BLOCK_ROWS));
     check("rayon", &out);
+    pools
+        .rayon
+        .install(|| gemm::rayon_per_matrix(&input, &mut out));
+    check("rayon per matrix", &out);
     gemm::static_threads(&input, &mut out, pools.threads);
     check("static threads", &out);
     eprintln!(
@@ -75,6 +79,13 @@ fn nested_gemm(c: &mut Criterion) {
             pools
                 .rayon
                 .install(|| gemm::rayon(&input, &mut out, BLOCK_ROWS))
+        })
+    });
+    group.bench_function("rayon one task per matrix", |b| {
+        b.iter(|| {
+            pools
+                .rayon
+                .install(|| gemm::rayon_per_matrix(&input, &mut out))
         })
     });
     group.bench_function("static threads", |b| {

@@ -2,16 +2,20 @@
 //!
 //! A batch of `--batch` pairs of `--size` x `--size` single-precision
 //! matrices. Stage 1 multiplies each pair: an outer parallel loop over the
-//! batch, an inner parallel loop over blocks of `--block` rows, each block
-//! one single-threaded `matrixmultiply` kernel call. Stage 2 (ReLU and row
-//! sums) starts on each matrix the moment its product is done, through a
-//! `LoopPromise`: no barrier between the stages. The code is in
-//! `benches/workloads/gemm.rs`, shared with `cargo bench --bench gemm`.
+//! batch, an inner parallel loop over blocks of `--block` rows
+//! (`for_each_span`: one single-threaded `matrixmultiply` kernel call per
+//! span of blocks, the whole matrix unless a thief took some). Stage 2
+//! (ReLU and row sums) starts on each matrix the moment its product is
+//! done, through a `LoopPromise`: no barrier between the stages. The code
+//! is in `benches/workloads/gemm.rs`, shared with `cargo bench --bench
+//! gemm`.
 //!
 //! The program checks selvedge's and rayon's versions (each in a pool of
-//! `--threads` threads) and a scheduler-free reference (`--threads` OS
-//! threads, each with an equal contiguous share of the batch: what the
-//! machine allows) against the serial result, then times them, the serial
+//! `--threads` threads: rayon nested, one kernel call per block of rows,
+//! and rayon with one task per matrix) and a scheduler-free reference
+//! (`--threads` OS threads, each with an equal contiguous share of the
+//! batch: what the machine allows) against the serial result, then times
+//! them, the serial
 //! program and the kernel alone (stage 1 on one thread, whose rate times
 //! `--threads` is the parallel limit), taking turns sample by sample. It
 //! prints GFLOP/s (of stage 1's flops, over the time of both stages), the
@@ -169,18 +173,22 @@ fn main() {
     pool.install(|| gemm::rayon(&input, &mut out_rayon, args.block));
     check("rayon", &expected, &out_rayon);
 
+    let mut out_flat = input.output();
+    pool.install(|| gemm::rayon_per_matrix(&input, &mut out_flat));
+    check("rayon per matrix", &expected, &out_flat);
     let mut out_static = input.output();
     gemm::static_threads(&input, &mut out_static, args.threads);
     check("static threads", &expected, &out_static);
 
     let (mut scratch, mut scratch2) = (input.output(), input.output());
-    let [kernel, serial, ours, theirs, ceiling] = interleaved_medians(
+    let [kernel, serial, ours, theirs, theirs_flat, ceiling] = interleaved_medians(
         args.samples,
         [
             &mut || gemm::serial_products(&input, &mut scratch),
             &mut || gemm::serial(&input, &mut scratch2),
             &mut || runtime.run(|| gemm::selvedge(&input, &mut out, args.block)),
             &mut || pool.install(|| gemm::rayon(&input, &mut out_rayon, args.block)),
+            &mut || pool.install(|| gemm::rayon_per_matrix(&input, &mut out_flat)),
             &mut || gemm::static_threads(&input, &mut out_static, args.threads),
         ],
     );
@@ -203,6 +211,7 @@ fn main() {
     for (name, secs) in [
         ("selvedge (nested, dataflow)", ours),
         ("rayon (nested, barrier)", theirs),
+        ("rayon (one task per matrix)", theirs_flat),
         ("static threads (no scheduler)", ceiling),
     ] {
         println!(
@@ -213,8 +222,9 @@ fn main() {
         );
     }
     println!(
-        "selvedge / rayon time: {:.3}   selvedge / static threads: {:.3}   ideal (serial / {}): {:.2} ms",
+        "selvedge / rayon time: {:.3} (nested), {:.3} (per matrix)   selvedge / static threads: {:.3}   ideal (serial / {}): {:.2} ms",
         ours / theirs,
+        ours / theirs_flat,
         ours / ceiling,
         args.threads,
         serial / args.threads as f64 * 1e3

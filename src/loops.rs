@@ -514,6 +514,116 @@ impl<T: Send> ParChunksMut<'_, T> {
     }
 }
 
+impl<T: Send> ParChunksMut<'_, T> {
+    /// Like [`for_each`](ParChunksMut::for_each), but consecutive chunks
+    /// that one worker runs together come as one slice: `f(first, span)`,
+    /// where `span` is chunks `first, first + 1, ...` side by side (its
+    /// length a multiple of the chunk length, but for a span ending with
+    /// the slice's last chunk).
+    ///
+    /// The loop is split as any other, but only between spans: a span is
+    /// every chunk its part has not started, taken at once unless a thief
+    /// is already asking. So while other workers have work (an outer
+    /// loop's iterations, say), each call covers everything that is left,
+    /// and the chunk length is only the smallest piece a thief can take.
+    /// Use it where one call on many chunks is cheaper than many calls on
+    /// one each (a matrix kernel that packs its operands per call, a
+    /// system call per write). A thief arriving while a span runs waits
+    /// for older work or for the span's end: keep spans to work that is
+    /// fine to run uninterrupted.
+    ///
+    /// # Panics
+    /// As [`ParallelFor::for_each`]: a panicking call loses the chunks of
+    /// its span only.
+    ///
+    /// ```
+    /// // Row sums of a 6 x 4 matrix, rows in spans of one or more.
+    /// let m: Vec<u32> = (0..24).collect();
+    /// let mut sums = vec![0u32; 6];
+    /// selvedge::par_chunks_mut(&mut sums, 1).for_each_span(|first, span| {
+    ///     for (r, s) in span.iter_mut().enumerate() {
+    ///         *s = m[(first + r) * 4..][..4].iter().sum();
+    ///     }
+    /// });
+    /// assert_eq!(sums, [6, 22, 38, 54, 70, 86]);
+    /// ```
+    pub fn for_each_span<F>(self, f: F)
+    where
+        F: Fn(usize, &mut [T]) + Sync,
+    {
+        let body = SpansBody {
+            base: SendPtr(self.slice.as_mut_ptr()),
+            len: self.slice.len(),
+            chunk_len: self.chunk_len,
+            f,
+        };
+        parallel_for(0..self.len()).run_blocking(&body);
+    }
+}
+
+/// The body of `for_each_span`: each block of iterations (chunk indices) is
+/// every chunk the part has left, handed over as one sub-slice.
+struct SpansBody<T, F> {
+    base: SendPtr<T>,
+    len: usize,
+    chunk_len: usize,
+    f: F,
+}
+
+impl<T, F> SpansBody<T, F> {
+    /// The elements of chunks `ks`.
+    ///
+    /// # Safety
+    /// `ks` are chunk indices of the slice, claimed by the calling part
+    /// (each runs once), while the slice stays mutably borrowed.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn span(&self, ks: Range<usize>) -> &mut [T] {
+        let start = ks.start * self.chunk_len;
+        let end = (ks.end * self.chunk_len).min(self.len);
+        // SAFETY: `[start, end)` lies in the slice (chunk indices are
+        // below its chunk count), and the caller's chunks belong to it
+        // alone.
+        unsafe { std::slice::from_raw_parts_mut(self.base.get().add(start), end - start) }
+    }
+}
+
+impl<T: Send, F: Fn(usize, &mut [T]) + Sync> Body for SpansBody<T, F> {
+    type Acc = ();
+    type Target = Self;
+    const MERGES: bool = false;
+    const SPANS: bool = true;
+
+    fn identity(&self) {}
+
+    fn fold(&self, _: (), i: usize) {
+        // SAFETY: chunk `i` runs exactly once, in this call.
+        (self.f)(i, unsafe { self.span(i..i + 1) })
+    }
+
+    fn merge(&self, _: (), _: ()) {}
+
+    fn target(&self) -> &Self {
+        self
+    }
+
+    #[inline(always)]
+    fn fold_block(
+        &self,
+        resume: &Cell<usize>,
+        start: usize,
+        stride: usize,
+        ks: Range<usize>,
+        _: (),
+    ) {
+        debug_assert!(start == 0 && stride == 1, "span loops cover 0..chunks");
+        // A panicking call gives up its whole span: none of its chunks
+        // runs again.
+        let _at = ResumeAt { resume, k: ks.end };
+        // SAFETY: the part claimed chunks `ks`; they run here only.
+        (self.f)(ks.start, unsafe { self.span(ks) })
+    }
+}
+
 /// Parallel iteration over the elements of `slice`, each given mutably with
 /// its index.
 ///
@@ -655,6 +765,9 @@ trait Body: Sync {
     type Target: Body<Acc = Self::Acc>;
     /// Whether parts' accumulators must be merged (false: no join nodes).
     const MERGES: bool;
+    /// Whether a block is every iteration the part has left (see
+    /// `ParChunksMut::for_each_span`) rather than sized by time.
+    const SPANS: bool = false;
     fn identity(&self) -> Self::Acc;
     fn fold(&self, acc: Self::Acc, i: usize) -> Self::Acc;
     fn merge(&self, left: Self::Acc, right: Self::Acc) -> Self::Acc;
@@ -742,6 +855,7 @@ impl<B: Body> Body for &B {
     type Acc = B::Acc;
     type Target = B::Target;
     const MERGES: bool = B::MERGES;
+    const SPANS: bool = B::SPANS;
 
     #[inline(always)]
     fn identity(&self) -> B::Acc {
@@ -1150,11 +1264,20 @@ fn run_iterations<B: Body>(part: &PartFrame<'_, B>, w: &Worker, mut acc: B::Acc)
     // One clock read per block: each block's end is the next one's start.
     let mut began = ticks();
     loop {
+        if B::SPANS && mailbox.waiting() != 0 {
+            // A span runs uninterrupted: a thief already asking gets its
+            // share first.
+            poll(w, f);
+        }
         let stop = f.stop.get();
         if k >= stop {
             return acc;
         }
-        let end = stop.min(k.saturating_add(block));
+        let end = if B::SPANS {
+            stop
+        } else {
+            stop.min(k.saturating_add(block))
+        };
         f.next.set(end);
         acc = run_block(job.body.target(), &f.resume, start, stride, k..end, acc);
         k = end;

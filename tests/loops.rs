@@ -2283,6 +2283,157 @@ fn a_panic_in_par_chunks_mut_reaches_the_caller() {
     assert!(v.iter().all(|&x| x == 2));
 }
 
+/// Checks the spans one `for_each_span` loop over `len` elements in chunks
+/// of `chunk_len` was called with (`(first chunk, offset of the span in the
+/// slice, span length)`): each starts where its first chunk starts, holds
+/// whole chunks (but for one ending the slice), and together they cover
+/// every chunk exactly once.
+#[track_caller]
+fn assert_spans_tile(spans: &[(usize, usize, usize)], len: usize, chunk_len: usize, ctx: &str) {
+    let chunks = len.div_ceil(chunk_len);
+    let mut seen = vec![0u32; chunks];
+    for &(first, offset, span_len) in spans {
+        assert_eq!(offset, first * chunk_len, "{ctx}: span at chunk {first}");
+        assert!(span_len > 0, "{ctx}: empty span at chunk {first}");
+        let end = offset + span_len;
+        assert!(
+            span_len % chunk_len == 0 || end == len,
+            "{ctx}: span at chunk {first} of {span_len} elements is not whole chunks"
+        );
+        for n in &mut seen[first..end.div_ceil(chunk_len)] {
+            *n += 1;
+        }
+    }
+    assert_counts(
+        &seen.iter().map(|&n| AtomicU32::new(n)).collect::<Vec<_>>(),
+        |_| 1,
+        ctx,
+    );
+}
+
+#[test]
+fn for_each_span_covers_every_chunk_once_in_whole_chunk_spans() {
+    let rt = runtime(4);
+    for len in [0, 1, 9, 10, 11, 1000, 100_003] {
+        for chunk_len in [1, 3, 10, 64, 1000, 200_000] {
+            let ctx = format!("len {len}, chunk {chunk_len}");
+            let mut v = vec![usize::MAX; len];
+            let base = v.as_ptr() as usize;
+            let spans = Mutex::new(Vec::new());
+            rt.run(|| {
+                par_chunks_mut(&mut v, chunk_len).for_each_span(|first, span| {
+                    let offset = (span.as_ptr() as usize - base) / std::mem::size_of::<usize>();
+                    spans.lock().unwrap().push((first, offset, span.len()));
+                    for (k, x) in span.iter_mut().enumerate() {
+                        uneven_work(offset + k, len);
+                        *x = offset + k;
+                    }
+                })
+            });
+            assert_spans_tile(&spans.into_inner().unwrap(), len, chunk_len, &ctx);
+            assert!(
+                v.iter().copied().eq(0..len),
+                "{ctx}: every element written once, in place"
+            );
+        }
+    }
+}
+
+#[test]
+fn for_each_span_on_one_worker_is_one_call_for_the_whole_slice() {
+    // No thief ever asks, so nothing is split: the span is everything.
+    let rt = runtime(1);
+    let mut v = vec![0u8; 10_000];
+    let calls = Mutex::new(Vec::new());
+    rt.run(|| {
+        par_chunks_mut(&mut v, 7).for_each_span(|first, span| {
+            calls.lock().unwrap().push((first, span.len()));
+            span.fill(1);
+        })
+    });
+    assert_eq!(calls.into_inner().unwrap(), [(0, 10_000)]);
+    assert!(v.iter().all(|&x| x == 1));
+}
+
+#[test]
+fn for_each_span_in_an_outer_loop_splits_only_when_the_outer_loop_cannot_feed_thieves() {
+    // An outer loop of long iterations, each an inner span loop: thieves
+    // take outer iterations, so inner loops stay whole while the outer one
+    // has iterations to spare. Over many repetitions most inner loops run
+    // as one span; every element is still written exactly once.
+    let rt = runtime(4);
+    let (outer, inner, chunk) = (64, 4096, 256);
+    let mut rows = vec![0u32; outer * inner];
+    let spans_per_row: Vec<AtomicU32> = counters(outer);
+    for rep in 0..5 {
+        rows.fill(0);
+        for c in &spans_per_row {
+            c.store(0, Relaxed);
+        }
+        rt.run(|| {
+            par_chunks_mut(&mut rows, inner).for_each(|r, row| {
+                par_chunks_mut(row, chunk).for_each_span(|_, span| {
+                    spans_per_row[r].fetch_add(1, Relaxed);
+                    for x in span.iter_mut() {
+                        spin(20);
+                        *x += 1;
+                    }
+                })
+            })
+        });
+        assert!(
+            rows.iter().all(|&x| x == 1),
+            "rep {rep}: an element was lost or written twice"
+        );
+        let whole = spans_per_row
+            .iter()
+            .filter(|c| c.load(Relaxed) == 1)
+            .count();
+        assert!(
+            whole * 2 > outer,
+            "rep {rep}: only {whole} of {outer} inner loops ran as one span"
+        );
+    }
+}
+
+#[test]
+fn a_panicking_span_is_not_run_again_and_the_other_spans_run_once() {
+    let rt = runtime(4);
+    for rep in 0..20 {
+        let ctx = format!("rep {rep}");
+        let (len, chunk_len) = (20_000, 10);
+        let mut v = vec![0u32; len];
+        let base = v.as_ptr() as usize;
+        let panicked_span = Mutex::new(None);
+        let msg = panic_message(|| {
+            rt.run(|| {
+                par_chunks_mut(&mut v, chunk_len).for_each_span(|first, span| {
+                    let offset = (span.as_ptr() as usize - base) / std::mem::size_of::<u32>();
+                    for (k, x) in span.iter_mut().enumerate() {
+                        uneven_work(offset + k, len);
+                        *x += 1;
+                    }
+                    let chunks = first..(offset + span.len()).div_ceil(chunk_len);
+                    if chunks.contains(&1000) {
+                        *panicked_span.lock().unwrap() = Some(chunks);
+                        panic!("span with chunk 1000");
+                    }
+                })
+            })
+        });
+        assert_eq!(msg, "span with chunk 1000", "{ctx}");
+        let lost = panicked_span.into_inner().unwrap().expect("the span ran");
+        for (c, chunk) in v.chunks(chunk_len).enumerate() {
+            // The panicking span wrote its elements before panicking; no
+            // chunk, its own included, ran twice.
+            assert!(
+                chunk.iter().all(|&x| x == 1),
+                "{ctx}: chunk {c} (panicking span {lost:?})"
+            );
+        }
+    }
+}
+
 // ---------------------------------------------------------------------
 // 11. Stress
 // ---------------------------------------------------------------------
