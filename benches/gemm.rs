@@ -19,6 +19,7 @@
 mod gemm;
 #[allow(dead_code)] // Weave's suite in it is `benches/scheduler.rs`'s; we use the pools
 mod workloads;
+use workloads::pinning;
 
 use std::time::Duration;
 

@@ -21,6 +21,8 @@
 mod gemm;
 #[path = "workloads/gpu.rs"]
 mod gpu_workload;
+#[path = "workloads/pinning.rs"]
+mod pinning;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use selvedge::gpu::cudarc::cublas::CudaBlas;

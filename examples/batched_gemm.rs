@@ -25,7 +25,11 @@
 //! cargo run --release --example batched_gemm -- [--batch 64] [--size 256] [--block 64] [--threads 2] [--samples 7]
 //! ```
 //!
-//! `--threads` defaults to `SELVEDGE_NUM_THREADS`, or 2.
+//! `--threads` defaults to `SELVEDGE_NUM_THREADS`, or 2. With
+//! `SELVEDGE_PIN_THREADS=1` every pool's threads are pinned to CPUs
+//! (selvedge's through `Builder::pin_threads`, rayon's and the plain
+//! threads' the same way), which on virtual machines that wake a parked
+//! thread onto a busy CPU takes most of the noise out of the figures.
 //!
 //! Built with `--features cuda` on a machine with a GPU, it runs the GPU
 //! version instead (`benches/workloads/gpu.rs`): `Device::parallel_for`
@@ -43,6 +47,8 @@ mod gemm;
 #[cfg(feature = "cuda")]
 #[path = "../benches/workloads/gpu.rs"]
 mod gpu_workload;
+#[path = "../benches/workloads/pinning.rs"]
+mod pinning;
 
 use std::time::Instant;
 
@@ -133,8 +139,17 @@ fn main() {
     let input = gemm::Batch::new(args.batch, args.size, 0x5e1_7ed6e);
     let gflops = |secs: f64| input.flops() / secs / 1e9;
     println!(
-        "batched GEMM: {} x {}^3 f32, row blocks of {}, {} threads, median of {} runs",
-        args.batch, args.size, args.block, args.threads, args.samples
+        "batched GEMM: {} x {}^3 f32, row blocks of {}, {} threads{}, median of {} runs",
+        args.batch,
+        args.size,
+        args.block,
+        args.threads,
+        if pinning::requested() {
+            " (every pool's pinned: SELVEDGE_PIN_THREADS=1)"
+        } else {
+            ""
+        },
+        args.samples
     );
 
     let mut expected = input.output();
@@ -149,6 +164,7 @@ fn main() {
         });
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(args.threads)
+        .start_handler(pinning::pin_current_thread)
         .build()
         .expect("rayon pool");
 

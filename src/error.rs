@@ -32,6 +32,22 @@ pub enum BuildError {
         /// The OS error.
         message: String,
     },
+    /// `SELVEDGE_PIN_THREADS` is set but is not `0`, `1`, `false` or `true`.
+    InvalidPinVar {
+        /// The variable's value.
+        value: String,
+    },
+    /// Pinning was asked for (`pin_threads(true)` or
+    /// `SELVEDGE_PIN_THREADS=1`) and a worker could not be pinned: the OS
+    /// refused, or the platform is not Linux.
+    Pin {
+        /// Index of the worker that could not be pinned.
+        index: usize,
+        /// The CPU it was to run on.
+        cpu: usize,
+        /// The OS error.
+        message: String,
+    },
 }
 
 impl fmt::Display for BuildError {
@@ -54,6 +70,18 @@ impl fmt::Display for BuildError {
             Self::ThreadSpawn { index, message } => {
                 write!(f, "could not start worker thread {index}: {message}")
             }
+            Self::InvalidPinVar { value } => write!(
+                f,
+                "SELVEDGE_PIN_THREADS must be 0, 1, false or true, found {value:?}"
+            ),
+            Self::Pin {
+                index,
+                cpu,
+                message,
+            } => write!(
+                f,
+                "could not pin worker thread {index} to CPU {cpu}: {message}"
+            ),
         }
     }
 }

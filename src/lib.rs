@@ -65,6 +65,8 @@
 
 #![warn(missing_docs)]
 
+#[cfg(not(loom))]
+mod affinity;
 mod completion;
 mod event;
 mod gate;

@@ -35,6 +35,9 @@
 use selvedge::{par_chunks_mut, parallel_for, LoopPromise};
 use std::sync::Mutex;
 
+// The crate including this file provides `pinning` (benches/workloads/pinning.rs).
+use crate::pinning;
+
 /// The inputs and outputs of one batch.
 pub struct Batch {
     pub batch: usize,
@@ -264,7 +267,8 @@ pub fn rayon_per_matrix(input: &Batch, out: &mut Output) {
 /// work at this thread count (every share is the same size, so static
 /// partitioning is ideal here), against which the schedulers' figures are
 /// read; it spawns its threads inside the timed region, as each run of a
-/// scheduler wakes its pool's.
+/// scheduler wakes its pool's. Pinned like the pools' threads under
+/// `SELVEDGE_PIN_THREADS=1`.
 pub fn static_threads(input: &Batch, out: &mut Output, threads: usize) {
     let (n, nn) = (input.n, input.n * input.n);
     let per_thread = input.batch.div_ceil(threads.max(1)).max(1);
@@ -275,6 +279,7 @@ pub fn static_threads(input: &Batch, out: &mut Output, threads: usize) {
             .zip(out.row_sums.chunks_mut(per_thread * n));
         for (t, (c, sums)) in shares.enumerate() {
             s.spawn(move || {
+                pinning::pin_current_thread(t);
                 for (i, (c, sums)) in c.chunks_mut(nn).zip(sums.chunks_mut(n)).enumerate() {
                     let m = t * per_thread + i;
                     gemm_rows(input.matrix(&input.a, m), input.matrix(&input.b, m), c, n);

@@ -17,6 +17,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rayon::prelude::*;
 use selvedge::JoinHandle;
 
+#[path = "pinning.rs"]
+pub mod pinning;
+
 // ---------------------------------------------------------------------------
 // Sizes (Weave's suite)
 // ---------------------------------------------------------------------------
@@ -46,7 +49,8 @@ const MAX_QUEENS: usize = 16;
 // Pools
 // ---------------------------------------------------------------------------
 
-/// One pool per scheduler, all with the same number of threads.
+/// One pool per scheduler, all with the same number of threads (selvedge's
+/// and rayon's pinned when `SELVEDGE_PIN_THREADS=1`; chili's never).
 pub struct Pools {
     pub threads: usize,
     pub selvedge: selvedge::Runtime,
@@ -65,6 +69,7 @@ impl Pools {
                 .expect("selvedge runtime"),
             rayon: rayon::ThreadPoolBuilder::new()
                 .num_threads(threads)
+                .start_handler(pinning::pin_current_thread)
                 .build()
                 .expect("rayon pool"),
             // chili counts the calling thread as one of its threads.
