@@ -618,7 +618,11 @@ impl<T: Send, F: Fn(usize, &mut [T]) + Sync> Body for SpansBody<T, F> {
         debug_assert!(start == 0 && stride == 1, "span loops cover 0..chunks");
         // A panicking call gives up its whole span: none of its chunks
         // runs again.
-        let _at = ResumeAt { resume, k: ks.end };
+        let _at = ResumeAt {
+            resume,
+            k: ks.end,
+            base: 0,
+        };
         // SAFETY: the part claimed chunks `ks`; they run here only.
         (self.f)(ks.start, unsafe { self.span(ks) })
     }
@@ -728,7 +732,11 @@ fn visit_elements<T, F: Fn(usize, &mut T)>(
     f: &F,
     resume: &Cell<usize>,
 ) {
-    let mut at = ResumeAt { resume, k: first };
+    let mut at = ResumeAt {
+        resume,
+        k: first,
+        base: 0,
+    };
     for x in block {
         let i = at.k;
         at.k += 1;
@@ -1311,7 +1319,9 @@ fn run_block<T: Body>(
 
 /// Folds iterations `ks` one index at a time (the default
 /// [`Body::fold_block`]). A stride of 1 gets its own loop, which the
-/// compiler can vectorize.
+/// compiler can vectorize, and which counts in indices rather than
+/// iteration numbers: `start + k` for every iteration cost a vectorized sum
+/// loop 5% (an add per vector, on top of the counter's).
 #[inline(always)]
 fn fold_indices<T: Body + ?Sized>(
     body: &T,
@@ -1321,17 +1331,25 @@ fn fold_indices<T: Body + ?Sized>(
     ks: Range<usize>,
     mut acc: T::Acc,
 ) -> T::Acc {
-    let mut at = ResumeAt {
-        resume,
-        k: ks.start,
-    };
     if stride == 1 {
-        while at.k < ks.end {
-            let i = start + at.k;
+        // `start + ks.end` is at most the range's end: no overflow.
+        let end = start + ks.end;
+        let mut at = ResumeAt {
+            resume,
+            k: start + ks.start,
+            base: start,
+        };
+        while at.k < end {
+            let i = at.k;
             at.k += 1;
             acc = body.fold(acc, i);
         }
     } else {
+        let mut at = ResumeAt {
+            resume,
+            k: ks.start,
+            base: 0,
+        };
         while at.k < ks.end {
             let i = start + at.k * stride;
             at.k += 1;
@@ -1348,13 +1366,15 @@ fn fold_indices<T: Body + ?Sized>(
 /// memory only at the end of the block or in the unwinding path.
 struct ResumeAt<'a> {
     resume: &'a Cell<usize>,
+    /// The count, offset by `base` (a loop may count in indices).
     k: usize,
+    base: usize,
 }
 
 impl Drop for ResumeAt<'_> {
     #[inline(always)]
     fn drop(&mut self) {
-        self.resume.set(self.k);
+        self.resume.set(self.k - self.base);
     }
 }
 

@@ -1128,6 +1128,37 @@ fn fails(i: usize) -> bool {
 }
 
 #[test]
+fn panics_in_loops_not_starting_at_zero_lose_no_iteration() {
+    // After a panic a part resumes from its count of iterations started,
+    // whatever the loop counts in: indices or iteration numbers.
+    let (start, end) = (7_000, 57_000);
+    for threads in [1, 4] {
+        let rt = runtime(threads);
+        for stride in [1, 3] {
+            let ctx = format!("{threads} threads, stride {stride}");
+            let counts = counters(end);
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                rt.run(|| {
+                    parallel_for(start..end).stride(stride).for_each(|i| {
+                        uneven_work(i, end);
+                        counts[i].fetch_add(1, Relaxed);
+                        if fails(i) {
+                            panic!("iteration {i} failed");
+                        }
+                    })
+                })
+            }));
+            assert!(r.is_err(), "{ctx}: the panic reached the caller");
+            assert_counts(
+                &counts,
+                |i| u32::from(i >= start && (i - start) % stride == 0),
+                &ctx,
+            );
+        }
+    }
+}
+
+#[test]
 fn a_panicking_body_reaches_the_caller_and_every_other_iteration_runs_once() {
     let n = 100_000;
     for threads in [1, 2, 4, 8] {
