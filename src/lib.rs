@@ -52,7 +52,11 @@
 //!   the busy worker gives it the back of its remaining iterations. Nested
 //!   loops need no barrier, reductions merge in index order, and a
 //!   `depends_on_each` loop runs iteration `i` as soon as its promise is
-//!   fulfilled.
+//!   fulfilled. [`ParChunksMut::for_each_span`] hands a worker every chunk
+//!   its part has left as one slice, so a kernel with a cost per call (one
+//!   that packs its operands) is called once per part, not per chunk.
+//! - [`Builder::pin_threads`] pins workers to CPUs (Linux), for machines
+//!   whose kernel wakes a parked worker onto a busy CPU.
 //! - GPU tasks (feature `cuda`): `gpu::Device::spawn` runs a closure that
 //!   enqueues device work on its worker's stream; a host function at the
 //!   end of that work fires a pre-allocated signal and a worker fulfills the
