@@ -502,7 +502,7 @@ impl<T: Send> ParChunksMut<'_, T> {
         let base = SendPtr(self.slice.as_mut_ptr());
         parallel_for(0..self.len()).for_each(|c| {
             let start = c * chunk_len;
-            let end = (start + chunk_len).min(len);
+            let end = start.saturating_add(chunk_len).min(len);
             // SAFETY: chunk `c` is `[start, end)`, inside the slice, and
             // each chunk index runs exactly once, so no two calls see
             // overlapping elements; the slice stays mutably borrowed until
@@ -579,7 +579,9 @@ impl<T, F> SpansBody<T, F> {
     #[allow(clippy::mut_from_ref)]
     unsafe fn span(&self, ks: Range<usize>) -> &mut [T] {
         let start = ks.start * self.chunk_len;
-        let end = (ks.end * self.chunk_len).min(self.len);
+        // Saturating: with zero-sized elements a slice may be as long as
+        // `usize::MAX`, and the last chunk's end past it.
+        let end = ks.end.saturating_mul(self.chunk_len).min(self.len);
         // SAFETY: `[start, end)` lies in the slice (chunk indices are
         // below its chunk count), and the caller's chunks belong to it
         // alone.

@@ -2428,6 +2428,35 @@ fn for_each_span_in_an_outer_loop_splits_only_when_the_outer_loop_cannot_feed_th
 }
 
 #[test]
+fn chunks_of_zero_sized_elements_near_usize_max() {
+    // A slice of `()` may be as long as usize::MAX: the last span's end
+    // must not overflow.
+    let rt = runtime(2);
+    let mut units = vec![(); usize::MAX];
+    let chunk = usize::MAX / 3 + 1;
+    let seen = Mutex::new(Vec::new());
+    rt.run(|| {
+        par_chunks_mut(&mut units, chunk).for_each_span(|first, span| {
+            seen.lock().unwrap().push((first, span.len()));
+        })
+    });
+    let mut seen = seen.into_inner().unwrap();
+    seen.sort();
+    let total: u128 = seen.iter().map(|&(_, n)| n as u128).sum();
+    assert_eq!(total, usize::MAX as u128, "{seen:?}");
+    assert_eq!(seen[0].0, 0);
+    // And chunk by chunk.
+    let lens = Mutex::new(Vec::new());
+    rt.run(|| {
+        par_chunks_mut(&mut units, chunk)
+            .for_each(|c, chunk| lens.lock().unwrap().push((c, chunk.len())))
+    });
+    let mut lens = lens.into_inner().unwrap();
+    lens.sort();
+    assert_eq!(lens, [(0, chunk), (1, chunk), (2, usize::MAX - 2 * chunk)]);
+}
+
+#[test]
 fn a_panicking_span_is_not_run_again_and_the_other_spans_run_once() {
     let rt = runtime(4);
     for rep in 0..20 {
