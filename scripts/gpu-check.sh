@@ -28,6 +28,8 @@ cargo build --release --features cuda --all-targets
 step "GPU tests"
 cargo test --release --features cuda --test gpu --test gpu_fault -- --nocapture
 cargo test --release --features cuda --lib inbox
+# The GPU examples in the docs (the README's and the module's) with a GPU.
+cargo test --release --features cuda --doc gpu
 
 step "demonstration on the GPU"
 cargo run --release --features cuda --example batched_gemm -- \

@@ -169,7 +169,9 @@ where
             k,
             alpha: one,
             lda: n,
-            ldb: k,
+            // cuBLAS wants a leading dimension of at least 1, even for an
+            // empty inner dimension (then C is just zeroed).
+            ldb: k.max(1),
             beta: zero,
             ldc: n,
         },

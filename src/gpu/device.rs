@@ -67,7 +67,12 @@ impl GpuStream {
     /// at once. Read it once the task's handle (or its [`dep`]) says the
     /// work is done: by then the copy is complete, and reading it does not
     /// wait. (cudarc's `clone_dtoh` into a `Vec` waits for the stream on
-    /// the calling worker instead.)
+    /// the calling worker instead.) Each call allocates pinned memory,
+    /// which is slow (a driver call, and its release may synchronize):
+    /// download few, large buffers.
+    ///
+    /// # Panics
+    /// When `src` is empty.
     ///
     /// [`dep`]: super::GpuHandle::dep
     ///
@@ -88,6 +93,10 @@ impl GpuStream {
         T: DeviceRepr,
         S: DevicePtr<T>,
     {
+        assert!(
+            src.len() > 0,
+            "GpuStream::download of an empty buffer: there is nothing to copy, and 0 bytes of pinned memory cannot be allocated"
+        );
         // SAFETY: the memory is only handed out after the copy into it was
         // enqueued, and cudarc's slice waits for that copy before a read.
         // Flags 0: cached memory, since the host reads it (write-combined
@@ -108,8 +117,10 @@ pub(super) struct DeviceInner {
     /// One per worker of `runtime`, indexed by worker.
     lanes: Box<[GpuStream]>,
     /// Signals whose host function is enqueued and has not yet run: what
-    /// the watchdog abandons when the device fails.
-    in_flight: Mutex<InFlight>,
+    /// the watchdog abandons when the device fails. Shared with the
+    /// signals' actions, which take themselves out of it even while the
+    /// device is being dropped.
+    in_flight: Arc<Mutex<InFlight>>,
     /// Set once, by the watchdog, when the device failed.
     failed: OnceLock<DriverError>,
     watchdog: OnceLock<std::thread::Thread>,
@@ -164,8 +175,13 @@ impl Device {
         if !unsafe { sys::is_culib_present() } {
             return Err(GpuError::NoDriver);
         }
-        let count = CudaContext::device_count()?;
-        let count = usize::try_from(count).unwrap_or(0);
+        let count = match CudaContext::device_count() {
+            Ok(n) => usize::try_from(n).unwrap_or(0),
+            // A driver that sees no GPU (none installed, or
+            // CUDA_VISIBLE_DEVICES hides them all) fails cuInit so.
+            Err(DriverError(sys::CUresult::CUDA_ERROR_NO_DEVICE)) => 0,
+            Err(e) => return Err(e.into()),
+        };
         if ordinal >= count {
             return Err(GpuError::NoDevice { ordinal, count });
         }
@@ -185,7 +201,7 @@ impl Device {
             ordinal,
             ctx,
             lanes,
-            in_flight: Mutex::new(InFlight::default()),
+            in_flight: Arc::default(),
             failed: OnceLock::new(),
             watchdog: OnceLock::new(),
             runtime,
@@ -262,6 +278,15 @@ impl DeviceInner {
         &self.runtime
     }
 
+    /// Makes the device's context current on this thread. Not cudarc's
+    /// `bind_to_thread`, which first returns (and clears) any error a drop
+    /// anywhere recorded on the context: that error is not this caller's,
+    /// and clearing it would hide it from whoever checks next.
+    pub(super) fn make_current(&self) -> Result<(), DriverError> {
+        // SAFETY: the context is live (we hold it).
+        unsafe { sys::cuCtxSetCurrent(self.ctx.cu_ctx()) }.result()
+    }
+
     /// `Err` once the device failed.
     pub(super) fn check_failed(&self) -> Result<(), GpuError> {
         match self.failed.get() {
@@ -279,23 +304,23 @@ impl DeviceInner {
         lane: &GpuStream,
         action: impl FnOnce() + Send + 'static,
     ) -> Result<(), GpuError> {
-        let weak = Arc::downgrade(self);
+        // Before anything is registered: a failure here leaves nothing
+        // behind that would wait for a host function never launched.
+        self.make_current()?;
+        let in_flight = Arc::clone(&self.in_flight);
         let mut registry = lock(&self.in_flight);
         let id = registry.next_id;
         registry.next_id += 1;
         let action: Action = Box::new(move || {
             // Out of the registry first: the signal is freed after this
-            // returns, and the watchdog must not find it then.
-            if let Some(device) = weak.upgrade() {
-                lock(&device.in_flight).signals.remove(&id);
-            }
+            // returns, and nobody abandoning must find it then.
+            lock(&in_flight).signals.remove(&id);
             action();
         });
         let signal = self.runtime.signal(action);
         let was_idle = registry.signals.is_empty();
         // Registered before it can fire, under the lock its action takes.
         registry.signals.insert(id, signal);
-        self.ctx.bind_to_thread()?;
         // SAFETY: the stream is live; `stream_reached` fires the signal,
         // which stays live until then (only a worker draining it after it
         // fired frees it).
@@ -327,6 +352,13 @@ impl DeviceInner {
     /// in flight is abandoned (its promises break, cancelling dependents).
     fn fail(&self, error: DriverError) {
         let _ = self.failed.set(error);
+        self.abandon_in_flight();
+    }
+
+    /// Abandons every completion whose host function has not run: their
+    /// promises break. Only for host functions that never will (the
+    /// context is lost).
+    fn abandon_in_flight(&self) {
         let actions: Vec<Action> = {
             let mut registry = lock(&self.in_flight);
             let signals: Vec<SignalRef> = registry.signals.drain().map(|(_, s)| s).collect();
@@ -347,10 +379,20 @@ impl DeviceInner {
     /// ready" means the context is lost (CUDA's asynchronous errors are
     /// sticky), and its callbacks will never come.
     fn check_streams(&self) {
-        if self.ctx.bind_to_thread().is_err() {
+        if self.make_current().is_err() {
             return;
         }
         for lane in self.lanes.iter() {
+            // A stream being captured into a graph (by a task) must not be
+            // queried: that is an error, and it would end the capture.
+            let mut capture = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+            // SAFETY: the stream is live; `capture` is a valid out-pointer.
+            let asked = unsafe { sys::cuStreamIsCapturing(lane.stream.cu_stream(), &mut capture) };
+            if asked == sys::CUresult::CUDA_SUCCESS
+                && capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+            {
+                continue;
+            }
             // SAFETY: the stream is live.
             let status = unsafe { sys::cuStreamQuery(lane.stream.cu_stream()) };
             match status {
@@ -366,12 +408,24 @@ impl DeviceInner {
 
 impl Drop for DeviceInner {
     /// Waits for the streams, so that every host function has run before
-    /// the runtime's inbox may go away.
+    /// the runtime's inbox may go away. Where a stream cannot be waited for
+    /// (the context is lost), the host functions still registered never
+    /// will run: they are abandoned, so that their promises break and the
+    /// runtime does not wait for them forever.
     fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
-            for lane in self.lanes.iter() {
-                let _ = lane.stream.synchronize();
-            }
+        let mut all_done = self.make_current().is_ok();
+        for lane in self.lanes.iter() {
+            // SAFETY: the stream is live. (cudarc's `synchronize` would bind
+            // with `bind_to_thread` and could return an unrelated recorded
+            // error without waiting.)
+            let waited = all_done
+                && unsafe { sys::cuStreamSynchronize(lane.stream.cu_stream()) }
+                    .result()
+                    .is_ok();
+            all_done &= waited;
+        }
+        if !all_done {
+            self.abandon_in_flight();
         }
         if let Some(t) = self.watchdog.get() {
             t.unpark();

@@ -196,6 +196,9 @@ impl Device {
         let work = promise::submit_delayed(&runtime, host_deps, move || {
             let finish = FulfillOnDrop(Some(finished.clone()));
             inner.check_failed()?;
+            // The device's context current on this worker, for whatever
+            // `f` calls that does not bind it itself (cuBLAS, raw calls).
+            inner.make_current()?;
             let lane = inner.lane();
             for producer in &device_waits {
                 // Set before the producer's `enqueued` was fulfilled.
@@ -234,7 +237,11 @@ impl Device {
     /// The first error is returned once every iteration was tried; a failed
     /// iteration's promise stays unfulfilled, so a loop waiting on `done`
     /// waits until it is fulfilled or `done`'s last handle is dropped
-    /// (which cancels the waiters). A panic in `f` is resumed here. An
+    /// (which cancels the waiters). The same holds for iterations whose
+    /// work was enqueued when the device fails (a sticky error: their
+    /// callbacks never come): the watchdog breaks the promises the device
+    /// owns, but `done` is the caller's, so only dropping it cancels what
+    /// waits on those iterations. A panic in `f` is resumed here. An
     /// index outside `done`'s range panics before anything runs.
     ///
     /// ```no_run
@@ -276,6 +283,7 @@ impl Device {
         crate::parallel_for(range).for_each(|i| {
             let enqueue = || -> Result<(), GpuError> {
                 inner.check_failed()?;
+                inner.make_current()?;
                 let lane = inner.lane();
                 f(lane, i)?;
                 let done = done.clone();
