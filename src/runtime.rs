@@ -155,9 +155,9 @@ impl Builder {
     /// Workers are spread over the CPUs the building thread may run on,
     /// round-robin, continuing from where the previous pinned runtime of
     /// the process stopped. Pinning helps where the kernel wakes a parked
-    /// worker onto a busy CPU while another idles (seen on this project's
-    /// 2-vCPU virtual machines: a pool starting from parked workers ran
-    /// its first milliseconds on one CPU in half the runs). It hurts where
+    /// worker onto a busy CPU while another idles (seen on 2-vCPU virtual
+    /// machines: a pool starting from parked workers ran its first
+    /// milliseconds on one CPU in about half the runs). It hurts where
     /// other busy programs share the CPUs: a pinned worker cannot move
     /// away from them. `build` fails with [`BuildError::Pin`] when a
     /// worker cannot be pinned, and on platforms other than Linux.
@@ -247,10 +247,7 @@ impl Builder {
                     senders.push(tx);
                 }
                 Err(source) => {
-                    drop(senders);
-                    for t in threads {
-                        let _ = t.join();
-                    }
+                    stop_unstarted(senders, threads);
                     return Err(BuildError::ThreadSpawn {
                         index,
                         message: source.to_string(),
@@ -260,10 +257,7 @@ impl Builder {
         }
         if pin {
             if let Err((index, cpu, e)) = affinity::pin_all(&threads) {
-                drop(senders);
-                for t in threads {
-                    let _ = t.join();
-                }
+                stop_unstarted(senders, threads);
                 return Err(BuildError::Pin {
                     index,
                     cpu,
@@ -289,6 +283,18 @@ impl Builder {
             let _ = tx.send(shared.clone());
         }
         Ok(Runtime { shared, threads })
+    }
+}
+
+/// Stops worker threads that are still waiting for their runtime (the
+/// build failed): closing their channels makes them exit.
+fn stop_unstarted(
+    senders: Vec<mpsc::Sender<Arc<Shared>>>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+) {
+    drop(senders);
+    for t in threads {
+        let _ = t.join();
     }
 }
 
