@@ -1480,14 +1480,13 @@ fn park_bucket<B: Body>(
     // The only call here that may panic comes first, before anything
     // changes: a panic leaves the part as it was.
     let fresh = B::MERGES.then(|| part.frame.while_starting(|| job.body.identity()));
-    // `identity` may have run a loop of its own, which answers thieves
-    // from the older parts on this worker (not from this one, which is
-    // starting): the stop is read only now all the same, so no iteration
-    // sent away meanwhile could be parked here as well.
+    // A loop run by `identity` answers thieves from older parts only: this
+    // one gives nothing away while starting, so `from` is still its own.
     let end = bucket_end.min(part.frame.stop.get());
-    if end <= from {
-        return (from, acc);
-    }
+    debug_assert!(
+        end > from,
+        "iterations {from}..{end} of a bucket were given away while its part was starting"
+    );
     part.frame.next.set(end);
     part.frame.resume.set(end);
     job.pending.fetch_add(1, Ordering::Relaxed);
