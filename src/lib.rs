@@ -77,8 +77,11 @@ mod gate;
 #[cfg(all(feature = "cuda", not(loom)))]
 pub mod gpu;
 mod inbox;
+mod latch;
 mod merge;
 mod park;
+#[cfg(not(loom))]
+mod send_ptr;
 mod steal;
 mod sync;
 
@@ -136,6 +139,7 @@ pub mod protocols {
     pub use crate::event::{Dep, Group, Outcome, Waiter};
     pub use crate::gate::Gate;
     pub use crate::inbox::{Inbox, SignalRef};
+    pub use crate::latch::{CountLatch, Unpark};
     pub use crate::merge::{deposit, split, Out};
     pub use crate::park::Sleep;
     pub use crate::steal::{Mailbox, Reply, ReplySlot, StealRequest, VictimSet};

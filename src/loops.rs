@@ -31,9 +31,11 @@
 
 use crate::event::Dep;
 use crate::handle::JoinHandle;
+use crate::latch::CountLatch;
 use crate::merge::{self, Out};
 use crate::promise::{self, LoopDeps, LoopPromise, Promise};
 use crate::runtime::{global_runtime, on_worker, Shared};
+use crate::send_ptr::SendPtr;
 use crate::sync::{lock, AtomicBool, AtomicUsize, Mutex, Ordering, UnsafeCell};
 use crate::task::{self, TaskRef};
 use crate::worker::{Until, Worker};
@@ -334,11 +336,13 @@ impl<'p> ParallelFor<'p> {
             start: self.range.start,
             stride: self.stride,
             each: self.each.and_then(LoopDeps::new),
-            pending: AtomicUsize::new(1),
             panic: Mutex::new(None),
             panicked: AtomicBool::new(false),
             result: UnsafeCell::new(None),
-            finish: Finish::Fulfill(UnsafeCell::new(Some(done.clone()))),
+            finish: Finish::Fulfill {
+                pending: AtomicUsize::new(1),
+                done: UnsafeCell::new(Some(done.clone())),
+            },
         });
         let keep = job.clone();
         let handle = promise::submit_delayed(runtime, [done.dep()], move || {
@@ -381,24 +385,24 @@ impl<'p> ParallelFor<'p> {
                 start: range.start,
                 stride,
                 each: each.and_then(LoopDeps::new),
-                pending: AtomicUsize::new(1),
                 panic: Mutex::new(None),
                 panicked: AtomicBool::new(false),
                 result: UnsafeCell::new(None),
-                finish: Finish::Wake {
-                    owner: w.index,
-                    runtime: &w.shared,
-                },
+                // The count held by the first part.
+                finish: Finish::Wake(CountLatch::new(w.index, &w.shared)),
+            };
+            let Finish::Wake(latch) = &job.finish else {
+                unreachable!("made just above")
             };
             if deps.iter().all(Dep::is_fulfilled) {
                 run_part(&job, w, 0, count, Out::ROOT);
-                if job.pending.fetch_sub(1, Ordering::AcqRel) != 1 {
-                    w.wait_until(Until::Zero(&job.pending));
+                if !latch.release_own() {
+                    w.wait_until(Until::Latch(latch));
                 }
             } else {
                 let part = Part::new(&job, 0, count, Out::ROOT).into_task();
                 promise::delay(&w.shared, part, deps);
-                w.wait_until(Until::Zero(&job.pending));
+                w.wait_until(Until::Latch(latch));
             }
             if let Some(p) = job.take_panic() {
                 resume_unwind(p);
@@ -499,7 +503,7 @@ impl<T: Send> ParChunksMut<'_, T> {
         F: Fn(usize, &mut [T]) + Sync,
     {
         let (len, chunk_len) = (self.slice.len(), self.chunk_len);
-        let base = SendPtr(self.slice.as_mut_ptr());
+        let base = SendPtr::new(self.slice.as_mut_ptr());
         parallel_for(0..self.len()).for_each(|c| {
             let start = c * chunk_len;
             let end = start.saturating_add(chunk_len).min(len);
@@ -552,7 +556,7 @@ impl<T: Send> ParChunksMut<'_, T> {
         F: Fn(usize, &mut [T]) + Sync,
     {
         let body = SpansBody {
-            base: SendPtr(self.slice.as_mut_ptr()),
+            base: SendPtr::new(self.slice.as_mut_ptr()),
             len: self.slice.len(),
             chunk_len: self.chunk_len,
             f,
@@ -669,7 +673,7 @@ impl<T: Send> ParIterMut<'_, T> {
         F: Fn(usize, &mut T) + Sync,
     {
         let body = ElementsBody {
-            base: SendPtr(self.slice.as_mut_ptr()),
+            base: SendPtr::new(self.slice.as_mut_ptr()),
             f,
         };
         parallel_for(0..self.slice.len()).run_blocking(&body);
@@ -745,21 +749,6 @@ fn visit_elements<T, F: Fn(usize, &mut T)>(
         f(i, x);
     }
 }
-
-/// A slice's base pointer, shared by the iterations that write disjoint
-/// parts of it.
-struct SendPtr<T>(*mut T);
-
-impl<T> SendPtr<T> {
-    /// The pointer (a method, so closures capture the whole wrapper).
-    fn get(&self) -> *mut T {
-        self.0
-    }
-}
-
-// SAFETY: only used for slices of `T: Send` whose elements each go to one
-// iteration.
-unsafe impl<T: Send> Sync for SendPtr<T> {}
 
 // ---------------------------------------------------------------------------
 // What a loop computes.
@@ -898,8 +887,6 @@ struct Job<B: Body> {
     start: usize,
     stride: usize,
     each: Option<LoopDeps>,
-    /// Parts not yet finished (the first part counts from the start).
-    pending: AtomicUsize,
     /// The first panic of any iteration, merge or cancelled part.
     panic: Mutex<Option<Box<dyn Any + Send>>>,
     /// Whether `panic` was ever filled: spares a loop without panics the
@@ -911,25 +898,38 @@ struct Job<B: Body> {
     finish: Finish,
 }
 
-/// Who learns that the last part finished.
+/// The parts not yet finished (the first part counts from the start), and
+/// who learns that the last one finished.
 enum Finish {
-    /// A caller blocked in `for_each`/`reduce` on worker `owner`.
-    Wake {
-        owner: usize,
-        /// The owner worker's own `Arc<Shared>` field, which outlives the
-        /// wait.
-        runtime: *const Arc<Shared>,
+    /// A caller blocked in `for_each`/`reduce`, waiting on the latch.
+    Wake(CountLatch<Shared>),
+    /// A spawned loop's handle, parked on the promise `done` (taken by the
+    /// last part). The handle task keeps the job alive until then, so the
+    /// count needs no latch.
+    Fulfill {
+        pending: AtomicUsize,
+        done: UnsafeCell<Option<Promise>>,
     },
-    /// A spawned loop's handle, parked on this promise (taken by the last
-    /// part).
-    Fulfill(UnsafeCell<Option<Promise>>),
+}
+
+impl Finish {
+    /// Counts a part split off a running one (which holds a count).
+    #[inline]
+    fn add_part(&self) {
+        match self {
+            Finish::Wake(latch) => latch.increment(),
+            Finish::Fulfill { pending, .. } => {
+                pending.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 // SAFETY: a job is shared by its parts on several workers. The body is
 // Sync; `result` is written once by the last merge and read by the owner
-// after `pending` reaches zero (acquire/release on `pending`); the
-// promise in `Finish::Fulfill` is taken only by the part that brings
-// `pending` to zero; `Finish::Wake`'s pointer is only read.
+// after the count of parts reaches zero (acquire/release on the count);
+// the promise in `Finish::Fulfill` is taken only by the part that brings
+// the count to zero.
 unsafe impl<B: Body> Sync for Job<B> {}
 // SAFETY: as above; a spawned loop's body is also Send.
 unsafe impl<B: Body + Send> Send for Job<B> {}
@@ -962,26 +962,21 @@ impl<B: Body> Job<B> {
     unsafe fn finish_part(job: *const Self) {
         // SAFETY: the caller's unfinished part keeps the job alive until
         // the decrement below.
-        let job = unsafe { &*job };
-        match &job.finish {
-            Finish::Wake { owner, runtime } => {
-                // The owner may return as soon as the count reaches zero,
-                // and its runtime may then be dropped before this thread
-                // (a foreign one, cancelling a part) reaches the wake-up:
-                // hold the runtime's state from here on.
-                // SAFETY: the owner is still waiting for this part, so its
-                // worker and the `Arc<Shared>` field pointed to are live.
-                let (owner, runtime) = (*owner, Arc::clone(unsafe { &**runtime }));
-                if job.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-                    runtime.sleep.unpark(owner);
-                }
+        let finish = unsafe { &(*job).finish };
+        match finish {
+            Finish::Wake(latch) => {
+                let current = Worker::current().map(|w| &w.shared);
+                // SAFETY: our part holds a count; the latch touches nothing
+                // of the job after its decrement (the owner may return and
+                // free the job at once, see `crate::latch`).
+                unsafe { CountLatch::decrement(latch, current) };
             }
-            Finish::Fulfill(promise) => {
-                if job.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
+            Finish::Fulfill { pending, done } => {
+                if pending.fetch_sub(1, Ordering::AcqRel) == 1 {
                     // SAFETY: only the part that brought the count to zero
                     // gets here, and the job lives until the handle task,
                     // which waits for this promise, runs.
-                    let promise = promise.with_mut(|p| unsafe { (*p).take() });
+                    let promise = done.with_mut(|p| unsafe { (*p).take() });
                     if let Some(p) = promise {
                         p.fulfill();
                     }
@@ -1041,9 +1036,12 @@ pub(crate) struct LoopFrame {
     /// The worker's deque top when the part started: queued tasks at or
     /// above it are younger than the loop, those below older.
     deque_top: Cell<u64>,
+    /// The whole part this frame is a field of (a `PartFrame<B>`), with
+    /// the provenance of the whole: `split` reaches the job through it.
+    part: Cell<*const ()>,
     /// Makes a part of the job for iterations `[from, to)`, which the frame
-    /// has just given up.
-    split: unsafe fn(&LoopFrame, usize, usize) -> TaskRef,
+    /// has just given up, from the frame's `part`.
+    split: unsafe fn(*const (), usize, usize) -> TaskRef,
 }
 
 impl LoopFrame {
@@ -1107,9 +1105,10 @@ impl LoopFrame {
         let to = self.stop.get();
         let from = to - give;
         self.stop.set(from);
-        // SAFETY: `split` belongs to the frame's own part type, and the
-        // iterations `[from, to)` were unstarted and are now given up.
-        unsafe { (self.split)(self, from, to) }
+        // SAFETY: `split` belongs to the type of the frame's `part`, which
+        // is live while the frame is, and the iterations `[from, to)` were
+        // unstarted and are now given up.
+        unsafe { (self.split)(self.part.get(), from, to) }
     }
 }
 
@@ -1148,9 +1147,7 @@ pub(crate) fn split_for_sleeper(frame: &LoopFrame) -> Option<TaskRef> {
 
 /// A loop frame with what its part needs to split: the job and where its
 /// accumulator goes.
-#[repr(C)]
 struct PartFrame<'j, B: Body> {
-    /// First, so `&LoopFrame` casts back to the whole.
     frame: LoopFrame,
     job: &'j Job<B>,
     out: Cell<Out<B::Acc>>,
@@ -1159,14 +1156,15 @@ struct PartFrame<'j, B: Body> {
 /// The `LoopFrame::split` of a `PartFrame<B>`.
 ///
 /// # Safety
-/// `frame` is the `frame` field of a live `PartFrame<B>`.
-unsafe fn split_part<B: Body>(frame: &LoopFrame, from: usize, to: usize) -> TaskRef {
-    // SAFETY: `PartFrame` is repr(C) with the frame first (caller's promise).
-    let part = unsafe { &*(frame as *const LoopFrame as *const PartFrame<'_, B>) };
+/// `part` is a live `PartFrame<B>` (the frame's `part` pointer).
+unsafe fn split_part<B: Body>(part: *const (), from: usize, to: usize) -> TaskRef {
+    // SAFETY: per the caller; only `Cell`s and shared references are
+    // reached through it, as by the part itself.
+    let part = unsafe { &*part.cast::<PartFrame<'_, B>>() };
     // Relaxed: this part is unfinished, so the count cannot reach zero
     // before the new part's own decrement, which follows in the count's
     // modification order.
-    part.job.pending.fetch_add(1, Ordering::Relaxed);
+    part.job.finish.add_part();
     let out = if B::MERGES {
         let (left, right) = merge::split(part.out.get());
         part.out.set(left);
@@ -1190,11 +1188,13 @@ fn run_part<B: Body>(job: &Job<B>, w: &Worker, from: usize, to: usize, out: Out<
             polling: Cell::new(false),
             starting: Cell::new(false),
             deque_top: Cell::new(0),
+            part: Cell::new(std::ptr::null()),
             split: split_part::<B>,
         },
         job,
         out: Cell::new(out),
     };
+    part.frame.part.set(std::ptr::from_ref(&part).cast::<()>());
     w.enter_loop(&part.frame);
     if w.shared.sleep.has_sleepers() {
         w.share_loop(&part.frame);
@@ -1489,7 +1489,7 @@ fn park_bucket<B: Body>(
     );
     part.frame.next.set(end);
     part.frame.resume.set(end);
-    job.pending.fetch_add(1, Ordering::Relaxed);
+    job.finish.add_part();
     let (parked_out, acc) = match fresh {
         Some(fresh) => {
             // Close what this part folded so far, then place the parked

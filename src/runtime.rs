@@ -80,6 +80,12 @@ impl Shared {
     }
 }
 
+impl crate::latch::Unpark for Shared {
+    fn unpark(&self, worker: usize) {
+        self.sleep.unpark(worker);
+    }
+}
+
 impl Drop for Shared {
     /// The gate keeps tasks out of a shut-down runtime; should one be left
     /// anyway, its handle learns so instead of waiting forever.

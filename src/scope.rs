@@ -1,9 +1,11 @@
 //! Structured parallelism that may borrow: `scope` and fork-join `join`.
 
 use crate::event::Dep;
+use crate::latch::CountLatch;
 use crate::promise;
 use crate::runtime::{on_worker, Shared};
-use crate::sync::{lock, AtomicUsize, Mutex, Ordering};
+use crate::send_ptr::SendPtr;
+use crate::sync::{lock, Mutex};
 use crate::task::{self, StackJob};
 use crate::worker::{Until, Worker};
 use std::any::Any;
@@ -24,10 +26,9 @@ use std::sync::Arc;
 /// assert_eq!(counts, [0, 1, 4, 9]);
 /// ```
 pub struct Scope<'scope> {
-    /// Unfinished tasks, plus one for the scope's own body.
-    pending: AtomicUsize,
-    /// The worker waiting for the scope, unparked by the last task.
-    owner: usize,
+    /// Unfinished tasks, plus one for the scope's own body; the owner
+    /// worker waits on it.
+    latch: CountLatch<Shared>,
     /// The owner worker's handle on its runtime (the worker outlives the
     /// scope, which it is running).
     runtime: *const Arc<Shared>,
@@ -37,7 +38,7 @@ pub struct Scope<'scope> {
 }
 
 // SAFETY: `runtime` points to the owner worker's `Arc<Shared>`, which lives
-// for the whole scope; everything else is Sync.
+// for the whole scope and is only read; everything else is Sync.
 unsafe impl Sync for Scope<'_> {}
 // SAFETY: as above.
 unsafe impl Send for Scope<'_> {}
@@ -45,7 +46,7 @@ unsafe impl Send for Scope<'_> {}
 impl std::fmt::Debug for Scope<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Scope")
-            .field("pending", &self.pending.load(Ordering::Relaxed))
+            .field("latch", &self.latch)
             .finish_non_exhaustive()
     }
 }
@@ -75,15 +76,14 @@ where
 {
     on_worker(|w| {
         let scope = Scope {
-            pending: AtomicUsize::new(1),
-            owner: w.index,
+            latch: CountLatch::new(w.index, &w.shared),
             runtime: &w.shared,
             panic: Mutex::new(None),
             _borrows: PhantomData,
         };
         let body = catch_unwind(AssertUnwindSafe(|| f(&scope)));
-        if scope.pending.fetch_sub(1, Ordering::AcqRel) != 1 {
-            w.wait_until(Until::Zero(&scope.pending));
+        if !scope.latch.release_own() {
+            w.wait_until(Until::Latch(&scope.latch));
         }
         let body = body.unwrap_or_else(|p| resume_unwind(p));
         if let Some(p) = scope.take_panic() {
@@ -111,21 +111,22 @@ impl<'scope> Scope<'scope> {
     where
         F: FnOnce(&Scope<'scope>) + Send + 'scope,
     {
-        self.pending.fetch_add(1, Ordering::Relaxed);
-        let scope = self as *const Scope<'scope> as usize;
+        self.latch.increment();
+        let scope = SendPtr::from_ref(self);
         // Not a `ScopeMember`: a spawned task always runs, and the plain
         // closure keeps the hottest path of nested scopes lean.
         let task = task::new_detached(move || {
-            // SAFETY: the scope outlives its tasks: its owner waits for
-            // `pending` to reach zero, and this task decrements it last.
-            let scope = unsafe { &*(scope as *const Scope<'scope>) };
+            // SAFETY: the scope outlives its tasks: its owner waits for the
+            // latch, which this task releases last.
+            let scope = unsafe { &*scope.get() };
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(scope))) {
                 scope.record_panic(p);
             }
-            scope.finish_task();
+            // SAFETY: this task holds a count, released once, here.
+            unsafe { Scope::finish_task(scope) };
         });
         match Worker::current() {
-            Some(w) if Arc::ptr_eq(&w.shared, self.runtime()) => {
+            Some(w) if self.latch.belongs_to(&w.shared) => {
                 w.push(task);
             }
             _ => self.runtime().inject(task),
@@ -174,9 +175,9 @@ impl<'scope> Scope<'scope> {
     where
         F: FnOnce(&Scope<'scope>) + Send + 'scope,
     {
-        self.pending.fetch_add(1, Ordering::Relaxed);
+        self.latch.increment();
         let mut member = ScopeMember {
-            scope: self as *const Scope<'scope> as usize,
+            scope: SendPtr::from_ref(self),
             ran: false,
             _scope: PhantomData::<&Scope<'scope>>,
         };
@@ -201,46 +202,45 @@ impl<'scope> Scope<'scope> {
         lock(&self.panic).take()
     }
 
-    fn finish_task(&self) {
-        // Copy what we need first: once the count hits zero the owner may
-        // return and the scope be gone (the runtime pointer is to the owner
-        // worker's field, which outlives the scope).
-        let (owner, runtime) = (self.owner, self.runtime);
-        if self.pending.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // SAFETY: the owner worker (and its `Arc<Shared>`) lives until
-            // shutdown, which waits for this task to finish.
-            unsafe { &*runtime }.sleep.unpark(owner);
-        }
+    /// Counts one task of the scope finished. Nothing of the scope is
+    /// touched afterwards: the owner may return and free it at once.
+    ///
+    /// # Safety
+    /// The calling task holds a count of the latch and releases it once.
+    unsafe fn finish_task(scope: *const Self) {
+        let current = Worker::current().map(|w| &w.shared);
+        // SAFETY: per the caller, and the count keeps the scope alive
+        // until the decrement.
+        unsafe { CountLatch::decrement(&raw const (*scope).latch, current) };
     }
 }
 
 /// A scope's claim on one of its tasks, moved into the task's closure: it
 /// counts the task finished when dropped, after running or unrun.
 struct ScopeMember<'a, 'scope> {
-    /// The scope's address (a `usize`, so the closure is `Send`).
-    scope: usize,
+    scope: SendPtr<Scope<'scope>>,
     ran: bool,
     _scope: PhantomData<&'a Scope<'scope>>,
 }
 
 impl<'a, 'scope> ScopeMember<'a, 'scope> {
     fn scope(&self) -> &'a Scope<'scope> {
-        // SAFETY: the scope outlives its tasks: its owner waits for
-        // `pending` to reach zero, and a member decrements it last.
-        unsafe { &*(self.scope as *const Scope<'scope>) }
+        // SAFETY: the scope outlives its tasks: its owner waits for the
+        // latch, which a member releases last.
+        unsafe { &*self.scope.get() }
     }
 }
 
 impl Drop for ScopeMember<'_, '_> {
     fn drop(&mut self) {
-        let scope = self.scope();
         if !self.ran {
-            scope.record_panic(Box::new(format!(
+            self.scope().record_panic(Box::new(format!(
                 "selvedge: a task of this scope was cancelled: {}",
                 crate::error::Cancellation::DependencyDropped
             )));
         }
-        scope.finish_task();
+        // SAFETY: the member holds the task's count, released once, here.
+        unsafe { Scope::finish_task(self.scope.get()) };
     }
 }
 

@@ -9,14 +9,14 @@ pub(crate) use loom::sync::atomic::{
     fence, AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering,
 };
 #[cfg(loom)]
-pub(crate) use loom::sync::{Condvar, Mutex};
+pub(crate) use loom::sync::{Arc, Condvar, Mutex};
 #[cfg(loom)]
 pub(crate) use loom::thread;
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::{Condvar, Mutex};
+pub(crate) use std::sync::{Arc, Condvar, Mutex};
 #[cfg(not(loom))]
 pub(crate) use std::thread;
 

@@ -10,10 +10,11 @@
 use crate::completion::Completion;
 use crate::deque::Deque;
 use crate::handle::thread_waker;
+use crate::latch::CountLatch;
 use crate::loops::{self, LoopFrame};
 use crate::runtime::Shared;
 use crate::steal::{Mailbox, Reply, StealPolicy, StealRequest, VictimSet};
-use crate::sync::{AtomicUsize, Ordering};
+use crate::sync::Ordering;
 use crate::task::{Header, TaskRef};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
@@ -40,8 +41,8 @@ pub(crate) enum Until<'a> {
     Shutdown,
     /// A joined task completes.
     Complete(&'a Completion),
-    /// A scope's count of unfinished tasks reaches zero.
-    Zero(&'a AtomicUsize),
+    /// A count latch (a scope's unfinished tasks, a loop's parts) is set.
+    Latch(&'a CountLatch<Shared>),
     /// The whole runtime is quiescent (`sync_root`).
     Quiescent,
 }
@@ -401,7 +402,7 @@ impl Worker {
                 self.shared.shutdown.load(Ordering::Acquire) && self.local().deque.is_empty()
             }
             Until::Complete(c) => c.is_complete(),
-            Until::Zero(count) => count.load(Ordering::Acquire) == 0,
+            Until::Latch(latch) => latch.is_set(),
             // Checked only when out of work: it takes a lock.
             Until::Quiescent => false,
         }
@@ -472,7 +473,7 @@ impl Worker {
     #[cold]
     fn older_work(&self, until: &Until<'_>) -> Option<TaskRef> {
         match until {
-            Until::Complete(_) | Until::Zero(_) => self.local().deque.pop_above(0),
+            Until::Complete(_) | Until::Latch(_) => self.local().deque.pop_above(0),
             Until::Shutdown | Until::Quiescent => None,
         }
     }
@@ -497,10 +498,10 @@ impl Worker {
                     incoming() || !shared.outside_empty() || c.is_complete()
                 });
             }
-            Until::Zero(count) => {
+            Until::Latch(latch) => {
                 // The task that brings the count to zero unparks us.
                 shared.sleep.join_park(me, || {
-                    incoming() || !shared.outside_empty() || count.load(Ordering::SeqCst) == 0
+                    incoming() || !shared.outside_empty() || latch.is_set()
                 });
             }
             Until::Quiescent => {

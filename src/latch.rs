@@ -1,0 +1,167 @@
+//! The count latch: how a worker waiting for a scope, a loop or a `join`
+//! learns that the last of the things it waits for finished.
+//!
+//! The owner (a worker, waiting in [`crate::worker::Until::Latch`]) holds
+//! the latch in its own stack frame. Every task or loop part it waits for
+//! holds one count. The last decrement wakes the owner, which may then
+//! return at once, freeing the latch with its frame, and the runtime may
+//! be dropped right after: a decrementing thread must not touch the latch,
+//! or anything only the owner kept alive, after its decrement.
+//!
+//! So a decrement copies the owner's index and the runtime's address out
+//! of the latch *before* it decrements, and makes sure the runtime outlives
+//! the wake-up:
+//! - on a worker of the same runtime, the worker's own reference keeps it
+//!   alive (the common case: no extra cost);
+//! - on any other thread (a thread dropping a promise's last handle, which
+//!   cancels a scope's delayed task, say), the decrement takes a reference
+//!   of its own before the decrement and drops it after the wake-up.
+//!
+//! The count is released by the decrement and acquired by the owner's
+//! check, so whatever a task wrote before its decrement (its result, a
+//! recorded panic) is visible to the owner after the wait.
+//!
+//! loom model: `loom-tests/tests/latch.rs`.
+
+use crate::sync::{Arc, AtomicUsize, Ordering, UnsafeCell};
+
+/// What a latch's runtime must do for it: wake a waiting worker.
+pub trait Unpark {
+    /// Wakes worker `worker` if it is parked (a spurious wake-up is fine).
+    fn unpark(&self, worker: usize);
+}
+
+/// What a decrement copies out before it may release the owner.
+struct Target<R> {
+    owner: usize,
+    /// The owner's runtime; alive while the count is above zero.
+    runtime: *const R,
+}
+
+impl<R> Clone for Target<R> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<R> Copy for Target<R> {}
+
+/// A count of unfinished things a worker waits for (see the module docs).
+pub struct CountLatch<R> {
+    count: AtomicUsize,
+    /// Read by decrements, written only at creation (and by the loom
+    /// models' [`CountLatch::poison`]): a cell, so loom reports a read
+    /// that races with the owner freeing the latch.
+    target: UnsafeCell<Target<R>>,
+}
+
+// SAFETY: `target` is written only at creation (before the latch is shared)
+// and read by decrements; the runtime it points to is `Sync` and kept alive
+// as the module docs explain.
+unsafe impl<R: Sync + Send> Sync for CountLatch<R> {}
+// SAFETY: as above.
+unsafe impl<R: Sync + Send> Send for CountLatch<R> {}
+
+impl<R: Unpark> CountLatch<R> {
+    /// A latch of worker `owner` of `runtime`, holding one count: the
+    /// owner's own (a scope's body, a loop's first part).
+    pub fn new(owner: usize, runtime: &Arc<R>) -> Self {
+        Self::with_count(owner, runtime, 1)
+    }
+
+    /// A latch holding `count` counts.
+    pub fn with_count(owner: usize, runtime: &Arc<R>, count: usize) -> Self {
+        Self {
+            count: AtomicUsize::new(count),
+            target: UnsafeCell::new(Target {
+                owner,
+                runtime: Arc::as_ptr(runtime),
+            }),
+        }
+    }
+
+    /// Adds a count, for a task or part about to start. The caller holds a
+    /// count already (so the latch cannot reach zero meanwhile).
+    #[inline]
+    pub fn increment(&self) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether every count was released. Acquires what the decrements
+    /// released.
+    #[inline]
+    pub fn is_set(&self) -> bool {
+        self.count.load(Ordering::Acquire) == 0
+    }
+
+    /// Whether `runtime` is the latch's runtime (an address comparison).
+    pub fn belongs_to(&self, runtime: &Arc<R>) -> bool {
+        // SAFETY: `target` is only written at creation.
+        let ours = self.target.with(|t| unsafe { (*t).runtime });
+        std::ptr::eq(ours, Arc::as_ptr(runtime))
+    }
+
+    /// Releases the owner's own count. Returns whether the latch is set
+    /// (then the owner need not wait).
+    #[inline]
+    pub fn release_own(&self) -> bool {
+        self.count.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+
+    /// Releases one count; the last one wakes the owner. `current` is the
+    /// runtime of the calling worker, if the caller is a worker.
+    ///
+    /// # Safety
+    /// `latch` must be live and the caller must hold a count it has not
+    /// released. Nothing of the latch is touched after the decrement, so
+    /// the owner may free it as soon as it sees the count at zero.
+    #[inline]
+    pub unsafe fn decrement(latch: *const Self, current: Option<&Arc<R>>) {
+        // SAFETY: the caller's count keeps the latch alive until the
+        // decrement below.
+        let latch = unsafe { &*latch };
+        // SAFETY: `target` is only written at creation.
+        let target = latch.target.with(|t| unsafe { *t });
+        match current {
+            Some(own) if std::ptr::eq(Arc::as_ptr(own), target.runtime) => {
+                // This worker's own reference keeps the runtime alive.
+                if latch.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    own.unpark(target.owner);
+                }
+            }
+            _ => {
+                // SAFETY: the runtime is alive (our count is not released
+                // yet), and `runtime` came from `Arc::as_ptr`.
+                let keep = unsafe {
+                    Arc::increment_strong_count(target.runtime);
+                    Arc::from_raw(target.runtime)
+                };
+                if latch.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    keep.unpark(target.owner);
+                }
+                drop(keep);
+            }
+        }
+    }
+
+    /// Marks the latch freed (loom models only): a decrement that reads it
+    /// afterwards races with this write, and loom reports it.
+    #[cfg(loom)]
+    pub fn poison(&self) {
+        self.target.with_mut(|t| {
+            // SAFETY: loom checks this access for races; that is the point.
+            unsafe {
+                (*t).owner = usize::MAX;
+                (*t).runtime = std::ptr::null();
+            }
+        });
+    }
+}
+
+impl<R> std::fmt::Debug for CountLatch<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CountLatch")
+            .field("count", &self.count.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
