@@ -194,11 +194,16 @@ impl<T> JoinHandle<T> {
         } else {
             // SAFETY: as above.
             let c = unsafe { task::completion(block) };
-            THREAD_WAKER.with(|waker| {
+            let wait = |waker: &Waker| {
                 while !c.register(waker) {
                     std::thread::park();
                 }
-            });
+            };
+            // A join from a thread-local destructor may come after
+            // THREAD_WAKER's own was run: then a waker of its own.
+            if THREAD_WAKER.try_with(wait).is_err() {
+                wait(&thread_waker(std::thread::current()));
+            }
         }
         // SAFETY: the completion is complete, the result untaken, of type T.
         unsafe { Self::take_and_release(block) }
