@@ -11,19 +11,30 @@ use std::fmt;
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BuildError {
-    /// `num_threads(0)`, or `SELVEDGE_NUM_THREADS=0`.
+    /// `num_threads(0)`. (`SELVEDGE_NUM_THREADS=0` gives
+    /// [`BuildError::InvalidThreadCountVar`], which names the variable.)
     ZeroThreads,
-    /// More workers than a runtime supports.
+    /// More workers than a runtime supports, asked for with
+    /// [`crate::Builder::num_threads`] or `SELVEDGE_NUM_THREADS`. (Without
+    /// either, the default count is capped at the maximum instead.)
     TooManyThreads {
         /// The count asked for.
         requested: usize,
         /// The most supported.
         max: usize,
     },
-    /// `SELVEDGE_NUM_THREADS` is set but is not a number.
+    /// `SELVEDGE_NUM_THREADS` is set but is not a positive integer (it is
+    /// `0`, or not a number). Set to nothing but whitespace, it counts as
+    /// unset.
     InvalidThreadCountVar {
         /// The variable's value.
         value: String,
+    },
+    /// The name given to [`crate::Builder::thread_name`] contains a NUL
+    /// byte, which thread names cannot hold.
+    InvalidThreadName {
+        /// The name given.
+        name: String,
     },
     /// The operating system refused to start a worker thread.
     ThreadSpawn {
@@ -66,6 +77,10 @@ impl fmt::Display for BuildError {
             Self::InvalidThreadCountVar { value } => write!(
                 f,
                 "SELVEDGE_NUM_THREADS must be a positive integer, found {value:?}"
+            ),
+            Self::InvalidThreadName { name } => write!(
+                f,
+                "worker thread names cannot contain a NUL byte, found {name:?}"
             ),
             Self::ThreadSpawn { index, message } => {
                 write!(f, "could not start worker thread {index}: {message}")

@@ -194,11 +194,16 @@ impl<T> JoinHandle<T> {
         } else {
             // SAFETY: as above.
             let c = unsafe { task::completion(block) };
-            THREAD_WAKER.with(|waker| {
+            let wait = |waker: &Waker| {
                 while !c.register(waker) {
                     std::thread::park();
                 }
-            });
+            };
+            // A join from a thread-local destructor may come after
+            // THREAD_WAKER's own was run: then a waker of its own.
+            if THREAD_WAKER.try_with(wait).is_err() {
+                wait(&thread_waker(std::thread::current()));
+            }
         }
         // SAFETY: the completion is complete, the result untaken, of type T.
         unsafe { Self::take_and_release(block) }
@@ -227,15 +232,11 @@ impl<T> Drop for JoinHandle<T> {
     }
 }
 
-impl<T> Future for JoinHandle<T> {
-    type Output = T;
-
-    /// Ready with the task's value once it finished; resumes its panic.
-    ///
-    /// # Panics
-    /// When polled again after it returned `Ready`; and as
-    /// [`JoinHandle::join`] when the task panicked or was cancelled.
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+impl<T> JoinHandle<T> {
+    /// The poll of both futures: registers `cx`'s waker with the task's
+    /// completion (so the task's end wakes it: never polled in a loop), and
+    /// once complete takes the result and releases the block.
+    fn poll_result(&mut self, cx: &mut Context<'_>) -> Poll<std::thread::Result<T>> {
         let block = self.block.expect("JoinHandle polled after it completed");
         // SAFETY: the handle holds the block.
         let c = unsafe { task::completion(block) };
@@ -244,11 +245,116 @@ impl<T> Future for JoinHandle<T> {
         }
         self.block = None;
         // SAFETY: complete (register returned true), result untaken.
-        match unsafe { Self::take_and_release(block) } {
-            Ok(v) => Poll::Ready(v),
-            Err(payload) => JoinError::from_payload(payload).resume(),
+        Poll::Ready(unsafe { Self::take_and_release(block) })
+    }
+
+    /// A future of the task's result that, like
+    /// [`JoinHandle::try_join`], returns a panic or a cancellation as a
+    /// [`JoinError`] instead of panicking (awaiting the handle itself
+    /// panics, as [`JoinHandle::join`] does). The awaiting task is woken
+    /// when the result is ready, never polled in a loop.
+    ///
+    /// ```
+    /// use std::future::Future;
+    /// use std::pin::pin;
+    /// use std::sync::Arc;
+    /// use std::task::{Context, Poll, Wake, Waker};
+    ///
+    /// // A minimal executor: park until the future's waker unparks us.
+    /// struct Unpark(std::thread::Thread);
+    /// impl Wake for Unpark {
+    ///     fn wake(self: Arc<Self>) {
+    ///         self.0.unpark();
+    ///     }
+    /// }
+    /// fn block_on<F: Future>(f: F) -> F::Output {
+    ///     let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    ///     let mut cx = Context::from_waker(&waker);
+    ///     let mut f = pin!(f);
+    ///     loop {
+    ///         if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+    ///             return v;
+    ///         }
+    ///         std::thread::park();
+    ///     }
+    /// }
+    ///
+    /// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
+    /// assert_eq!(block_on(rt.submit(|| 7).try_join_async()).unwrap(), 7);
+    ///
+    /// let p = selvedge::Promise::new();
+    /// let h = rt.submit_delayed([p.dep()], || 7);
+    /// drop(p); // broken promise: the delayed task can never run
+    /// let err = block_on(h.try_join_async()).unwrap_err();
+    /// assert!(err.is_cancelled(), "{err}");
+    /// ```
+    pub fn try_join_async(self) -> TryJoin<T> {
+        TryJoin { handle: self }
+    }
+}
+
+impl<T> Future for JoinHandle<T> {
+    type Output = T;
+
+    /// Ready with the task's value once it finished; resumes its panic.
+    /// [`JoinHandle::try_join_async`] returns errors instead.
+    ///
+    /// # Panics
+    /// When polled again after it returned `Ready`; and as
+    /// [`JoinHandle::join`] when the task panicked or was cancelled.
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        match self.poll_result(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(v)) => Poll::Ready(v),
+            Poll::Ready(Err(payload)) => JoinError::from_payload(payload).resume(),
         }
     }
 }
 
 impl<T> Unpin for JoinHandle<T> {}
+
+/// The future of [`JoinHandle::try_join_async`]: the task's value, or a
+/// [`JoinError`] when it panicked or was cancelled. Dropping it detaches
+/// the task, as dropping its handle does.
+///
+/// ```
+/// let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
+/// let h = rt.submit(|| panic!("no"));
+/// rt.sync_root();
+/// assert!(h.is_finished());
+/// // Finished: the first poll is ready (no executor needed).
+/// let mut fut = h.try_join_async();
+/// let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+/// match std::pin::Pin::new(&mut fut).poll(&mut cx) {
+///     std::task::Poll::Ready(Err(e)) => assert!(e.is_panic(), "{e}"),
+///     other => panic!("expected a panic error, got {other:?}"),
+/// }
+/// # use std::future::Future;
+/// ```
+#[must_use = "futures do nothing unless polled; dropping this detaches the task"]
+pub struct TryJoin<T> {
+    handle: JoinHandle<T>,
+}
+
+impl<T> std::fmt::Debug for TryJoin<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TryJoin")
+            .field("handle", &self.handle)
+            .finish()
+    }
+}
+
+impl<T> Future for TryJoin<T> {
+    type Output = Result<T, JoinError>;
+
+    /// Ready with the task's value, or why there is none, once it
+    /// finished.
+    ///
+    /// # Panics
+    /// When polled again after it returned `Ready`.
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.handle
+            .poll_result(cx)
+            .map(|r| r.map_err(JoinError::from_payload))
+    }
+}

@@ -111,7 +111,7 @@ pub use error::{BuildError, JoinError};
 #[cfg(not(loom))]
 pub use event::Dep;
 #[cfg(not(loom))]
-pub use handle::JoinHandle;
+pub use handle::{JoinHandle, TryJoin};
 #[cfg(not(loom))]
 pub use loops::{
     par_chunks_mut, par_iter_mut, parallel_for, ParChunksMut, ParIterMut, ParallelFor,

@@ -943,13 +943,38 @@ impl<B: Body> Job<B> {
         self.panicked.store(true, Ordering::Relaxed);
     }
 
+    /// Records that the unstarted iterations `ks` of a cancelled part will
+    /// never run. The first cancelled part holds the panic slot for them
+    /// all (unless a panic came first): the loop's message names every
+    /// cancelled iteration, not just the first part's.
+    fn record_cancelled(&self, ks: Range<usize>) {
+        let mut slot = lock(&self.panic);
+        match slot.as_mut() {
+            None => *slot = Some(Box::new(CancelledParts(vec![ks]))),
+            Some(p) => {
+                if let Some(parts) = p.downcast_mut::<CancelledParts>() {
+                    parts.0.push(ks);
+                }
+            }
+        }
+        self.panicked.store(true, Ordering::Relaxed);
+    }
+
     /// The first panic; call after every part finished (the parts' ends
     /// order their records before this).
     fn take_panic(&self) -> Option<Box<dyn Any + Send>> {
         if !self.panicked.load(Ordering::Relaxed) {
             return None;
         }
-        lock(&self.panic).take()
+        let payload = lock(&self.panic).take()?;
+        match payload.downcast::<CancelledParts>() {
+            Ok(parts) => Some(Box::new(cancelled_message(
+                self.start,
+                self.stride,
+                parts.0,
+            ))),
+            Err(p) => Some(p),
+        }
     }
 
     /// Counts one part finished (after its deposit); the last one tells
@@ -1516,6 +1541,72 @@ fn poll(w: &Worker, frame: &LoopFrame) {
     frame.polling.set(false);
 }
 
+/// Why a loop part is cancelled (the part cannot tell which).
+const CANCELLED_WHY: &str = "a dependency was dropped unfulfilled, or the runtime shut down";
+
+/// How many ranges of cancelled iterations a loop's message names before it
+/// sums up the rest: a loop of a million iterations whose every other
+/// iteration was cancelled still gets a message of one line.
+const CANCELLED_RANGES_NAMED: usize = 8;
+
+/// The cancelled parts of a loop so far, as iteration numbers: the panic
+/// payload of a loop while it runs, turned into [`cancelled_message`] when
+/// it ends.
+struct CancelledParts(Vec<Range<usize>>);
+
+/// The message of a loop whose iterations `parts` (iteration numbers `k`,
+/// for index `start + k * stride`; disjoint, in any order) were cancelled:
+/// the indices as sorted ranges, adjacent parts joined, e.g. "iterations
+/// 3..=5, 9, 12..=20"; past [`CANCELLED_RANGES_NAMED`] ranges the rest is
+/// counted instead.
+fn cancelled_message(start: usize, stride: usize, mut parts: Vec<Range<usize>>) -> String {
+    use std::fmt::Write;
+    parts.sort_unstable_by_key(|ks| ks.start);
+    let mut runs: Vec<Range<usize>> = Vec::with_capacity(parts.len());
+    for ks in parts {
+        match runs.last_mut() {
+            Some(last) if last.end >= ks.start => last.end = last.end.max(ks.end),
+            _ => runs.push(ks),
+        }
+    }
+    let index = |k: usize| start + k * stride;
+    let mut list = String::new();
+    for (n, ks) in runs.iter().take(CANCELLED_RANGES_NAMED).enumerate() {
+        if n > 0 {
+            list.push_str(", ");
+        }
+        let (first, last) = (index(ks.start), index(ks.end - 1));
+        // Writing to a String cannot fail.
+        let _ = if first == last {
+            write!(list, "{first}")
+        } else {
+            write!(list, "{first}..={last}")
+        };
+    }
+    if let Some(rest) = runs.get(CANCELLED_RANGES_NAMED..).filter(|r| !r.is_empty()) {
+        let more: usize = rest.iter().map(ExactSizeIterator::len).sum();
+        let ranges = rest.len();
+        let _ = write!(
+            list,
+            " and {more} more iteration{} in {ranges} range{}",
+            if more == 1 { "" } else { "s" },
+            if ranges == 1 { "" } else { "s" },
+        );
+    }
+    let total: usize = runs.iter().map(ExactSizeIterator::len).sum();
+    let step = if stride > 1 {
+        format!(" (stride {stride})")
+    } else {
+        String::new()
+    };
+    let (noun, verb) = if total == 1 {
+        ("iteration", "was")
+    } else {
+        ("iterations", "were")
+    };
+    format!("selvedge: parallel loop {noun} {list}{step} {verb} cancelled: {CANCELLED_WHY}")
+}
+
 /// A part queued as a task (split off, parked, or a spawned loop's first).
 /// Dropped unrun (its promise broken, or its runtime shut down), it still
 /// counts itself finished and reports the cancellation as the loop's panic.
@@ -1563,15 +1654,13 @@ impl<B: Body> Drop for Part<B> {
         }
         // SAFETY: an unfinished part keeps its job alive.
         let job = unsafe { &*self.job };
-        let why = "a dependency was dropped unfulfilled, or the runtime shut down";
-        let message = if self.from == self.to {
-            format!("selvedge: an empty parallel loop was cancelled: {why}")
+        if self.from == self.to {
+            job.record_panic(Box::new(format!(
+                "selvedge: an empty parallel loop was cancelled: {CANCELLED_WHY}"
+            )));
         } else {
-            let first = job.start + self.from * job.stride;
-            let last = job.start + (self.to - 1) * job.stride;
-            format!("selvedge: parallel loop iterations {first}..={last} were cancelled: {why}")
-        };
-        job.record_panic(Box::new(message));
+            job.record_cancelled(self.from..self.to);
+        }
         deposit(job, self.out, None);
         // SAFETY: this part is finished, once.
         unsafe { Job::finish_part(self.job) };

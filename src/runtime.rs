@@ -120,7 +120,13 @@ pub struct Builder {
 
 impl Builder {
     /// The number of worker threads. Default: the `SELVEDGE_NUM_THREADS`
-    /// environment variable, else the available parallelism.
+    /// environment variable (unset, empty or only whitespace: not used),
+    /// else the available parallelism (1 where it cannot be read), capped
+    /// at the most workers a runtime supports, 256.
+    ///
+    /// A count of 0, or above 256, from here or from
+    /// `SELVEDGE_NUM_THREADS`, makes [`build`](Builder::build) fail: only
+    /// the default is capped, since a count asked for is taken as meant.
     ///
     /// ```
     /// let rt = selvedge::Runtime::builder().num_threads(3).build().unwrap();
@@ -132,6 +138,8 @@ impl Builder {
     }
 
     /// Worker threads are named `"{name}-{index}"`. Default: `"selvedge"`.
+    /// A name with a NUL byte makes [`build`](Builder::build) fail with
+    /// [`BuildError::InvalidThreadName`].
     ///
     /// ```
     /// let rt = selvedge::Runtime::builder().num_threads(1).thread_name("io").build().unwrap();
@@ -194,33 +202,19 @@ impl Builder {
     }
 
     fn resolve_num_threads(&self) -> Result<usize, BuildError> {
-        let n = match self.num_threads {
-            Some(n) => n,
-            None => match std::env::var("SELVEDGE_NUM_THREADS") {
-                Ok(v) => v
-                    .trim()
-                    .parse()
-                    .map_err(|_| BuildError::InvalidThreadCountVar { value: v.clone() })?,
-                Err(_) => std::thread::available_parallelism().map_or(1, |n| n.get()),
-            },
-        };
-        if n == 0 {
-            return Err(BuildError::ZeroThreads);
-        }
-        if n > MAX_WORKERS {
-            return Err(BuildError::TooManyThreads {
-                requested: n,
-                max: MAX_WORKERS,
-            });
-        }
-        Ok(n)
+        resolve_num_threads(
+            self.num_threads,
+            std::env::var("SELVEDGE_NUM_THREADS").ok(),
+            || std::thread::available_parallelism().ok().map(|n| n.get()),
+        )
     }
 
     /// Starts the worker threads.
     ///
     /// Fails when the thread count is 0, above the maximum, or unreadable
     /// from `SELVEDGE_NUM_THREADS`, when `SELVEDGE_PIN_THREADS` is
-    /// unreadable, or when the OS refuses a thread or (with
+    /// unreadable, when the thread name contains a NUL byte, or when the OS
+    /// refuses a thread or (with
     /// [`pin_threads`](Builder::pin_threads)) an affinity (then the threads
     /// already started are stopped and joined).
     ///
@@ -232,6 +226,10 @@ impl Builder {
         let n = self.resolve_num_threads()?;
         let pin = self.resolve_pin_threads()?;
         let name = self.thread_name.as_deref().unwrap_or("selvedge");
+        // std panics on a thread name with a NUL byte: refuse it first.
+        if name.contains('\0') {
+            return Err(BuildError::InvalidThreadName { name: name.into() });
+        }
         let mut threads = Vec::with_capacity(n);
         let mut senders = Vec::with_capacity(n);
         for index in 0..n {
@@ -292,6 +290,38 @@ impl Builder {
     }
 }
 
+/// The worker count from, in order: the builder's `explicit` count, the
+/// `SELVEDGE_NUM_THREADS` variable's value `var` (empty or only whitespace:
+/// unset), the available `parallelism` (1 when unknown). Only the last is
+/// capped at [`MAX_WORKERS`]: a machine with more CPUs still gets a
+/// runtime, while a count someone asked for is checked.
+fn resolve_num_threads(
+    explicit: Option<usize>,
+    var: Option<String>,
+    parallelism: impl FnOnce() -> Option<usize>,
+) -> Result<usize, BuildError> {
+    let n = match (explicit, var) {
+        (Some(n), _) => {
+            if n == 0 {
+                return Err(BuildError::ZeroThreads);
+            }
+            n
+        }
+        (None, Some(v)) if !v.trim().is_empty() => match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => return Err(BuildError::InvalidThreadCountVar { value: v }),
+        },
+        (None, _) => return Ok(parallelism().unwrap_or(1).clamp(1, MAX_WORKERS)),
+    };
+    if n > MAX_WORKERS {
+        return Err(BuildError::TooManyThreads {
+            requested: n,
+            max: MAX_WORKERS,
+        });
+    }
+    Ok(n)
+}
+
 /// Stops worker threads that are still waiting for their runtime (the
 /// build failed): closing their channels makes them exit.
 fn stop_unstarted(
@@ -306,8 +336,13 @@ fn stop_unstarted(
 
 /// A pool of worker threads running a work-requesting scheduler.
 ///
-/// Dropping a runtime finishes every queued task, then stops and joins its
-/// threads.
+/// Dropping a runtime waits until every queued task has finished (delayed
+/// tasks still waiting for a dependency are not waited for), then stops
+/// and joins its threads before the drop returns. Dropped on one of its own
+/// workers (by a task that held the last `Arc<Runtime>`, say), it cannot
+/// wait for itself: the drop returns at once, and a helper thread named
+/// `selvedge-shutdown` waits for the tasks and stops and joins the workers
+/// in the background.
 ///
 /// ```
 /// let rt = selvedge::Runtime::builder().num_threads(2).build()?;
@@ -637,5 +672,69 @@ pub(crate) fn on_worker<R: Send>(f: impl FnOnce(&Worker) -> R + Send) -> R {
             let w = Worker::current().expect("the root task runs on a worker");
             f(w)
         }),
+    }
+}
+
+// The docs of `Builder::num_threads` and `BuildError` name this maximum.
+const _: () = assert!(MAX_WORKERS == 256);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(
+        explicit: Option<usize>,
+        var: Option<&str>,
+        cpus: Option<usize>,
+    ) -> Result<usize, BuildError> {
+        resolve_num_threads(explicit, var.map(str::to_owned), || cpus)
+    }
+
+    #[test]
+    fn the_default_count_is_capped_at_the_maximum() {
+        assert_eq!(resolve(None, None, Some(300)), Ok(MAX_WORKERS));
+        assert_eq!(resolve(None, None, Some(MAX_WORKERS + 1)), Ok(MAX_WORKERS));
+        assert_eq!(resolve(None, None, Some(MAX_WORKERS)), Ok(MAX_WORKERS));
+        assert_eq!(resolve(None, None, Some(3)), Ok(3));
+        // Unknown parallelism: one worker. An empty variable is unset.
+        assert_eq!(resolve(None, None, None), Ok(1));
+        assert_eq!(resolve(None, Some(""), Some(300)), Ok(MAX_WORKERS));
+    }
+
+    #[test]
+    fn an_explicit_count_above_the_maximum_is_an_error() {
+        let too_many = BuildError::TooManyThreads {
+            requested: 300,
+            max: MAX_WORKERS,
+        };
+        assert_eq!(resolve(Some(300), None, Some(4)), Err(too_many.clone()));
+        assert_eq!(resolve(None, Some("300"), Some(4)), Err(too_many));
+        assert_eq!(resolve(Some(MAX_WORKERS), None, Some(4)), Ok(MAX_WORKERS));
+        // The builder's count wins over the variable, even a bad one.
+        assert_eq!(resolve(Some(2), Some("lots"), Some(4)), Ok(2));
+    }
+
+    #[test]
+    fn an_empty_thread_count_variable_counts_as_unset() {
+        for v in ["", " ", "\t\n "] {
+            assert_eq!(resolve(None, Some(v), Some(5)), Ok(5), "{v:?}");
+        }
+        assert_eq!(resolve(None, Some(" 3 "), Some(5)), Ok(3));
+    }
+
+    #[test]
+    fn a_zero_from_the_variable_names_the_variable() {
+        let err = resolve(None, Some("0"), Some(5)).unwrap_err();
+        assert_eq!(err, BuildError::InvalidThreadCountVar { value: "0".into() });
+        let msg = err.to_string();
+        assert!(
+            msg.contains("SELVEDGE_NUM_THREADS") && msg.contains("\"0\""),
+            "{msg}"
+        );
+        assert!(!msg.contains("num_threads was 0"), "{msg}");
+        assert_eq!(
+            resolve(Some(0), None, Some(5)),
+            Err(BuildError::ZeroThreads)
+        );
     }
 }

@@ -58,9 +58,20 @@ pub(crate) type Counters = Box<[CachePadded<WorkerCounters>]>;
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WorkerStats {
-    /// Tasks this worker ran from a queue (its deque, the injector or a
-    /// theft). Tasks a join ran in place, without ever being shared, are not
-    /// counted: they cost no more than a function call.
+    /// Tasks this worker ran: those it took from a queue (its deque, the
+    /// injector or a theft), and those a join took back from its own deque
+    /// and ran in place ([`crate::JoinHandle::join`], the second closure of
+    /// [`crate::join`]). Code run directly by its caller is not a task and
+    /// is not counted: the first closure of `join`, the share of a parallel
+    /// loop its caller runs itself, [`crate::Runtime::run`] called on one
+    /// of the runtime's own workers.
+    ///
+    /// ```
+    /// let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
+    /// // The root task, and the spawned task its join runs in place.
+    /// rt.run(|| selvedge::spawn(|| 1).join());
+    /// assert_eq!(rt.stats().total().tasks_run, 2);
+    /// ```
     pub tasks_run: u64,
     /// Steal requests this worker sent as a thief.
     pub steal_requests_sent: u64,

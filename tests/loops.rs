@@ -2081,6 +2081,57 @@ fn a_dropped_loop_promise_cancels_only_the_unfulfilled_iterations_of_a_spawned_l
     assert!(err.to_string().contains("cancelled"), "{err}");
 }
 
+/// The message of a spawned loop over `0..n` (stride `stride`), each
+/// iteration depending on its own index of a promise of which only the
+/// indices where `fulfilled` holds are fulfilled before it is dropped.
+fn cancelled_loop_message(n: usize, stride: usize, fulfilled: impl Fn(usize) -> bool) -> String {
+    let rt = runtime(2);
+    let lp = LoopPromise::with_bucket_size(0..n, 1);
+    let h = rt.run(|| {
+        parallel_for(0..n)
+            .stride(stride)
+            .depends_on_each(&lp)
+            .spawn(|_| ())
+    });
+    for i in (0..n).filter(|&i| fulfilled(i)) {
+        lp.fulfill(i);
+    }
+    drop(lp);
+    h.try_join().unwrap_err().to_string()
+}
+
+#[test]
+fn a_cancelled_loop_names_every_cancelled_iteration() {
+    let _w = Watchdog::new("cancelled iterations message", HANG);
+    let cancelled = |i: usize| matches!(i, 3..=5 | 9 | 12..=20);
+    let msg = cancelled_loop_message(30, 1, |i| !cancelled(i));
+    assert!(
+        msg.contains("parallel loop iterations 3..=5, 9, 12..=20 were cancelled"),
+        "{msg}"
+    );
+    // One iteration.
+    let msg = cancelled_loop_message(30, 1, |i| i != 17);
+    assert!(
+        msg.contains("parallel loop iteration 17 was cancelled"),
+        "{msg}"
+    );
+    // Strided: the indices, and the stride.
+    let msg = cancelled_loop_message(50, 7, |i| i == 21);
+    assert!(
+        msg.contains("iterations 0..=14, 28..=49 (stride 7) were cancelled"),
+        "{msg}"
+    );
+    // Many ranges: the first few, then a count of the rest, in one line.
+    let msg = cancelled_loop_message(20_000, 1, |i| i % 2 == 0);
+    assert!(
+        msg.contains(
+            "iterations 1, 3, 5, 7, 9, 11, 13, 15 and 9992 more iterations in 9992 ranges were cancelled"
+        ),
+        "{msg}"
+    );
+    assert!(msg.len() < 300, "{} bytes: {msg}", msg.len());
+}
+
 #[test]
 fn a_spawned_loop_whose_dependency_is_fulfilled_after_its_runtime_dropped_ends() {
     let _w = Watchdog::new("loop after runtime drop", HANG);

@@ -24,29 +24,30 @@ fn builder_rejects_bad_thread_counts_with_clear_errors() {
 }
 
 #[test]
-fn thread_count_comes_from_the_environment() {
-    // Environment variables are process-wide: this is the only test that
-    // sets SELVEDGE_NUM_THREADS, and it restores it.
-    let old = std::env::var("SELVEDGE_NUM_THREADS").ok();
-    std::env::set_var("SELVEDGE_NUM_THREADS", "3");
-    let n = Runtime::new().map(|rt| rt.num_threads());
-    std::env::set_var("SELVEDGE_NUM_THREADS", "lots");
-    let bad = Runtime::new().unwrap_err();
-    std::env::set_var("SELVEDGE_NUM_THREADS", "0");
-    let zero = Runtime::new().unwrap_err();
-    match old {
-        Some(v) => std::env::set_var("SELVEDGE_NUM_THREADS", v),
-        None => std::env::remove_var("SELVEDGE_NUM_THREADS"),
-    }
-    assert_eq!(n, Ok(3));
+fn a_thread_name_with_a_nul_byte_is_an_error_not_a_panic() {
+    let r = std::panic::catch_unwind(|| {
+        Runtime::builder()
+            .num_threads(2)
+            .thread_name("a\0b")
+            .build()
+    });
+    let e = r
+        .expect("build panicked on a thread name with a NUL byte")
+        .unwrap_err();
     assert_eq!(
-        bad,
-        BuildError::InvalidThreadCountVar {
-            value: "lots".into()
+        e,
+        BuildError::InvalidThreadName {
+            name: "a\0b".into()
         }
     );
-    assert!(bad.to_string().contains("\"lots\""));
-    assert_eq!(zero, BuildError::ZeroThreads);
+    assert!(e.to_string().contains("NUL"), "{e}");
+    // The builder is not poisoned: a good name builds.
+    let rt = Runtime::builder()
+        .num_threads(1)
+        .thread_name("ab")
+        .build()
+        .unwrap();
+    assert_eq!(rt.run(|| 1), 1);
 }
 
 #[test]

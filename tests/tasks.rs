@@ -273,3 +273,63 @@ fn foreign_threads_spawn_onto_the_global_runtime() {
     assert_eq!(a + b, 3);
     assert!(selvedge::current_num_threads() >= 1);
 }
+
+#[test]
+fn try_join_async_reports_a_cancelled_task_after_waking_its_caller() {
+    let rt = Runtime::builder().num_threads(2).build().unwrap();
+    let p = selvedge::Promise::new();
+    let h = rt.submit_delayed([p.dep()], || 7);
+    let mut fut = h.try_join_async();
+    let cw = Arc::new(CountingWaker {
+        wakes: AtomicUsize::new(0),
+        thread: std::thread::current(),
+    });
+    let waker = Waker::from(cw.clone());
+    // The dependency is still open: pending, and not woken yet.
+    assert!(Pin::new(&mut fut)
+        .poll(&mut Context::from_waker(&waker))
+        .is_pending());
+    assert_eq!(cw.wakes.load(Ordering::SeqCst), 0);
+    // Broken promise, from another thread: the task is cancelled, and the
+    // cancellation wakes the future.
+    std::thread::spawn(move || drop(p)).join().unwrap();
+    assert_eq!(cw.wakes.load(Ordering::SeqCst), 1);
+    let (r, polls, wakes) = block_on_counting(fut);
+    assert_eq!((polls, wakes), (1, 0));
+    let err = r.unwrap_err();
+    assert!(err.is_cancelled() && !err.is_panic(), "{err}");
+    assert!(err.to_string().contains("dropped unfulfilled"), "{err}");
+}
+
+#[test]
+fn try_join_async_reports_a_panicked_task_with_its_payload() {
+    let rt = Runtime::builder().num_threads(2).build().unwrap();
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let h = rt.submit(move || -> u8 {
+        let _ = wait.recv();
+        panic!("in a try future")
+    });
+    let fut = h.try_join_async();
+    let unlock = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        drop(go);
+    });
+    let (r, polls, wakes) = block_on_counting(fut);
+    unlock.join().unwrap();
+    assert!(
+        polls <= 2,
+        "polled {polls} times: woken, not polled in a loop"
+    );
+    assert_eq!(wakes, polls - 1);
+    let err = r.unwrap_err();
+    assert!(err.is_panic() && !err.is_cancelled(), "{err}");
+    let payload = err.try_into_panic().ok().unwrap();
+    assert_eq!(payload.downcast_ref::<&str>(), Some(&"in a try future"));
+    // And a value comes through as Ok.
+    assert_eq!(
+        block_on_counting(rt.submit(|| 3).try_join_async())
+            .0
+            .unwrap(),
+        3
+    );
+}
