@@ -116,3 +116,34 @@ fn scope_returns_the_body_value() {
     });
     assert_eq!(n, 7);
 }
+
+/// The last task of a scope is a delayed one, cancelled on a foreign thread
+/// that drops the promise's last handle: its decrement releases the owner,
+/// which returns at once, and the runtime is dropped right after. The
+/// cancelling thread must not touch the scope or the runtime after its
+/// decrement (run under AddressSanitizer in CI; the latch's loom model
+/// checks the same race exhaustively).
+#[test]
+fn a_scope_released_by_a_foreign_cancellation_outlives_nothing() {
+    use selvedge::Promise;
+    use std::sync::mpsc;
+    for round in 0..300 {
+        let rt = Runtime::builder().num_threads(2).build().unwrap();
+        let (tx, rx) = mpsc::channel::<Promise>();
+        let dropper = std::thread::spawn(move || drop(rx.recv().unwrap()));
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            rt.run(|| {
+                scope(|s| {
+                    let p = Promise::new();
+                    s.spawn_delayed([p.dep()], |_| unreachable!("its promise is never fulfilled"));
+                    tx.send(p).unwrap();
+                })
+            })
+        }));
+        let payload = result.expect_err("the cancelled task is reported by the scope");
+        let message = payload.downcast_ref::<String>().expect("a message");
+        assert!(message.contains("cancelled"), "round {round}: {message}");
+        drop(rt);
+        dropper.join().unwrap();
+    }
+}
