@@ -3,9 +3,9 @@
 //! Runs every workload of Weave's suite used in `benches/scheduler.rs` (fib,
 //! DFS, N-Queens, bouncing producer-consumer, single producer / many
 //! consumers), then the dataflow workloads of `benches/dataflow.rs` (promise
-//! overhead, chain latency, tiled wavefront; issue #3), then the parallel
+//! overhead, chain latency, tiled wavefront), then the parallel
 //! loop workloads of `benches/loops.rs` (loop overhead, histogram,
-//! log-sum-exp, Black-Scholes, transposition, pipelined loops; issue #4),
+//! log-sum-exp, Black-Scholes, transposition, pipelined loops),
 //! with every implementation, each in a pool of the same number of threads
 //! built once up front. Each implementation is first checked against the
 //! serial result, run twice to warm up, then timed `--samples` times (one
@@ -26,9 +26,9 @@
 //! The dataflow section adds per-task and per-link times, the cost of a
 //! promise dependency over a plain spawn, the wavefront's speedup over the
 //! barrier version and its distance from half the serial time, and whether
-//! each of issue #3's targets is met. The loops section adds per-iteration
+//! each of the dataflow targets is met. The loops section adds per-iteration
 //! times for the loop-overhead workloads, the ratio of each selvedge version
-//! to its rayon peer, whether each of issue #4's targets is met, and
+//! to its rayon peer, whether each of the loop targets is met, and
 //! selvedge's scheduler counters per run (loop splits, steal requests,
 //! parks), and a probe of how much of the CPUs the process was getting
 //! before each workload (plain threads, no scheduler): on a shared VM the
@@ -395,7 +395,7 @@ fn critical_path_units() -> u32 {
     path[dataflow::TILES - 1]
 }
 
-/// The dataflow workloads (issue #3): per-unit tables, derived ratios, and
+/// The dataflow workloads: per-unit tables, derived ratios, and
 /// the targets.
 fn dataflow_section(pools: &Pools, samples: usize) {
     let threads = pools.threads;
@@ -426,7 +426,7 @@ fn dataflow_section(pools: &Pools, samples: usize) {
             .expect("dataflow workload")
     };
 
-    println!("## Dataflow (issue #3)");
+    println!("## Dataflow");
     println!();
     println!(
         "Each run is one whole workload (tasks and promises created inside the timed \
@@ -551,7 +551,7 @@ fn dataflow_section(pools: &Pools, samples: usize) {
         .zip(serial)
         .map(|(s, serial)| s / (serial / threads as f64));
 
-    println!("### Targets (issue #3)");
+    println!("### Targets (dataflow)");
     println!();
     println!("| target | measured | goal | |");
     println!("|---|---:|---:|---|");
@@ -679,7 +679,7 @@ fn selvedge_counters(pools: &Pools, run: TimedRun) -> [f64; 7] {
     std::array::from_fn(|k| (after[k] - before[k]) as f64 / f64::from(STATS_RUNS))
 }
 
-/// The parallel-loop workloads (issue #4): every implementation, the
+/// The parallel-loop workloads: every implementation, the
 /// selvedge / rayon ratios against the targets, and selvedge's counters.
 fn loops_section(pools: &Pools, samples: usize) {
     use loops::Target;
@@ -708,7 +708,7 @@ fn loops_section(pools: &Pools, samples: usize) {
         })
         .collect();
 
-    println!("## Parallel loops (issue #4)");
+    println!("## Parallel loops");
     println!();
     println!(
         "Each run is one whole workload; only its computation is timed (the whole \
@@ -769,7 +769,7 @@ fn loops_section(pools: &Pools, samples: usize) {
     println!("Efficiency = serial / ({threads} × parallel).");
     println!();
 
-    println!("### Targets (issue #4, {threads} threads)");
+    println!("### Targets (loops, {threads} threads)");
     println!();
     println!(
         "| workload | serial | selvedge | rayon | selvedge ns/iter | rayon ns/iter \
