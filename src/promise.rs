@@ -11,15 +11,17 @@
 //! is dropped unrun and its handle reports why.
 
 use crate::error::Cancellation;
-use crate::event::{Dep, Group, Outcome, Waiter};
+use crate::event::{Claim, Dep, Group, Outcome, Waiter};
 use crate::handle::JoinHandle;
 use crate::runtime::{global_runtime, Shared};
-use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{lock, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell};
 use crate::task::{self, TaskRef};
 use crate::worker::Worker;
+use crossbeam_utils::CachePadded;
 use std::cell::{Cell, RefCell};
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ops::Range;
-use std::ptr::NonNull;
+use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
 /// A one-shot dataflow event that tasks can wait for: an ephemeral channel
@@ -30,6 +32,10 @@ use std::sync::Arc;
 /// is dropped while the promise is unfulfilled, the promise is *broken*:
 /// the tasks waiting on it are cancelled and their handles report
 /// [`crate::JoinError`] cancellation, rather than waiting forever.
+///
+/// A handle kept inside the closure of a task that waits on the same
+/// promise, directly or through other tasks, forms a *cycle*, which is a
+/// user error: see [`spawn_delayed`] for what happens and how to avoid it.
 ///
 /// ```
 /// use selvedge::{spawn_delayed, Promise, Runtime};
@@ -420,13 +426,202 @@ impl std::fmt::Debug for LoopPromise {
     }
 }
 
-/// A parked delayed task: the protocol's waiter first, so an [`Outcome`]'s
+/// A delayed task's node: the protocol's waiter first, so an [`Outcome`]'s
 /// waiter pointer is a pointer to this.
+///
+/// Two parties hold the node (see [`Claim`]): the protocol, until it
+/// settles an outcome for the waiter, and the runtime's [`Parked`]
+/// registry. The waiter (its dependencies) belongs to the protocol side,
+/// which drops it when it settles; the task and its runtime belong to
+/// whoever wins the claim.
 #[repr(C)]
 struct Delayed {
-    waiter: Waiter,
-    task: TaskRef,
-    runtime: Arc<Shared>,
+    waiter: ManuallyDrop<Waiter>,
+    claim: Claim,
+    owned: UnsafeCell<MaybeUninit<(TaskRef, Arc<Shared>)>>,
+}
+
+/// A node pointer that may sit in a runtime's registry.
+struct Node(NonNull<Delayed>);
+
+// SAFETY: a node is handed between threads through the registry's lock or
+// an event's release; what each party touches is decided by its `Claim`.
+unsafe impl Send for Node {}
+
+impl Node {
+    /// The node's claim. Only this field is borrowed: the protocol side
+    /// drops the waiter in place while the registry may be reading it.
+    fn claim(&self) -> &Claim {
+        // SAFETY: the holder of a `Node` holds one of the node's two
+        // references, which keeps it allocated; the claim is only ever
+        // shared.
+        unsafe { &*ptr::addr_of!((*self.0.as_ptr()).claim) }
+    }
+
+    /// Takes the task and its runtime out of a node whose claim the caller
+    /// just won.
+    ///
+    /// # Safety
+    /// The caller won the node's claim and holds a reference on it.
+    unsafe fn take(&self) -> (TaskRef, Arc<Shared>) {
+        // SAFETY: the caller's reference keeps the node allocated.
+        let owned = unsafe { &*ptr::addr_of!((*self.0.as_ptr()).owned) };
+        owned.with_mut(|o| {
+            // SAFETY: written when the node was made; only the claim's
+            // winner reads it, once.
+            unsafe { (*o).assume_init_read() }
+        })
+    }
+
+    /// Gives up the caller's reference; the last one frees the block.
+    ///
+    /// # Safety
+    /// The caller holds a reference and gives it up; by the last release
+    /// the waiter was dropped and the task taken (the claim was won).
+    unsafe fn release(self) {
+        if self.claim().release() {
+            // SAFETY: the last reference: nobody touches the node any more,
+            // and everything in it that needs dropping was dropped or taken.
+            unsafe { task::free_raw(self.0) };
+        }
+    }
+}
+
+/// A runtime's delayed tasks that parked on a promise: the counts behind
+/// [`crate::RuntimeStats::tasks_waiting_on_dependencies`], and a registry
+/// of their nodes, so that dropping the runtime can cancel the ones that
+/// can never run (see [`Parked::reclaim`]).
+pub(crate) struct Parked {
+    /// Registered nodes, one shard per worker and one for other threads, so
+    /// workers parking tasks at once do not share a lock.
+    shards: Box<[CachePadded<Mutex<Registry>>]>,
+    /// Parks minus releases counted on threads that are not workers of the
+    /// runtime (wrapping). Workers count in their own counters.
+    foreign: AtomicU64,
+}
+
+#[derive(Default)]
+struct Registry {
+    /// Nodes that parked; the ones since claimed by their outcome are
+    /// swept out lazily.
+    nodes: Vec<Node>,
+    /// The length at which `register` sweeps next: twice what the last
+    /// sweep kept, so sweeping costs O(1) per registration and at most
+    /// about half the registry is settled nodes waiting for it.
+    sweep_at: usize,
+}
+
+/// The least `Registry::sweep_at`.
+const MIN_SWEEP: usize = 64;
+
+impl Parked {
+    pub(crate) fn new(workers: usize) -> Self {
+        Self {
+            shards: (0..=workers)
+                .map(|_| CachePadded::new(Mutex::new(Registry::default())))
+                .collect(),
+            foreign: AtomicU64::new(0),
+        }
+    }
+
+    /// Parks minus releases counted outside the workers (wrapping: read it
+    /// as a signed number).
+    pub(crate) fn foreign_balance(&self) -> u64 {
+        self.foreign.load(Ordering::Relaxed)
+    }
+
+    /// Counts a task parking (`+1`) or released (`-1`) on the calling
+    /// thread: in the worker's own counters on a worker of `runtime`, else
+    /// in the shared count.
+    fn count(runtime: &Shared, parked: bool) {
+        match Worker::current() {
+            Some(w) if ptr::eq(&*w.shared, runtime) => {
+                let c = &runtime.counters[w.index];
+                if parked {
+                    c.dependency_parks.bump();
+                } else {
+                    c.dependency_releases.bump();
+                }
+            }
+            _ => {
+                let delta = if parked { 1 } else { u64::MAX };
+                runtime.parked.foreign.fetch_add(delta, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Adds `node` (which holds a registry reference for us) to the
+    /// registry.
+    fn register(&self, runtime: &Shared, node: Node) {
+        let shard = match Worker::current() {
+            Some(w) if ptr::eq(&*w.shared, runtime) => w.index,
+            _ => self.shards.len() - 1,
+        };
+        let mut reg = lock(&self.shards[shard]);
+        if reg.nodes.len() >= reg.sweep_at {
+            let mut kept = Vec::with_capacity(reg.nodes.len());
+            for node in reg.nodes.drain(..) {
+                if node.claim().is_claimed() {
+                    // Settled: the registry has nothing more to do with it.
+                    // SAFETY: the registry's reference; the claim was won by
+                    // the protocol side, which took the task and will drop
+                    // (or dropped) the waiter before its release.
+                    unsafe { node.release() };
+                } else {
+                    kept.push(node);
+                }
+            }
+            reg.sweep_at = (2 * kept.len()).max(MIN_SWEEP);
+            reg.nodes = kept;
+        }
+        reg.nodes.push(node);
+    }
+
+    /// Cancels every registered task still parked, once the runtime's
+    /// workers have left: none of them can run on this runtime any more.
+    ///
+    /// Their closures are dropped, which drops the promise handles they
+    /// hold: those promises break and their other waiters are cancelled in
+    /// turn, so a cycle of tasks waiting on each other is freed instead of
+    /// being kept forever by its own members. Every task claimed here first
+    /// (before any closure is dropped), so each task parked at shutdown
+    /// reports [`Cancellation::RuntimeShutDown`]. A node whose events never
+    /// close (a promise whose handle someone keeps) stays linked there,
+    /// without its task, until they do.
+    pub(crate) fn reclaim(&self) {
+        let mut claimed = Vec::new();
+        for shard in self.shards.iter() {
+            let nodes = std::mem::take(&mut lock(shard).nodes);
+            for node in nodes {
+                if node.claim().claim() {
+                    // SAFETY: we won the claim and hold the registry's
+                    // reference.
+                    claimed.push(unsafe { node.take() });
+                }
+                // SAFETY: the registry's reference, after its last use.
+                unsafe { node.release() };
+            }
+        }
+        // Outside the locks: cancelling drops user closures.
+        for (task, runtime) in claimed {
+            Self::count(&runtime, false);
+            task.cancel(Cancellation::RuntimeShutDown);
+        }
+    }
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        for shard in self.shards.iter() {
+            for node in std::mem::take(&mut lock(shard).nodes) {
+                // An unclaimed node holds its runtime alive, so by the time
+                // the runtime's registry goes every node left was claimed.
+                debug_assert!(node.claim().is_claimed());
+                // SAFETY: the registry's reference.
+                unsafe { node.release() };
+            }
+        }
+    }
 }
 
 /// Where a delayed task went when it was created.
@@ -460,16 +655,25 @@ pub(crate) fn delay(
     // SAFETY: fresh memory for a `Delayed`.
     unsafe {
         node.as_ptr().write(Delayed {
-            waiter,
-            task,
-            runtime: runtime.clone(),
+            waiter: ManuallyDrop::new(waiter),
+            claim: Claim::new(),
+            owned: UnsafeCell::new(MaybeUninit::new((task, runtime.clone()))),
         })
     };
+    // Counted before it can be released, so the count never goes below the
+    // truth for long.
+    Parked::count(runtime, true);
     let w = node.cast::<Waiter>();
     // SAFETY: we own the fresh node, which stays allocated until `settle`
-    // takes it back.
-    if let Some(outcome) = unsafe { Waiter::start(w) } {
-        settle(outcome);
+    // takes it back (and until the registry's reference goes, which we
+    // hold until `register` or the release below).
+    match unsafe { Waiter::start(w) } {
+        None => runtime.parked.register(runtime, Node(node)),
+        Some(outcome) => {
+            settle(outcome);
+            // SAFETY: the registry's reference, never registered.
+            unsafe { Node(node).release() };
+        }
     }
     Placement::Elsewhere
 }
@@ -485,27 +689,30 @@ fn schedule(task: TaskRef, runtime: &Arc<Shared>) {
     }
 }
 
-/// Takes back a node the protocol finished with.
+/// Finishes the protocol side of a node: drops its dependencies, takes the
+/// task unless the runtime's reclaim claimed it first, and releases the
+/// protocol's reference.
 ///
 /// # Safety
-/// `w` must come from an [`Outcome`], which hands over the `Delayed` node.
-unsafe fn take_node(w: NonNull<Waiter>) -> (TaskRef, Arc<Shared>) {
-    // SAFETY: `delay` wrote a `Delayed` whose first field is `w` into a
-    // block from `alloc_raw`; we move it out and free the block.
-    let Delayed {
-        waiter,
-        task,
-        runtime,
-    } = unsafe {
-        let node = w.cast::<Delayed>();
-        let delayed = node.as_ptr().read();
-        task::free_raw(node);
-        delayed
-    };
+/// `w` must come from an [`Outcome`], which hands over the protocol's side
+/// of the `Delayed` node.
+unsafe fn take_node(w: NonNull<Waiter>) -> Option<(TaskRef, Arc<Shared>)> {
+    let node = Node(w.cast::<Delayed>());
     // Release the dependencies now: the promises can be freed before the
     // task even runs.
-    drop(waiter);
-    (task, runtime)
+    // SAFETY: the outcome hands the waiter over; nobody else touches it
+    // (the registry only borrows the claim).
+    unsafe { ManuallyDrop::drop(&mut *ptr::addr_of_mut!((*node.0.as_ptr()).waiter)) };
+    let owned = node.claim().claim().then(|| {
+        // SAFETY: we won the claim and hold the protocol's reference.
+        unsafe { node.take() }
+    });
+    // SAFETY: the protocol's reference, after its last use.
+    unsafe { node.release() };
+    if let Some((_, runtime)) = &owned {
+        Parked::count(runtime, false);
+    }
+    owned
 }
 
 /// What the protocol calls for each waiter it is done with.
@@ -513,8 +720,9 @@ fn settle(outcome: Outcome) {
     match outcome {
         Outcome::Ready(w) => {
             // SAFETY: the outcome hands the node over.
-            let (task, runtime) = unsafe { take_node(w) };
-            schedule(task, &runtime);
+            if let Some((task, runtime)) = unsafe { take_node(w) } {
+                schedule(task, &runtime);
+            }
         }
         Outcome::Cancelled(w) => cancel(w),
     }
@@ -555,8 +763,9 @@ fn cancel(w: NonNull<Waiter>) {
 
 fn cancel_now(w: NonNull<Waiter>) {
     // SAFETY: the outcome (possibly deferred) hands the node over.
-    let (task, _runtime) = unsafe { take_node(w) };
-    task.cancel(Cancellation::DependencyDropped);
+    if let Some((task, _runtime)) = unsafe { take_node(w) } {
+        task.cancel(Cancellation::DependencyDropped);
+    }
 }
 
 /// Spawns `f` to run once every dependency in `deps` is fulfilled, and
@@ -571,6 +780,47 @@ fn cancel_now(w: NonNull<Waiter>) {
 /// when there is one. If a dependency's promise is dropped unfulfilled, the
 /// task is cancelled: [`JoinHandle::join`] panics saying so and
 /// [`JoinHandle::try_join`] returns the error.
+///
+/// # Cycles
+///
+/// A task must not wait, directly or through other delayed tasks, on a
+/// promise whose handles only it holds: task A waiting on `p2` with a
+/// handle of `p1` in its closure, and task B waiting on `p1` with a
+/// handle of `p2`, wait for each other forever. The promises cannot break
+/// either, because the handles that would break them live in the parked
+/// closures. Such a cycle is a user error; the runtime does not detect it.
+///
+/// - **What happens**: the tasks never run, and joining them waits
+///   forever. When their runtime is dropped, the tasks of that runtime
+///   still parked are cancelled: their closures (and the handles in them)
+///   are dropped, so the memory is freed and every handle reports
+///   cancellation because the runtime shut down. The global runtime is
+///   never dropped, so there the cycle lives until the process exits.
+/// - **How to see it**: [`crate::RuntimeStats::tasks_waiting_on_dependencies`]
+///   counts the tasks parked on promises; a program that hangs with this
+///   count above zero once nothing else runs is waiting on promises nobody
+///   will fulfill. Print [`crate::Runtime::stats`] from a watchdog thread.
+/// - **How to avoid it**: fulfill (or drop) each promise from a task that
+///   does not depend on it, or keep its handle outside the tasks that
+///   wait on it, in code that fulfills or drops it when done.
+///
+/// ```
+/// use selvedge::{Promise, Runtime};
+///
+/// let rt = Runtime::builder().num_threads(2).build()?;
+/// // Each task holds the promise the other one waits on.
+/// let (p1, p2) = (Promise::new(), Promise::new());
+/// let q1 = p1.clone();
+/// let a = rt.submit_delayed([p2.dep()], move || { q1.fulfill(); });
+/// let b = rt.submit_delayed([p1.dep()], move || { p2.fulfill(); });
+/// drop(p1);
+/// rt.sync_root();
+/// assert_eq!(rt.stats().tasks_waiting_on_dependencies, 2); // stuck
+/// drop(rt); // cancels both and frees the cycle
+/// assert!(a.try_join().unwrap_err().to_string().contains("runtime shut down"));
+/// assert!(b.try_join().unwrap_err().is_cancelled());
+/// # Ok::<(), selvedge::BuildError>(())
+/// ```
 ///
 /// ```
 /// use selvedge::{spawn_delayed, Promise};
