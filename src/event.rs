@@ -25,6 +25,7 @@
 //! per release (no separate load-then-decrement, which is racy).
 
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering, UnsafeCell};
+use std::collections::TryReserveError;
 use std::ptr::{self, NonNull};
 
 /// The `head` of a fulfilled event.
@@ -185,15 +186,23 @@ impl Group {
     /// A group of `len` open events (at least one is allocated), owned by
     /// one handle.
     pub fn new(len: usize) -> NonNull<Group> {
-        let rest = (1..len).map(|_| Event::new()).collect();
+        Self::try_new(len).unwrap_or_else(|e| panic!("cannot allocate {len} events: {e}"))
+    }
+
+    /// As [`Group::new`], but a failed allocation of the events is an
+    /// error instead of an abort (a loop promise may ask for many).
+    pub fn try_new(len: usize) -> Result<NonNull<Group>, TryReserveError> {
+        let mut rest = Vec::new();
+        rest.try_reserve_exact(len.saturating_sub(1))?;
+        rest.extend((1..len).map(|_| Event::new()));
         let group = Box::new(Group {
             handles: AtomicUsize::new(1),
             refs: AtomicUsize::new(1),
             len,
             first: Event::new(),
-            rest,
+            rest: rest.into_boxed_slice(),
         });
-        NonNull::from(Box::leak(group))
+        Ok(NonNull::from(Box::leak(group)))
     }
 
     /// Event `i`; `i` must be below [`Group::len`].
@@ -312,16 +321,17 @@ impl Group {
         let Some(stack) = g.event(i).close_fulfilled() else {
             return false;
         };
-        // SAFETY: closing handed us the stack; each waiter was parked on
-        // this event, so its cursor points at it.
-        unsafe {
-            drain(stack, |w| {
-                w.as_ref().cursor.with_mut(|c| *c += 1);
-                if let Some(outcome) = Waiter::advance(w) {
-                    settle(outcome);
-                }
-            })
+        let each = |w: NonNull<Waiter>| {
+            // SAFETY: draining handed us `w`, which was parked on this
+            // event, so its cursor points at it and is ours to move on.
+            unsafe { w.as_ref().cursor.with_mut(|c| *c += 1) };
+            // SAFETY: we own `w`; after `None` we do not touch it.
+            if let Some(outcome) = unsafe { Waiter::advance(w) } {
+                settle(outcome);
+            }
         };
+        // SAFETY: closing handed us the stack.
+        unsafe { drain(stack, each) };
         true
     }
 }
@@ -532,8 +542,10 @@ impl Waiter {
     unsafe fn advance(w: NonNull<Waiter>) -> Option<Outcome> {
         // SAFETY: we own the waiter until `park` queues it.
         let waiter = unsafe { w.as_ref() };
+        // SAFETY: we own the waiter, so nobody else touches its cursor.
         let mut i = waiter.cursor.with(|c| unsafe { *c });
         while let Some(dep) = waiter.deps.get(i) {
+            // SAFETY: as above.
             waiter.cursor.with_mut(|c| unsafe { *c = i });
             // SAFETY: we own `w`; on `Queued` we return without touching it.
             match unsafe { dep.event().park(w) } {
@@ -551,5 +563,78 @@ impl std::fmt::Debug for Waiter {
         f.debug_struct("Waiter")
             .field("deps", &self.deps.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// One reference on a [`Claim`]'s node.
+const CLAIM_REF: usize = 2;
+/// The claim bit of a [`Claim`].
+const CLAIMED: usize = 1;
+
+/// Who finishes with a parked task's node, when two parties may.
+///
+/// A delayed task that parked is known to two parties: the protocol (whoever
+/// drains its waiter and settles an [`Outcome`] for it) and its runtime's
+/// registry of parked tasks (which, when the runtime is dropped, takes back
+/// the tasks that can never run there). Either may try to take the task:
+/// [`Claim::claim`] lets exactly one of them win, and the winner alone runs
+/// or cancels the task. The node's memory holds one reference per party and
+/// is freed by whichever [`Claim::release`]s last, so a party that lost the
+/// claim (or never tried) may still read the node until it lets go.
+///
+/// The protocol side never learns of a claim by the registry until the
+/// waiter's events close: the waiter stays linked, is advanced like any
+/// other, and its outcome, once settled, finds the claim taken.
+#[derive(Debug)]
+pub struct Claim {
+    /// `CLAIMED`, plus `CLAIM_REF` per party still holding the node.
+    state: AtomicUsize,
+}
+
+impl Claim {
+    /// Unclaimed, with both parties' references.
+    pub fn new() -> Self {
+        Self {
+            state: AtomicUsize::new(2 * CLAIM_REF),
+        }
+    }
+
+    /// Takes the claim; `true` for the one caller that wins it.
+    ///
+    /// What the winner then reads of the node was written before the node
+    /// was handed to either party (through an event's release or the
+    /// registry's lock), so the claim needs no ordering of its own for
+    /// that; Acquire costs nothing more on the platforms we run on and
+    /// keeps the winner after everything the loser did before its claim.
+    pub fn claim(&self) -> bool {
+        self.state.fetch_or(CLAIMED, Ordering::Acquire) & CLAIMED == 0
+    }
+
+    /// Whether a party claimed the node (a hint: it may be claimed just
+    /// after this says no, never unclaimed after it says yes).
+    pub fn is_claimed(&self) -> bool {
+        self.state.load(Ordering::Relaxed) & CLAIMED != 0
+    }
+
+    /// Gives up the caller's reference; `true` for the last one, whose
+    /// caller must free the node.
+    ///
+    /// Release, then Acquire for the last, as `Arc`'s drop: everything the
+    /// other party did with the node (the winner taking the task out of
+    /// it) happens before the free.
+    pub fn release(&self) -> bool {
+        let old = self.state.fetch_sub(CLAIM_REF, Ordering::Release);
+        debug_assert!(old >= CLAIM_REF, "claim released more than twice");
+        if old & !CLAIMED != CLAIM_REF {
+            return false;
+        }
+        crate::sync::fence(Ordering::Acquire);
+        true
+    }
+}
+
+impl Default for Claim {
+    fn default() -> Self {
+        Self::new()
     }
 }

@@ -136,7 +136,7 @@ pub struct ReadmeDoctests;
 #[doc(hidden)]
 pub mod protocols {
     pub use crate::completion::{Completion, Release};
-    pub use crate::event::{Dep, Group, Outcome, Waiter};
+    pub use crate::event::{Claim, Dep, Group, Outcome, Waiter};
     pub use crate::gate::Gate;
     pub use crate::inbox::{Inbox, SignalRef};
     pub use crate::latch::{CountLatch, Unpark};

@@ -11,15 +11,17 @@
 //! is dropped unrun and its handle reports why.
 
 use crate::error::Cancellation;
-use crate::event::{Dep, Group, Outcome, Waiter};
+use crate::event::{Claim, Dep, Group, Outcome, Waiter};
 use crate::handle::JoinHandle;
 use crate::runtime::{global_runtime, Shared};
-use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::sync::{lock, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell};
 use crate::task::{self, TaskRef};
 use crate::worker::Worker;
+use crossbeam_utils::CachePadded;
 use std::cell::{Cell, RefCell};
+use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ops::Range;
-use std::ptr::NonNull;
+use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
 /// A one-shot dataflow event that tasks can wait for: an ephemeral channel
@@ -30,6 +32,10 @@ use std::sync::Arc;
 /// is dropped while the promise is unfulfilled, the promise is *broken*:
 /// the tasks waiting on it are cancelled and their handles report
 /// [`crate::JoinError`] cancellation, rather than waiting forever.
+///
+/// A handle kept inside the closure of a task that waits on the same
+/// promise, directly or through other tasks, forms a *cycle*, which is a
+/// user error: see [`spawn_delayed`] for what happens and how to avoid it.
 ///
 /// ```
 /// use selvedge::{spawn_delayed, Promise, Runtime};
@@ -149,6 +155,24 @@ impl std::fmt::Debug for Promise {
 /// price of coarser waiting. Cloning gives another handle; dropping the last
 /// handle breaks every bucket still unfulfilled (see [`Promise`]).
 ///
+/// # Memory
+///
+/// A loop promise takes 8 bytes per bucket (its event), plus, with buckets
+/// of more than one iteration, 8 more bytes per bucket (its progress). A
+/// bucket whose iterations are fulfilled in order (each `fulfill(i)` for
+/// the lowest iteration of its bucket not fulfilled yet) needs nothing
+/// more. The first time a bucket sees an iteration fulfilled ahead of an
+/// earlier one, it allocates one bit per iteration of that bucket (plus 16
+/// bytes), kept until the last handle and [`Dep`] are dropped; that is
+/// what keeps a repeated `fulfill(i)` idempotent. So 1,000 buckets over
+/// 10^9 iterations take 16 kB when fulfilled in order, and at most about
+/// 125 MB more if every bucket is fulfilled out of order.
+///
+/// A loop promise has at most 2^28 buckets ([`LoopPromise::MAX_BUCKETS`])
+/// of at most 2^32 iterations each ([`LoopPromise::MAX_BUCKET_SIZE`]);
+/// construction panics beyond, and when memory for the buckets cannot be
+/// allocated, with a message naming the range and the bucket size.
+///
 /// ```
 /// use selvedge::{LoopPromise, Runtime};
 ///
@@ -168,8 +192,8 @@ pub struct LoopPromise {
     group: NonNull<Group>,
     range: Range<usize>,
     bucket: usize,
-    /// Per-iteration bits and per-bucket countdowns; only with buckets of
-    /// more than one iteration.
+    /// Each bucket's progress; only with buckets of more than one
+    /// iteration (a single iteration's event is idempotent by itself).
     buckets: Option<Arc<BucketCounts>>,
 }
 
@@ -178,15 +202,152 @@ unsafe impl Send for LoopPromise {}
 // SAFETY: as for `Promise`.
 unsafe impl Sync for LoopPromise {}
 
+/// The progress of each bucket of a loop promise, one word per bucket:
+///
+/// - even, `2 * w`: the bucket's first `w` iterations are fulfilled and no
+///   other one is. In-order fulfils move `w` on with a CAS and need no
+///   memory per iteration; the one that reaches the bucket's length
+///   fulfills the bucket.
+/// - odd: a pointer (tag bit set) to the bucket's [`Bits`], installed by
+///   the first fulfil ahead of `w`, which freezes `w` in it. From then on
+///   every fulfil of the bucket goes through the bits.
 struct BucketCounts {
-    /// One bit per iteration: fulfilled yet? Makes `fulfill(i)` idempotent.
-    fulfilled: Box<[AtomicU64]>,
-    /// Unfulfilled iterations left in each bucket.
-    remaining: Box<[AtomicUsize]>,
+    states: Box<[AtomicUsize]>,
+    range: Range<usize>,
+    bucket: usize,
+}
+
+/// A bucket's fulfilled iterations once they came out of order.
+struct Bits {
+    /// Iterations of the bucket below this offset were fulfilled in order
+    /// before the bits were installed (their bits are not set).
+    frozen: usize,
+    /// Iterations of the bucket not fulfilled yet; the fulfil that takes
+    /// it to 0 fulfills the bucket.
+    remaining: AtomicUsize,
+    /// One bit per iteration of the bucket, by offset.
+    words: Box<[AtomicU64]>,
+}
+
+/// The tag bit of a bucket state that points to its [`Bits`].
+const BITS_TAG: usize = 1;
+
+impl BucketCounts {
+    /// Offset `o` of bucket `b`, `len` iterations long, is fulfilled now;
+    /// returns `None` when it already was, else whether the bucket is now
+    /// complete.
+    #[track_caller]
+    fn fulfill(&self, b: usize, o: usize, len: usize) -> Option<bool> {
+        let state = &self.states[b];
+        // Acquire (and AcqRel below): the call that completes the bucket
+        // sees every other iteration's writes, through the chain of
+        // read-modify-writes on this word (and on `remaining`), and
+        // publishes them with the bucket's event.
+        let mut cur = state.load(Ordering::Acquire);
+        let mut spare: Option<Box<Bits>> = None;
+        loop {
+            if cur & BITS_TAG != 0 {
+                // SAFETY: a tagged state points to the bucket's `Bits`,
+                // installed once and freed only with `self`.
+                let bits = unsafe { &*((cur & !BITS_TAG) as *const Bits) };
+                if o < bits.frozen {
+                    return None;
+                }
+                let bit = 1u64 << (o % 64);
+                if bits.words[o / 64].fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+                    return None;
+                }
+                return Some(bits.remaining.fetch_sub(1, Ordering::AcqRel) == 1);
+            }
+            let w = cur >> 1;
+            if o < w {
+                return None;
+            }
+            let next = if o == w {
+                cur + 2
+            } else {
+                // Ahead of the watermark: switch the bucket to bits.
+                let mut bits = match spare.take() {
+                    Some(bits) => bits,
+                    None => self.alloc_bits(b, len),
+                };
+                bits.frozen = w;
+                *bits.remaining.get_mut() = len - w;
+                let p = Box::into_raw(bits) as usize | BITS_TAG;
+                match state.compare_exchange(cur, p, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => cur = p,
+                    Err(now) => {
+                        // SAFETY: not published; we still own it.
+                        spare = Some(unsafe { Box::from_raw((p & !BITS_TAG) as *mut Bits) });
+                        cur = now;
+                    }
+                }
+                continue;
+            };
+            match state.compare_exchange(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Some(w + 1 == len),
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Whether offset `o` of bucket `b` was fulfilled (acquire).
+    fn is_fulfilled(&self, b: usize, o: usize) -> bool {
+        let cur = self.states[b].load(Ordering::Acquire);
+        if cur & BITS_TAG == 0 {
+            return o < cur >> 1;
+        }
+        // SAFETY: as in `fulfill`.
+        let bits = unsafe { &*((cur & !BITS_TAG) as *const Bits) };
+        o < bits.frozen || bits.words[o / 64].load(Ordering::Acquire) & (1 << (o % 64)) != 0
+    }
+
+    /// Fresh bits for bucket `b` of `len` iterations; a failed allocation
+    /// panics (a loop promise never aborts the process).
+    #[track_caller]
+    fn alloc_bits(&self, b: usize, len: usize) -> Box<Bits> {
+        let n = len.div_ceil(64);
+        let mut words = Vec::new();
+        if let Err(e) = words.try_reserve_exact(n) {
+            let start = self.range.start + b * self.bucket;
+            panic!(
+                "LoopPromise over {}..{}: cannot allocate {} bytes to track the out-of-order \
+                 fulfils of bucket {start}..{}: {e}",
+                self.range.start,
+                self.range.end,
+                n * 8,
+                start + len
+            );
+        }
+        words.extend((0..n).map(|_| AtomicU64::new(0)));
+        Box::new(Bits {
+            frozen: 0,
+            remaining: AtomicUsize::new(0),
+            words: words.into_boxed_slice(),
+        })
+    }
+}
+
+impl Drop for BucketCounts {
+    fn drop(&mut self) {
+        for state in self.states.iter_mut() {
+            let cur = *state.get_mut();
+            if cur & BITS_TAG != 0 {
+                // SAFETY: installed by `fulfill` from `Box::into_raw`, and
+                // the last owner frees it once.
+                drop(unsafe { Box::from_raw((cur & !BITS_TAG) as *mut Bits) });
+            }
+        }
+    }
 }
 
 impl LoopPromise {
-    /// One promise per iteration of `range`.
+    /// One promise per iteration of `range` (8 bytes each).
+    ///
+    /// # Panics
+    /// When `range` is longer than [`LoopPromise::MAX_BUCKETS`] iterations
+    /// (use [`LoopPromise::with_bucket_size`]), or when its events cannot
+    /// be allocated; the message names the range.
     ///
     /// ```
     /// let lp = selvedge::LoopPromise::new(10..20);
@@ -194,15 +355,36 @@ impl LoopPromise {
     /// lp.fulfill(15);
     /// assert!(lp.is_fulfilled(15) && !lp.is_fulfilled(16));
     /// ```
+    #[track_caller]
     pub fn new(range: Range<usize>) -> Self {
         Self::with_bucket_size(range, 1)
     }
 
+    /// At most this many buckets (promises) in one loop promise: 2^28.
+    ///
+    /// ```
+    /// assert_eq!(selvedge::LoopPromise::MAX_BUCKETS, 1 << 28);
+    /// ```
+    pub const MAX_BUCKETS: usize = 1 << 28;
+
+    /// At most this many iterations in one bucket: 2^32 (a bucket fulfilled
+    /// out of order takes one bit per iteration, here 512 MiB).
+    ///
+    /// ```
+    /// assert_eq!(selvedge::LoopPromise::MAX_BUCKET_SIZE, 1 << 32);
+    /// ```
+    pub const MAX_BUCKET_SIZE: usize = 1 << 32;
+
     /// One promise per `bucket` consecutive iterations of `range`, starting
-    /// at `range.start` (the last bucket may be shorter).
+    /// at `range.start` (the last bucket may be shorter). See the type's
+    /// docs for the memory this takes.
     ///
     /// # Panics
-    /// When `bucket` is 0.
+    /// When `bucket` is 0, when the range needs more than
+    /// [`LoopPromise::MAX_BUCKETS`] buckets or buckets of more than
+    /// [`LoopPromise::MAX_BUCKET_SIZE`] iterations, or when the buckets'
+    /// memory cannot be allocated; the message names the range and the
+    /// bucket size.
     ///
     /// ```
     /// let lp = selvedge::LoopPromise::with_bucket_size(0..10, 4);
@@ -213,25 +395,58 @@ impl LoopPromise {
     /// assert!(!d.is_fulfilled());
     /// lp.fulfill(7);
     /// assert!(d.is_fulfilled());
+    ///
+    /// let too_long = std::panic::catch_unwind(|| {
+    ///     selvedge::LoopPromise::with_bucket_size(0..usize::MAX, 1 << 40)
+    /// });
+    /// assert!(too_long.is_err());
     /// ```
+    #[track_caller]
     pub fn with_bucket_size(range: Range<usize>, bucket: usize) -> Self {
         assert!(
             bucket > 0,
             "LoopPromise bucket size must be at least 1, got 0"
         );
-        let len = range.end.saturating_sub(range.start);
-        let range = range.start..range.start + len;
+        let (start, end) = (range.start, range.end);
+        let len = end.saturating_sub(start);
+        let range = start..start + len;
         let buckets = len.div_ceil(bucket);
+        let too_large = |why: String| -> ! {
+            panic!("LoopPromise over {start}..{end} with bucket size {bucket}: {why}")
+        };
+        if buckets > Self::MAX_BUCKETS {
+            too_large(format!(
+                "{buckets} buckets, more than the {} a loop promise can track; use larger buckets",
+                Self::MAX_BUCKETS
+            ));
+        }
+        if bucket.min(len) > Self::MAX_BUCKET_SIZE {
+            too_large(format!(
+                "buckets of more than {} iterations cannot be tracked; use smaller buckets",
+                Self::MAX_BUCKET_SIZE
+            ));
+        }
         let counts = (bucket > 1).then(|| {
+            let mut states = Vec::new();
+            if let Err(e) = states.try_reserve_exact(buckets) {
+                too_large(format!(
+                    "cannot allocate the progress of {buckets} buckets: {e}"
+                ));
+            }
+            states.extend((0..buckets).map(|_| AtomicUsize::new(0)));
             Arc::new(BucketCounts {
-                fulfilled: (0..len.div_ceil(64)).map(|_| AtomicU64::new(0)).collect(),
-                remaining: (0..buckets)
-                    .map(|b| AtomicUsize::new(bucket.min(len - b * bucket)))
-                    .collect(),
+                states: states.into_boxed_slice(),
+                range: range.clone(),
+                bucket,
             })
         });
+        let group = Group::try_new(buckets).unwrap_or_else(|e| {
+            too_large(format!(
+                "cannot allocate the events of {buckets} buckets: {e}"
+            ))
+        });
         Self {
-            group: Group::new(buckets),
+            group,
             range,
             bucket,
             buckets: counts,
@@ -283,14 +498,12 @@ impl LoopPromise {
         let b = self.bucket_of(i);
         if let Some(counts) = &self.buckets {
             let offset = i - self.range.start;
-            let bit = 1u64 << (offset % 64);
-            // AcqRel on both: the bucket's last fulfiller sees every other
-            // iteration's writes and publishes them with the event.
-            if counts.fulfilled[offset / 64].fetch_or(bit, Ordering::AcqRel) & bit != 0 {
-                return false;
-            }
-            if counts.remaining[b].fetch_sub(1, Ordering::AcqRel) != 1 {
-                return true;
+            let o = offset - b * self.bucket;
+            let len = self.bucket.min(self.range.len() - b * self.bucket);
+            match counts.fulfill(b, o, len) {
+                None => return false,
+                Some(false) => return true,
+                Some(true) => {}
             }
         }
         // SAFETY: our handle keeps the group alive; `b` is a bucket index.
@@ -308,10 +521,7 @@ impl LoopPromise {
     pub fn is_fulfilled(&self, i: usize) -> bool {
         let b = self.bucket_of(i);
         match &self.buckets {
-            Some(counts) => {
-                let offset = i - self.range.start;
-                counts.fulfilled[offset / 64].load(Ordering::Acquire) & (1 << (offset % 64)) != 0
-            }
+            Some(counts) => counts.is_fulfilled(b, i - self.range.start - b * self.bucket),
             // SAFETY: our handle keeps the group alive.
             None => unsafe { self.group.as_ref() }.event(b).is_fulfilled(),
         }
@@ -420,13 +630,202 @@ impl std::fmt::Debug for LoopPromise {
     }
 }
 
-/// A parked delayed task: the protocol's waiter first, so an [`Outcome`]'s
+/// A delayed task's node: the protocol's waiter first, so an [`Outcome`]'s
 /// waiter pointer is a pointer to this.
+///
+/// Two parties hold the node (see [`Claim`]): the protocol, until it
+/// settles an outcome for the waiter, and the runtime's [`Parked`]
+/// registry. The waiter (its dependencies) belongs to the protocol side,
+/// which drops it when it settles; the task and its runtime belong to
+/// whoever wins the claim.
 #[repr(C)]
 struct Delayed {
-    waiter: Waiter,
-    task: TaskRef,
-    runtime: Arc<Shared>,
+    waiter: ManuallyDrop<Waiter>,
+    claim: Claim,
+    owned: UnsafeCell<MaybeUninit<(TaskRef, Arc<Shared>)>>,
+}
+
+/// A node pointer that may sit in a runtime's registry.
+struct Node(NonNull<Delayed>);
+
+// SAFETY: a node is handed between threads through the registry's lock or
+// an event's release; what each party touches is decided by its `Claim`.
+unsafe impl Send for Node {}
+
+impl Node {
+    /// The node's claim. Only this field is borrowed: the protocol side
+    /// drops the waiter in place while the registry may be reading it.
+    fn claim(&self) -> &Claim {
+        // SAFETY: the holder of a `Node` holds one of the node's two
+        // references, which keeps it allocated; the claim is only ever
+        // shared.
+        unsafe { &*ptr::addr_of!((*self.0.as_ptr()).claim) }
+    }
+
+    /// Takes the task and its runtime out of a node whose claim the caller
+    /// just won.
+    ///
+    /// # Safety
+    /// The caller won the node's claim and holds a reference on it.
+    unsafe fn take(&self) -> (TaskRef, Arc<Shared>) {
+        // SAFETY: the caller's reference keeps the node allocated.
+        let owned = unsafe { &*ptr::addr_of!((*self.0.as_ptr()).owned) };
+        owned.with_mut(|o| {
+            // SAFETY: written when the node was made; only the claim's
+            // winner reads it, once.
+            unsafe { (*o).assume_init_read() }
+        })
+    }
+
+    /// Gives up the caller's reference; the last one frees the block.
+    ///
+    /// # Safety
+    /// The caller holds a reference and gives it up; by the last release
+    /// the waiter was dropped and the task taken (the claim was won).
+    unsafe fn release(self) {
+        if self.claim().release() {
+            // SAFETY: the last reference: nobody touches the node any more,
+            // and everything in it that needs dropping was dropped or taken.
+            unsafe { task::free_raw(self.0) };
+        }
+    }
+}
+
+/// A runtime's delayed tasks that parked on a promise: the counts behind
+/// [`crate::RuntimeStats::tasks_waiting_on_dependencies`], and a registry
+/// of their nodes, so that dropping the runtime can cancel the ones that
+/// can never run (see [`Parked::reclaim`]).
+pub(crate) struct Parked {
+    /// Registered nodes, one shard per worker and one for other threads, so
+    /// workers parking tasks at once do not share a lock.
+    shards: Box<[CachePadded<Mutex<Registry>>]>,
+    /// Parks minus releases counted on threads that are not workers of the
+    /// runtime (wrapping). Workers count in their own counters.
+    foreign: AtomicU64,
+}
+
+#[derive(Default)]
+struct Registry {
+    /// Nodes that parked; the ones since claimed by their outcome are
+    /// swept out lazily.
+    nodes: Vec<Node>,
+    /// The length at which `register` sweeps next: twice what the last
+    /// sweep kept, so sweeping costs O(1) per registration and at most
+    /// about half the registry is settled nodes waiting for it.
+    sweep_at: usize,
+}
+
+/// The least `Registry::sweep_at`.
+const MIN_SWEEP: usize = 64;
+
+impl Parked {
+    pub(crate) fn new(workers: usize) -> Self {
+        Self {
+            shards: (0..=workers)
+                .map(|_| CachePadded::new(Mutex::new(Registry::default())))
+                .collect(),
+            foreign: AtomicU64::new(0),
+        }
+    }
+
+    /// Parks minus releases counted outside the workers (wrapping: read it
+    /// as a signed number).
+    pub(crate) fn foreign_balance(&self) -> u64 {
+        self.foreign.load(Ordering::Relaxed)
+    }
+
+    /// Counts a task parking (`+1`) or released (`-1`) on the calling
+    /// thread: in the worker's own counters on a worker of `runtime`, else
+    /// in the shared count.
+    fn count(runtime: &Shared, parked: bool) {
+        match Worker::current() {
+            Some(w) if ptr::eq(&*w.shared, runtime) => {
+                let c = &runtime.counters[w.index];
+                if parked {
+                    c.dependency_parks.bump();
+                } else {
+                    c.dependency_releases.bump();
+                }
+            }
+            _ => {
+                let delta = if parked { 1 } else { u64::MAX };
+                runtime.parked.foreign.fetch_add(delta, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Adds `node` (which holds a registry reference for us) to the
+    /// registry.
+    fn register(&self, runtime: &Shared, node: Node) {
+        let shard = match Worker::current() {
+            Some(w) if ptr::eq(&*w.shared, runtime) => w.index,
+            _ => self.shards.len() - 1,
+        };
+        let mut reg = lock(&self.shards[shard]);
+        if reg.nodes.len() >= reg.sweep_at {
+            let mut kept = Vec::with_capacity(reg.nodes.len());
+            for node in reg.nodes.drain(..) {
+                if node.claim().is_claimed() {
+                    // Settled: the registry has nothing more to do with it.
+                    // SAFETY: the registry's reference; the claim was won by
+                    // the protocol side, which took the task and will drop
+                    // (or dropped) the waiter before its release.
+                    unsafe { node.release() };
+                } else {
+                    kept.push(node);
+                }
+            }
+            reg.sweep_at = (2 * kept.len()).max(MIN_SWEEP);
+            reg.nodes = kept;
+        }
+        reg.nodes.push(node);
+    }
+
+    /// Cancels every registered task still parked, once the runtime's
+    /// workers have left: none of them can run on this runtime any more.
+    ///
+    /// Their closures are dropped, which drops the promise handles they
+    /// hold: those promises break and their other waiters are cancelled in
+    /// turn, so a cycle of tasks waiting on each other is freed instead of
+    /// being kept forever by its own members. Every task claimed here first
+    /// (before any closure is dropped), so each task parked at shutdown
+    /// reports [`Cancellation::RuntimeShutDown`]. A node whose events never
+    /// close (a promise whose handle someone keeps) stays linked there,
+    /// without its task, until they do.
+    pub(crate) fn reclaim(&self) {
+        let mut claimed = Vec::new();
+        for shard in self.shards.iter() {
+            let nodes = std::mem::take(&mut lock(shard).nodes);
+            for node in nodes {
+                if node.claim().claim() {
+                    // SAFETY: we won the claim and hold the registry's
+                    // reference.
+                    claimed.push(unsafe { node.take() });
+                }
+                // SAFETY: the registry's reference, after its last use.
+                unsafe { node.release() };
+            }
+        }
+        // Outside the locks: cancelling drops user closures.
+        for (task, runtime) in claimed {
+            Self::count(&runtime, false);
+            task.cancel(Cancellation::RuntimeShutDown);
+        }
+    }
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        for shard in self.shards.iter() {
+            for node in std::mem::take(&mut lock(shard).nodes) {
+                // An unclaimed node holds its runtime alive, so by the time
+                // the runtime's registry goes every node left was claimed.
+                debug_assert!(node.claim().is_claimed());
+                // SAFETY: the registry's reference.
+                unsafe { node.release() };
+            }
+        }
+    }
 }
 
 /// Where a delayed task went when it was created.
@@ -460,16 +859,25 @@ pub(crate) fn delay(
     // SAFETY: fresh memory for a `Delayed`.
     unsafe {
         node.as_ptr().write(Delayed {
-            waiter,
-            task,
-            runtime: runtime.clone(),
+            waiter: ManuallyDrop::new(waiter),
+            claim: Claim::new(),
+            owned: UnsafeCell::new(MaybeUninit::new((task, runtime.clone()))),
         })
     };
+    // Counted before it can be released, so the count never goes below the
+    // truth for long.
+    Parked::count(runtime, true);
     let w = node.cast::<Waiter>();
     // SAFETY: we own the fresh node, which stays allocated until `settle`
-    // takes it back.
-    if let Some(outcome) = unsafe { Waiter::start(w) } {
-        settle(outcome);
+    // takes it back (and until the registry's reference goes, which we
+    // hold until `register` or the release below).
+    match unsafe { Waiter::start(w) } {
+        None => runtime.parked.register(runtime, Node(node)),
+        Some(outcome) => {
+            settle(outcome);
+            // SAFETY: the registry's reference, never registered.
+            unsafe { Node(node).release() };
+        }
     }
     Placement::Elsewhere
 }
@@ -485,27 +893,30 @@ fn schedule(task: TaskRef, runtime: &Arc<Shared>) {
     }
 }
 
-/// Takes back a node the protocol finished with.
+/// Finishes the protocol side of a node: drops its dependencies, takes the
+/// task unless the runtime's reclaim claimed it first, and releases the
+/// protocol's reference.
 ///
 /// # Safety
-/// `w` must come from an [`Outcome`], which hands over the `Delayed` node.
-unsafe fn take_node(w: NonNull<Waiter>) -> (TaskRef, Arc<Shared>) {
-    // SAFETY: `delay` wrote a `Delayed` whose first field is `w` into a
-    // block from `alloc_raw`; we move it out and free the block.
-    let Delayed {
-        waiter,
-        task,
-        runtime,
-    } = unsafe {
-        let node = w.cast::<Delayed>();
-        let delayed = node.as_ptr().read();
-        task::free_raw(node);
-        delayed
-    };
+/// `w` must come from an [`Outcome`], which hands over the protocol's side
+/// of the `Delayed` node.
+unsafe fn take_node(w: NonNull<Waiter>) -> Option<(TaskRef, Arc<Shared>)> {
+    let node = Node(w.cast::<Delayed>());
     // Release the dependencies now: the promises can be freed before the
     // task even runs.
-    drop(waiter);
-    (task, runtime)
+    // SAFETY: the outcome hands the waiter over; nobody else touches it
+    // (the registry only borrows the claim).
+    unsafe { ManuallyDrop::drop(&mut *ptr::addr_of_mut!((*node.0.as_ptr()).waiter)) };
+    let owned = node.claim().claim().then(|| {
+        // SAFETY: we won the claim and hold the protocol's reference.
+        unsafe { node.take() }
+    });
+    // SAFETY: the protocol's reference, after its last use.
+    unsafe { node.release() };
+    if let Some((_, runtime)) = &owned {
+        Parked::count(runtime, false);
+    }
+    owned
 }
 
 /// What the protocol calls for each waiter it is done with.
@@ -513,8 +924,9 @@ fn settle(outcome: Outcome) {
     match outcome {
         Outcome::Ready(w) => {
             // SAFETY: the outcome hands the node over.
-            let (task, runtime) = unsafe { take_node(w) };
-            schedule(task, &runtime);
+            if let Some((task, runtime)) = unsafe { take_node(w) } {
+                schedule(task, &runtime);
+            }
         }
         Outcome::Cancelled(w) => cancel(w),
     }
@@ -555,8 +967,9 @@ fn cancel(w: NonNull<Waiter>) {
 
 fn cancel_now(w: NonNull<Waiter>) {
     // SAFETY: the outcome (possibly deferred) hands the node over.
-    let (task, _runtime) = unsafe { take_node(w) };
-    task.cancel(Cancellation::DependencyDropped);
+    if let Some((task, _runtime)) = unsafe { take_node(w) } {
+        task.cancel(Cancellation::DependencyDropped);
+    }
 }
 
 /// Spawns `f` to run once every dependency in `deps` is fulfilled, and
@@ -571,6 +984,47 @@ fn cancel_now(w: NonNull<Waiter>) {
 /// when there is one. If a dependency's promise is dropped unfulfilled, the
 /// task is cancelled: [`JoinHandle::join`] panics saying so and
 /// [`JoinHandle::try_join`] returns the error.
+///
+/// # Cycles
+///
+/// A task must not wait, directly or through other delayed tasks, on a
+/// promise whose handles only it holds: task A waiting on `p2` with a
+/// handle of `p1` in its closure, and task B waiting on `p1` with a
+/// handle of `p2`, wait for each other forever. The promises cannot break
+/// either, because the handles that would break them live in the parked
+/// closures. Such a cycle is a user error; the runtime does not detect it.
+///
+/// - **What happens**: the tasks never run, and joining them waits
+///   forever. When their runtime is dropped, the tasks of that runtime
+///   still parked are cancelled: their closures (and the handles in them)
+///   are dropped, so the memory is freed and every handle reports
+///   cancellation because the runtime shut down. The global runtime is
+///   never dropped, so there the cycle lives until the process exits.
+/// - **How to see it**: [`crate::RuntimeStats::tasks_waiting_on_dependencies`]
+///   counts the tasks parked on promises; a program that hangs with this
+///   count above zero once nothing else runs is waiting on promises nobody
+///   will fulfill. Print [`crate::Runtime::stats`] from a watchdog thread.
+/// - **How to avoid it**: fulfill (or drop) each promise from a task that
+///   does not depend on it, or keep its handle outside the tasks that
+///   wait on it, in code that fulfills or drops it when done.
+///
+/// ```
+/// use selvedge::{Promise, Runtime};
+///
+/// let rt = Runtime::builder().num_threads(2).build()?;
+/// // Each task holds the promise the other one waits on.
+/// let (p1, p2) = (Promise::new(), Promise::new());
+/// let q1 = p1.clone();
+/// let a = rt.submit_delayed([p2.dep()], move || { q1.fulfill(); });
+/// let b = rt.submit_delayed([p1.dep()], move || { p2.fulfill(); });
+/// drop(p1);
+/// rt.sync_root();
+/// assert_eq!(rt.stats().tasks_waiting_on_dependencies, 2); // stuck
+/// drop(rt); // cancels both and frees the cycle
+/// assert!(a.try_join().unwrap_err().to_string().contains("runtime shut down"));
+/// assert!(b.try_join().unwrap_err().is_cancelled());
+/// # Ok::<(), selvedge::BuildError>(())
+/// ```
 ///
 /// ```
 /// use selvedge::{spawn_delayed, Promise};

@@ -8,7 +8,7 @@ use crate::handle::JoinHandle;
 use crate::inbox::{Action, Inbox, SignalRef};
 use crate::park::Sleep;
 use crate::promise;
-use crate::stats::{Counters, RuntimeStats, WorkerCounters, WorkerStats};
+use crate::stats::{Counters, RuntimeStats, WorkerCounters};
 use crate::steal::{Mailbox, ReplySlot, MAX_WORKERS};
 use crate::sync::{AtomicBool, Ordering};
 use crate::task::{self, BlockPool, Header, TaskRef};
@@ -31,6 +31,9 @@ pub(crate) struct Shared {
     /// Shut when the runtime's drop begins: from then on, delayed tasks made
     /// ready outside the workers are cancelled rather than queued.
     ready_gate: Gate,
+    /// Delayed tasks parked on promises: counted, and cancelled by the
+    /// runtime's drop once its workers left.
+    pub(crate) parked: promise::Parked,
 }
 
 impl Shared {
@@ -280,6 +283,7 @@ impl Builder {
             inbox: Inbox::new(),
             shutdown: AtomicBool::new(false),
             ready_gate: Gate::new(),
+            parked: promise::Parked::new(n),
         });
         for tx in senders {
             // A worker that died before receiving cannot exist: it only
@@ -511,7 +515,8 @@ impl Runtime {
         }
     }
 
-    /// Per-worker counters: tasks run, steal requests, thefts, parks.
+    /// Per-worker counters (tasks run, steal requests, thefts, parks) and
+    /// the delayed tasks parked on promises.
     ///
     /// ```
     /// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
@@ -519,14 +524,7 @@ impl Runtime {
     /// assert!(rt.stats().total().tasks_run >= 2);
     /// ```
     pub fn stats(&self) -> RuntimeStats {
-        RuntimeStats {
-            workers: self
-                .shared
-                .counters
-                .iter()
-                .map(|c| WorkerStats::read(c))
-                .collect(),
-        }
+        RuntimeStats::read(&self.shared.counters, self.shared.parked.foreign_balance())
     }
 }
 
@@ -540,6 +538,9 @@ fn shut_down(shared: Arc<Shared>, threads: Vec<std::thread::JoinHandle<()>>) {
         // one happened anyway there is nothing left to clean up.
         let _ = t.join();
     }
+    // Delayed tasks still parked can never run here: cancel them, which
+    // also breaks the promises their closures held (cycles included).
+    shared.parked.reclaim();
 }
 
 impl Drop for Runtime {

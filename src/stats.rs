@@ -44,6 +44,11 @@ pub(crate) struct WorkerCounters {
     pub(crate) tasks_stolen: Counter,
     pub(crate) parks: Counter,
     pub(crate) loop_splits: Counter,
+    /// Delayed tasks this worker parked on a promise.
+    pub(crate) dependency_parks: Counter,
+    /// Parked delayed tasks this worker released (made ready, cancelled,
+    /// or reclaimed), whichever worker parked them.
+    pub(crate) dependency_releases: Counter,
 }
 
 pub(crate) type Counters = Box<[CachePadded<WorkerCounters>]>;
@@ -128,9 +133,53 @@ impl WorkerStats {
 pub struct RuntimeStats {
     /// One entry per worker, by index.
     pub workers: Vec<WorkerStats>,
+    /// Delayed tasks of this runtime parked on a promise (or loop promise
+    /// bucket) that was not fulfilled yet: they run once it is, and are
+    /// cancelled if it is dropped unfulfilled or when the runtime is
+    /// dropped. Exact once the runtime is quiescent (after
+    /// [`crate::Runtime::sync_root`]); while tasks park and wake it is a
+    /// close estimate.
+    ///
+    /// A program that hangs in a `join` with this above zero and nothing
+    /// else running is waiting for a promise nobody fulfills, often a
+    /// cycle: tasks waiting on promises that only they can fulfill (see
+    /// [`crate::spawn_delayed`]).
+    ///
+    /// ```
+    /// use selvedge::{Promise, Runtime};
+    ///
+    /// let rt = Runtime::builder().num_threads(2).build()?;
+    /// let p = Promise::new();
+    /// let h = rt.submit_delayed([p.dep()], || 1);
+    /// rt.sync_root();
+    /// assert_eq!(rt.stats().tasks_waiting_on_dependencies, 1);
+    /// p.fulfill();
+    /// assert_eq!(h.join(), 1);
+    /// rt.sync_root();
+    /// assert_eq!(rt.stats().tasks_waiting_on_dependencies, 0);
+    /// # Ok::<(), selvedge::BuildError>(())
+    /// ```
+    pub tasks_waiting_on_dependencies: u64,
 }
 
 impl RuntimeStats {
+    /// Reads every worker's counters; `foreign` is the parks minus releases
+    /// (wrapping) counted on threads that are not workers.
+    pub(crate) fn read(counters: &Counters, foreign: u64) -> Self {
+        let mut waiting = foreign;
+        for c in counters.iter() {
+            waiting = waiting
+                .wrapping_add(c.dependency_parks.get())
+                .wrapping_sub(c.dependency_releases.get());
+        }
+        Self {
+            workers: counters.iter().map(|c| WorkerStats::read(c)).collect(),
+            // Counters read one after another may catch a release without
+            // its park: never report a negative count.
+            tasks_waiting_on_dependencies: (waiting as i64).max(0) as u64,
+        }
+    }
+
     /// The sum over all workers.
     ///
     /// ```

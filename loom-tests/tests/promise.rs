@@ -12,7 +12,7 @@ use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::support::model;
-use selvedge::protocols::{Dep, Group, Outcome, Waiter};
+use selvedge::protocols::{Claim, Dep, Group, Outcome, Waiter};
 use std::ptr::NonNull;
 
 /// A raw pointer that may cross to a model thread.
@@ -238,5 +238,97 @@ fn last_reference_frees_once() {
         t2.join().unwrap();
         assert_eq!(record.cancelled.load(Ordering::SeqCst), 1);
         assert!(Group::is_freed(g));
+    });
+}
+
+/// A parked task's node as the runtime lays it out: the waiter first, a
+/// claim, and the task that the claim's winner takes.
+#[repr(C)]
+struct Node {
+    waiter: Waiter,
+    claim: Claim,
+    /// The task: `Some` until taken; the free clears it (as dropping the
+    /// node would), so a free racing the winner is a data race loom sees.
+    task: UnsafeCell<Option<u64>>,
+}
+
+/// Runs `f` on the node unless a free happened (checked by loom).
+fn take_task(node: &Node) -> Option<u64> {
+    node.task.with_mut(|t| unsafe { (*t).take() })
+}
+
+/// One party lets go of the node; the last frees it.
+fn release(node: NonNull<Node>, freed: &AtomicUsize) {
+    // SAFETY: the caller holds one of the node's references.
+    if unsafe { node.as_ref() }.claim.release() {
+        // SAFETY: the last reference: nobody else touches the node.
+        unsafe { node.as_ref() }
+            .task
+            .with_mut(|t| unsafe { *t = None });
+        freed.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn reclaim_races_fulfill() {
+    // A runtime's drop reclaims a parked task (claims it and takes its
+    // task) while another thread fulfills the promise it waits on (the
+    // protocol settles it ready and tries to claim it too). Exactly one
+    // side gets the task, and the node is freed once, after both let go.
+    model(|| {
+        let g = Group::new(1);
+        let freed = Arc::new(AtomicUsize::new(0));
+        let winners = Arc::new(AtomicUsize::new(0));
+        // SAFETY: we hold the creating handle.
+        let dep = unsafe { Group::dep(g, 0) };
+        let node = NonNull::from(Box::leak(Box::new(Node {
+            waiter: Waiter::new(vec![dep]),
+            claim: Claim::new(),
+            task: UnsafeCell::new(Some(7)),
+        })));
+        let settle = {
+            let (freed, winners) = (freed.clone(), winners.clone());
+            let node = Shared(node);
+            move |outcome: Outcome| {
+                let Outcome::Ready(w) = outcome else {
+                    panic!("fulfilled, not cancelled")
+                };
+                assert_eq!(w.cast::<Node>(), node.0);
+                // SAFETY: the outcome hands the protocol's side over.
+                let n = unsafe { node.0.as_ref() };
+                if n.claim.claim() {
+                    assert_eq!(take_task(n), Some(7));
+                    winners.fetch_add(1, Ordering::SeqCst);
+                }
+                release(node.0, &freed);
+            }
+        };
+        // SAFETY: we own the fresh node; it stays allocated (loom never
+        // frees it) and we do not touch the waiter after it parked.
+        assert!(unsafe { Waiter::start(node.cast()) }.is_none());
+        let fulfiller = {
+            let (g, settle) = (Shared(g), settle.clone());
+            thread::spawn(move || {
+                // SAFETY: this thread owns the only handle.
+                unsafe {
+                    assert!(Group::fulfill(g.0, 0, settle.clone()));
+                    Group::release_handle(g.0, settle);
+                }
+            })
+        };
+        // The registry's side, as `Parked::reclaim` does it.
+        {
+            // SAFETY: the registry's reference keeps the node allocated;
+            // only the claim is touched until the task is won.
+            let n = unsafe { node.as_ref() };
+            if n.claim.claim() {
+                assert_eq!(take_task(n), Some(7));
+                winners.fetch_add(1, Ordering::SeqCst);
+            }
+            release(node, &freed);
+        }
+        fulfiller.join().unwrap();
+        assert_eq!(winners.load(Ordering::SeqCst), 1, "one side takes the task");
+        assert_eq!(freed.load(Ordering::SeqCst), 1, "the node is freed once");
     });
 }
