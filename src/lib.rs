@@ -79,9 +79,12 @@ pub mod gpu;
 mod inbox;
 mod merge;
 mod park;
+mod rescue;
 mod steal;
 mod sync;
 
+#[cfg(not(loom))]
+mod blocking;
 #[cfg(not(loom))]
 mod deque;
 #[cfg(not(loom))]
@@ -103,6 +106,8 @@ mod task;
 #[cfg(not(loom))]
 mod worker;
 
+#[cfg(not(loom))]
+pub use blocking::block_in_place;
 #[cfg(not(loom))]
 pub use error::{BuildError, JoinError};
 #[cfg(not(loom))]
@@ -138,5 +143,6 @@ pub mod protocols {
     pub use crate::inbox::{Inbox, SignalRef};
     pub use crate::merge::{deposit, split, Out};
     pub use crate::park::Sleep;
+    pub use crate::rescue::{Beacon, Guarded, Owner, OwnerGuard, Queued, RescueGuard};
     pub use crate::steal::{Mailbox, Reply, ReplySlot, StealRequest, VictimSet};
 }
