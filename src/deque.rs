@@ -154,6 +154,14 @@ impl Deque {
     }
 }
 
+impl crate::rescue::Queued for Deque {
+    /// Slots from the oldest to the newest, holes inside included: a hint.
+    #[inline(always)]
+    fn queued(&self) -> usize {
+        self.slots.len() - self.bottom
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

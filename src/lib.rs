@@ -82,9 +82,12 @@ mod merge;
 mod park;
 #[cfg(not(loom))]
 mod send_ptr;
+mod rescue;
 mod steal;
 mod sync;
 
+#[cfg(not(loom))]
+mod blocking;
 #[cfg(not(loom))]
 mod deque;
 #[cfg(not(loom))]
@@ -106,6 +109,8 @@ mod task;
 #[cfg(not(loom))]
 mod worker;
 
+#[cfg(not(loom))]
+pub use blocking::block_in_place;
 #[cfg(not(loom))]
 pub use error::{BuildError, JoinError};
 #[cfg(not(loom))]
@@ -142,5 +147,6 @@ pub mod protocols {
     pub use crate::latch::{CountLatch, Unpark};
     pub use crate::merge::{deposit, split, Out};
     pub use crate::park::Sleep;
+    pub use crate::rescue::{Beacon, Guarded, Owner, OwnerGuard, Queued, RescueGuard};
     pub use crate::steal::{Mailbox, Reply, ReplySlot, StealRequest, VictimSet};
 }

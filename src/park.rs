@@ -26,6 +26,18 @@ const AWAKE: u8 = 0;
 const SLEEPING: u8 = 1;
 const JOIN_WAITING: u8 = 2;
 
+/// Parks the calling thread for at most `t` (loom has no timed park: there
+/// it parks until unparked, and the models never time out).
+fn park_timeout(t: std::time::Duration) {
+    #[cfg(not(loom))]
+    thread::park_timeout(t);
+    #[cfg(loom)]
+    {
+        let _ = t;
+        thread::park();
+    }
+}
+
 /// The parking registry of one runtime's workers.
 #[derive(Debug)]
 pub struct Sleep {
@@ -62,7 +74,19 @@ impl Sleep {
     /// Parks the idle worker `me` unless `has_work` finds something. Returns
     /// whether it actually slept. `has_work` must check every source whose
     /// producer calls [`Sleep::wake`] or [`Sleep::wake_any`] afterwards.
+    #[cfg_attr(not(loom), allow(dead_code))] // the loom models use it
     pub fn idle_park(&self, me: usize, has_work: impl Fn() -> bool) -> bool {
+        self.idle_park_for(me, has_work, None)
+    }
+
+    /// [`Sleep::idle_park`], but wakes up by itself after `timeout` (if
+    /// any): for a worker that must come back to rescue stranded tasks.
+    pub fn idle_park_for(
+        &self,
+        me: usize,
+        has_work: impl Fn() -> bool,
+        timeout: Option<std::time::Duration>,
+    ) -> bool {
         let state = &self.states[me];
         state.store(SLEEPING, Ordering::SeqCst);
         fence(Ordering::SeqCst);
@@ -71,8 +95,31 @@ impl Sleep {
             return false;
         }
         self.commit(1);
-        while state.load(Ordering::SeqCst) == SLEEPING {
-            thread::park();
+        match timeout {
+            None => {
+                while state.load(Ordering::SeqCst) == SLEEPING {
+                    thread::park();
+                }
+            }
+            Some(t) => {
+                let deadline = std::time::Instant::now() + t;
+                while state.load(Ordering::SeqCst) == SLEEPING {
+                    let now = std::time::Instant::now();
+                    if now >= deadline {
+                        // Wake ourselves; a waker that got here first has
+                        // already set AWAKE (and its unpark token is spent
+                        // by a later park, which then returns at once).
+                        let _ = state.compare_exchange(
+                            SLEEPING,
+                            AWAKE,
+                            Ordering::SeqCst,
+                            Ordering::SeqCst,
+                        );
+                        break;
+                    }
+                    park_timeout(deadline - now);
+                }
+            }
         }
         self.commit(-1);
         true
@@ -89,12 +136,26 @@ impl Sleep {
 
     /// Parks worker `me`, which waits in a join, once, unless `ready` says the
     /// wait is over or work arrived. The caller loops.
+    #[cfg_attr(not(loom), allow(dead_code))] // the loom models use it
     pub fn join_park(&self, me: usize, ready: impl Fn() -> bool) {
+        self.join_park_for(me, ready, None);
+    }
+
+    /// [`Sleep::join_park`], for at most `timeout` (if any).
+    pub fn join_park_for(
+        &self,
+        me: usize,
+        ready: impl Fn() -> bool,
+        timeout: Option<std::time::Duration>,
+    ) {
         let state = &self.states[me];
         state.store(JOIN_WAITING, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         if !ready() {
-            thread::park();
+            match timeout {
+                None => thread::park(),
+                Some(t) => park_timeout(t),
+            }
         }
         state.store(AWAKE, Ordering::SeqCst);
     }

@@ -23,6 +23,9 @@ pub(crate) struct Shared {
     pub(crate) mailboxes: Box<[CachePadded<Mailbox>]>,
     pub(crate) replies: Box<[CachePadded<ReplySlot<Header>>]>,
     pub(crate) counters: Counters,
+    /// Each worker's deque, with the beacon through which an idle worker
+    /// rescues its tasks while it is stuck in user code (`rescue.rs`).
+    pub(crate) beacons: Box<[CachePadded<crate::rescue::Guarded<crate::deque::Deque>>]>,
     /// Tasks from outside the workers (and shared with parked workers).
     pub(crate) injector: SegQueue<TaskRef>,
     /// Signals fired where nothing else may be done (device callbacks).
@@ -278,6 +281,9 @@ impl Builder {
             replies: (0..n).map(|_| CachePadded::new(ReplySlot::new())).collect(),
             counters: (0..n)
                 .map(|_| CachePadded::new(WorkerCounters::default()))
+                .collect(),
+            beacons: (0..n)
+                .map(|_| CachePadded::new(crate::rescue::Guarded::new(crate::deque::Deque::new())))
                 .collect(),
             injector: SegQueue::new(),
             inbox: Inbox::new(),

@@ -49,6 +49,7 @@ pub(crate) struct WorkerCounters {
     /// Parked delayed tasks this worker released (made ready, cancelled,
     /// or reclaimed), whichever worker parked them.
     pub(crate) dependency_releases: Counter,
+    pub(crate) rescues: Counter,
 }
 
 pub(crate) type Counters = Box<[CachePadded<WorkerCounters>]>;
@@ -93,6 +94,10 @@ pub struct WorkerStats {
     /// Parallel loops this worker split to answer a thief or wake an idle
     /// worker.
     pub loop_splits: u64,
+    /// Times this worker, idle, took the place of a worker stuck in user
+    /// code (a blocking call) to hand out its queued tasks and answer the
+    /// steal requests waiting for it.
+    pub rescues: u64,
 }
 
 impl WorkerStats {
@@ -106,6 +111,7 @@ impl WorkerStats {
             tasks_stolen: c.tasks_stolen.get(),
             parks: c.parks.get(),
             loop_splits: c.loop_splits.get(),
+            rescues: c.rescues.get(),
         }
     }
 
@@ -119,6 +125,7 @@ impl WorkerStats {
             tasks_stolen: self.tasks_stolen + o.tasks_stolen,
             parks: self.parks + o.parks,
             loop_splits: self.loop_splits + o.loop_splits,
+            rescues: self.rescues + o.rescues,
         }
     }
 }

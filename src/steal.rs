@@ -213,7 +213,7 @@ impl Mailbox {
 /// the thief ask again after every leaf. The thief measures which case it is
 /// in from how many tasks it runs per theft, over windows of
 /// [`StealPolicy::WINDOW`] thefts.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Copy)]
 #[cfg(not(loom))]
 pub struct StealPolicy {
     half: bool,

@@ -12,17 +12,16 @@ use crate::deque::Deque;
 use crate::handle::thread_waker;
 use crate::latch::CountLatch;
 use crate::loops::{self, LoopFrame};
+use crate::rescue::{self, Beacon, Guarded, Owner};
 use crate::runtime::Shared;
 use crate::steal::{Mailbox, Reply, StealPolicy, StealRequest, VictimSet};
 use crate::sync::Ordering;
 use crate::task::{Header, TaskRef};
-use rand::rngs::SmallRng;
-use rand::{RngExt, SeedableRng};
-use std::cell::{Cell, UnsafeCell};
+use std::cell::Cell;
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::task::Waker;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Failed rounds spent spinning before yielding the CPU.
 const SPIN_ROUNDS: u32 = 32;
@@ -30,6 +29,10 @@ const SPIN_ROUNDS: u32 = 32;
 const PARK_AFTER: u32 = 256;
 /// How often a worker waiting in `sync_root` re-checks quiescence while parked.
 const SYNC_ROOT_POLL: Duration = Duration::from_micros(500);
+/// How long a worker must stay out of its scheduler code, with tasks
+/// queued or requests waiting, before an idle worker rescues them; also how
+/// long an idle worker parks while it sees such a worker.
+const RESCUE_AFTER: Duration = Duration::from_millis(1);
 
 thread_local! {
     static CURRENT: Cell<*const Worker> = const { Cell::new(std::ptr::null()) };
@@ -47,31 +50,48 @@ pub(crate) enum Until<'a> {
     Quiescent,
 }
 
-/// State only the worker's own thread touches.
-struct Local {
-    deque: Deque,
-    rng: SmallRng,
-    policy: StealPolicy,
+/// One worker of a runtime.
+///
+/// Its deque lives in `Shared` (so an idle worker can rescue its tasks while
+/// this one is stuck in user code, see `rescue.rs`) and is reached only
+/// through `owner.enter()`, one guard at a time. The rest of its private
+/// state is in `Cell`s: only this thread reaches the worker (through
+/// `CURRENT`), and a `Cell` cannot hand out a reference that user code
+/// could alias.
+pub(crate) struct Worker {
+    pub(crate) index: usize,
+    /// This worker's side of the rescue protocol on its deque.
+    owner: Owner<'static, Deque>,
+    pub(crate) shared: Arc<Shared>,
+    waker: Waker,
+    /// xorshift64 state, for picking victims.
+    rng: Cell<u64>,
+    policy: Cell<StealPolicy>,
     /// A steal request of ours is travelling.
-    in_flight: bool,
+    in_flight: Cell<bool>,
     /// Deque position where the running task's children start.
-    frame_base: u64,
-    tasks_run: u64,
+    frame_base: Cell<u64>,
+    tasks_run: Cell<u64>,
     /// A fulfill queued ready tasks beyond the one this worker runs next;
     /// shared at the end of the current task (see `push_ready`).
-    ready_surplus: bool,
+    ready_surplus: Cell<bool>,
     /// The newest parallel-loop part running on this worker's stack (each
     /// links to the one it runs inside): what a steal request can split
     /// when the deque is empty.
-    loop_top: *const LoopFrame,
+    loop_top: Cell<*const LoopFrame>,
+    /// For rescue: each worker's beacon as this one last saw it, and since
+    /// when it reads so.
+    seen: Box<[Cell<(Beacon, Instant)>]>,
 }
 
-/// One worker of a runtime.
-pub(crate) struct Worker {
-    pub(crate) index: usize,
-    pub(crate) shared: Arc<Shared>,
-    waker: Waker,
-    local: UnsafeCell<Local>,
+/// What an idle worker's look at the other workers found.
+#[derive(Default)]
+struct Scan {
+    /// It took some worker's place and answered its requests.
+    rescued: bool,
+    /// Some worker outside its scheduler code has tasks queued or requests
+    /// waiting: park only briefly.
+    stranded: bool,
 }
 
 impl Worker {
@@ -88,20 +108,29 @@ impl Worker {
     /// Runs worker `index` of `shared` on this thread until shutdown.
     pub(crate) fn run(index: usize, shared: Arc<Shared>) {
         let seed = 0x9E37_79B9_7F4A_7C15u64 ^ ((index as u64 + 1) << 17);
+        let guarded: *const Guarded<Deque> = &*shared.beacons[index];
+        // SAFETY: the worker holds `shared`, which owns the deque's slot, for
+        // as long as the owner exists (the owner has no drop glue that
+        // reaches it, and `Shared` is never moved out of its `Arc`).
+        let guarded: &'static Guarded<Deque> = unsafe { &*guarded };
+        let now = Instant::now();
         let worker = Worker {
             index,
-            shared,
+            owner: guarded.claim(),
             waker: thread_waker(std::thread::current()),
-            local: UnsafeCell::new(Local {
-                deque: Deque::new(),
-                rng: SmallRng::seed_from_u64(seed),
-                policy: StealPolicy::new(),
-                in_flight: false,
-                frame_base: 0,
-                tasks_run: 0,
-                ready_surplus: false,
-                loop_top: std::ptr::null(),
-            }),
+            rng: Cell::new(seed),
+            policy: Cell::new(StealPolicy::new()),
+            in_flight: Cell::new(false),
+            frame_base: Cell::new(0),
+            tasks_run: Cell::new(0),
+            ready_surplus: Cell::new(false),
+            loop_top: Cell::new(std::ptr::null()),
+            seen: shared
+                .beacons
+                .iter()
+                .map(|b| Cell::new((b.sample(), now)))
+                .collect(),
+            shared,
         };
         CURRENT.with(|c| c.set(&worker));
         worker.wait_until(Until::Shutdown);
@@ -114,26 +143,24 @@ impl Worker {
         self as *const Worker as usize
     }
 
-    #[allow(clippy::mut_from_ref)]
-    #[inline(always)]
-    fn local(&self) -> &mut Local {
-        // SAFETY: only this worker's thread calls this (the worker is reached
-        // through the thread-local CURRENT), and no caller keeps the
-        // reference across a call that could reach `local` again (user code,
-        // running a task).
-        unsafe { &mut *self.local.get() }
+    /// The deque's current top position (one bracket).
+    #[inline]
+    fn top(&self) -> u64 {
+        self.owner.enter().get().top()
     }
 
     /// Pushes a task spawned on this worker; returns its deque position.
     #[inline]
     pub(crate) fn push(&self, task: TaskRef) -> u64 {
-        let pos = self.local().deque.push(task);
+        let mut g = self.owner.enter();
+        let d = g.get();
+        let pos = d.push(task);
         if !self.shared.mailboxes[self.index].is_empty() {
-            self.answer_requests();
+            self.answer_with(d);
         } else if self.shared.sleep.has_sleepers() {
             // Parked workers send no requests: without this a task spawned
             // before a long leaf would wait for it.
-            self.share_oldest();
+            self.share_oldest(d);
         }
         pos
     }
@@ -152,14 +179,16 @@ impl Worker {
     /// many small tasks in a loop from feeding them one by one to another
     /// core.
     pub(crate) fn push_ready(&self, task: TaskRef) -> u64 {
+        let mut g = self.owner.enter();
+        let d = g.get();
         // Recorded before the push: once queued the task may be stolen.
-        task.note_queued_at(self.id(), self.local().deque.top());
-        let pos = self.local().deque.push(task);
-        if !self.local().deque.has_one() {
+        task.note_queued_at(self.id(), d.top());
+        let pos = d.push(task);
+        if !d.has_one() {
             if !self.shared.mailboxes[self.index].is_empty() {
-                self.answer_requests();
+                self.answer_with(d);
             } else {
-                self.local().ready_surplus = true;
+                self.ready_surplus.set(true);
             }
         }
         pos
@@ -175,17 +204,18 @@ impl Worker {
     /// requests can split it.
     #[inline]
     pub(crate) fn enter_loop(&self, frame: &LoopFrame) {
-        let l = self.local();
-        frame.start(l.loop_top, l.deque.top());
-        l.loop_top = frame;
+        frame.start(self.loop_top.get(), self.top());
+        self.loop_top.set(frame);
     }
 
     /// Unregisters the newest loop part (`frame`), which stopped running.
     #[inline]
     pub(crate) fn leave_loop(&self, frame: &LoopFrame) {
-        let l = self.local();
-        debug_assert!(std::ptr::eq(l.loop_top, frame), "loop parts leave in order");
-        l.loop_top = frame.older();
+        debug_assert!(
+            std::ptr::eq(self.loop_top.get(), frame),
+            "loop parts leave in order"
+        );
+        self.loop_top.set(frame.older());
     }
 
     /// A loop part starting while workers sleep: sleeping workers send no
@@ -207,51 +237,55 @@ impl Worker {
     /// Takes back a task this worker pushed at `pos`, if no thief took it.
     #[inline]
     pub(crate) fn take_back(&self, pos: u64, block: NonNull<Header>) -> Option<TaskRef> {
-        self.local().deque.take_at(pos, block)
+        self.owner.enter().get().take_at(pos, block)
     }
 
     /// Counts a task about to run (from a queue, or in place by a join).
     #[inline]
     pub(crate) fn count_task_run(&self) {
-        let l = self.local();
-        l.tasks_run += 1;
-        self.shared.counters[self.index].tasks_run.set(l.tasks_run);
+        let n = self.tasks_run.get() + 1;
+        self.tasks_run.set(n);
+        self.shared.counters[self.index].tasks_run.set(n);
     }
 
-    /// Runs one task as a new frame, then answers pending steal requests.
+    /// Runs one task as a new frame whose children start at `top`, then
+    /// answers pending steal requests.
     #[inline]
-    fn execute(&self, task: TaskRef) {
+    fn execute(&self, task: TaskRef, top: u64) {
         // Counted before running, so whoever joins the task sees it counted.
         self.count_task_run();
-        let saved = {
-            let l = self.local();
-            std::mem::replace(&mut l.frame_base, l.deque.top())
-        };
+        let saved = self.frame_base.replace(top);
         task.run();
-        self.local().frame_base = saved;
+        self.frame_base.set(saved);
+        if !self.shared.mailboxes[self.index].is_empty() || self.ready_surplus.get() {
+            self.after_task();
+        }
+    }
+
+    /// The end of a task that left requests or ready surplus to deal with.
+    #[cold]
+    fn after_task(&self) {
+        let mut g = self.owner.enter();
+        let d = g.get();
         // A lone task left here is what this worker runs next: thieves
         // wait for surplus (or for our next spawn) rather than take it and
         // leave us idle.
-        if !self.shared.mailboxes[self.index].is_empty() && !self.local().deque.has_one() {
-            self.answer_requests();
+        if !self.shared.mailboxes[self.index].is_empty() && !d.has_one() {
+            self.answer_with(d);
         }
-        let l = self.local();
-        if l.ready_surplus {
-            l.ready_surplus = false;
-            if !l.deque.is_empty() && !l.deque.has_one() {
-                self.share_oldest();
-            }
+        if self.ready_surplus.replace(false) && !d.is_empty() && !d.has_one() {
+            self.share_oldest(d);
         }
     }
 
     /// Moves the oldest task to the injector, unless the last one shared is
     /// still there, and wakes a parked worker for it if there is one.
     #[cold]
-    fn share_oldest(&self) {
+    fn share_oldest(&self, d: &mut Deque) {
         if !self.shared.injector.is_empty() {
             return; // the previous share is not taken yet
         }
-        if let Some(task) = self.local().deque.steal_one() {
+        if let Some(task) = d.steal_one() {
             self.shared.injector.push(task);
             if self.shared.sleep.has_sleepers() {
                 self.shared.sleep.wake_any();
@@ -259,50 +293,58 @@ impl Worker {
         }
     }
 
+    /// Answers every waiting steal request (see `answer_with`).
+    #[cold]
+    pub(crate) fn answer_requests(&self) {
+        self.answer_with(self.owner.enter().get());
+    }
+
     /// Answers every waiting steal request: with the back of the oldest
     /// loop running here or a task from the old end of the deque,
     /// whichever is older, else by forwarding the request.
     #[cold]
-    pub(crate) fn answer_requests(&self) {
+    fn answer_with(&self, d: &mut Deque) {
         let shared = &*self.shared;
         let mailbox = &shared.mailboxes[self.index];
         while let Some(req) = mailbox.take() {
-            let l = self.local();
-            let c = &shared.counters[self.index];
             // The oldest work goes first: a running loop's iterations
             // before the tasks queued since it started (ready tasks its
             // iterations fulfilled, say), but after older tasks. This
             // thief and the others still waiting share the loop.
             let thieves = 1 + mailbox.waiting().min(shared.num_threads());
-            let from_loop = loops::pick_for_thieves(l.loop_top, thieves)
-                .filter(|(f, _)| l.deque.oldest().is_none_or(|pos| !f.is_younger_than(pos)));
+            let from_loop = loops::pick_for_thieves(self.loop_top.get(), thieves)
+                .filter(|(f, _)| d.oldest().is_none_or(|pos| !f.is_younger_than(pos)));
             let work = if let Some((frame, give)) = from_loop {
-                c.loop_splits.bump();
+                shared.counters[self.index].loop_splits.bump();
                 Some((frame.split_back(give).into_list(std::ptr::null_mut()), 1))
-            } else if req.half {
-                l.deque.steal_half()
             } else {
-                l.deque
-                    .steal_one()
-                    .map(|t| (t.into_list(std::ptr::null_mut()), 1))
+                take_for(d, req.half)
             };
-            match work {
-                Some((list, n)) => {
-                    c.requests_answered.bump();
-                    c.tasks_given.add(n as u64);
-                    shared.replies[req.thief].send_work(list);
-                    shared.sleep.wake(req.thief);
-                }
-                None => {
-                    c.requests_declined.bump();
-                    self.forward(req);
-                }
+            self.reply(req, work, self.index);
+        }
+    }
+
+    /// Sends `work` to the thief of `req`, or, without work, forwards the
+    /// request on behalf of `victim` (this worker, or the one it rescues).
+    fn reply(&self, req: StealRequest, work: Option<(*mut Header, usize)>, victim: usize) {
+        let shared = &*self.shared;
+        let c = &shared.counters[self.index];
+        match work {
+            Some((list, n)) => {
+                c.requests_answered.bump();
+                c.tasks_given.add(n as u64);
+                shared.replies[req.thief].send_work(list);
+                shared.sleep.wake(req.thief);
+            }
+            None => {
+                c.requests_declined.bump();
+                self.forward(req, victim);
             }
         }
     }
 
-    fn forward(&self, mut req: StealRequest) {
-        req.tried.insert(self.index);
+    fn forward(&self, mut req: StealRequest, declined_by: usize) {
+        req.tried.insert(declined_by);
         match self.pick_victim(&req.tried) {
             Some(v) => {
                 self.shared.mailboxes[v].post(req);
@@ -315,6 +357,16 @@ impl Worker {
         }
     }
 
+    /// A uniform random number below `n` (xorshift64, multiply-shift).
+    fn random_below(&self, n: usize) -> usize {
+        let mut x = self.rng.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.set(x);
+        ((u128::from(x) * n as u128) >> 64) as usize
+    }
+
     /// A random worker not in `tried` and not idle-parked.
     fn pick_victim(&self, tried: &VictimSet) -> Option<usize> {
         let n = self.shared.num_threads();
@@ -324,70 +376,83 @@ impl Worker {
         if count == 0 {
             return None;
         }
-        let k = self.local().rng.random_range(0..count);
+        let k = self.random_below(count);
         (0..n).filter(eligible).nth(k)
     }
 
     fn send_request(&self) {
         let tried = VictimSet::only(self.index);
         if let Some(v) = self.pick_victim(&tried) {
-            let half = {
-                let l = self.local();
-                l.in_flight = true;
-                l.policy.steal_half()
-            };
-            self.shared.counters[self.index].requests_sent.bump();
-            self.shared.mailboxes[v].post(StealRequest {
-                thief: self.index,
-                tried,
-                half,
-            });
-            self.shared.sleep.wake(v);
+            self.post_request(v, tried);
         }
     }
 
+    fn post_request(&self, v: usize, tried: VictimSet) {
+        self.in_flight.set(true);
+        let half = self.policy.get().steal_half();
+        self.shared.counters[self.index].requests_sent.bump();
+        self.shared.mailboxes[v].post(StealRequest {
+            thief: self.index,
+            tried,
+            half,
+        });
+        self.shared.sleep.wake(v);
+    }
+
     /// Collects the answer to our request: stolen tasks go on our deque and
-    /// the newest is returned to run.
-    fn take_reply(&self) -> Option<TaskRef> {
+    /// the newest is returned to run, with the deque's top.
+    fn take_reply(&self) -> Option<(TaskRef, u64)> {
         match self.shared.replies[self.index].take() {
             Reply::Pending => None,
             Reply::Declined => {
-                self.local().in_flight = false;
+                self.in_flight.set(false);
                 None
             }
             Reply::Work(mut list) => {
-                let l = self.local();
-                l.in_flight = false;
+                self.in_flight.set(false);
+                let mut g = self.owner.enter();
+                let d = g.get();
                 let mut n = 0u64;
                 while !list.is_null() {
                     // SAFETY: the list came through our reply slot.
                     let (task, rest) = unsafe { TaskRef::pop_list(list) };
-                    l.deque.push(task);
+                    d.push(task);
                     list = rest;
                     n += 1;
                 }
-                l.policy.record_theft(n, l.tasks_run);
+                let mut policy = self.policy.get();
+                policy.record_theft(n, self.tasks_run.get());
+                self.policy.set(policy);
                 self.shared.counters[self.index].tasks_stolen.add(n);
-                l.deque.pop_above(0)
+                d.pop_above(0).map(|t| (t, d.top()))
             }
         }
     }
 
     /// Work that arrives from outside the deque: fired signals (whose
     /// actions queue their ready tasks here), the injector, then our reply.
-    fn find_outside_work(&self) -> Option<TaskRef> {
-        self.answer_requests();
+    fn find_outside_work(&self) -> Option<(TaskRef, u64)> {
+        if !self.shared.mailboxes[self.index].is_empty() {
+            self.answer_requests();
+        }
         if !self.shared.inbox.is_empty() {
             self.drain_inbox();
-            let l = self.local();
-            if let Some(task) = l.deque.pop_above(l.frame_base) {
-                return Some(task);
+            if let Some(found) = self.pop_above(self.frame_base.get()) {
+                return Some(found);
             }
         }
         if let Some(task) = self.shared.injector.pop() {
-            return Some(task);
+            return Some((task, self.top()));
         }
         self.take_reply()
+    }
+
+    /// Pops the newest task at or above `base`, with the deque's top after.
+    #[inline]
+    fn pop_above(&self, base: u64) -> Option<(TaskRef, u64)> {
+        let mut g = self.owner.enter();
+        let d = g.get();
+        d.pop_above(base).map(|t| (t, d.top()))
     }
 
     /// Runs the actions of fired signals (device work that finished).
@@ -399,7 +464,7 @@ impl Worker {
     fn done(&self, until: &Until<'_>) -> bool {
         match until {
             Until::Shutdown => {
-                self.shared.shutdown.load(Ordering::Acquire) && self.local().deque.is_empty()
+                self.shared.shutdown.load(Ordering::Acquire) && self.owner.enter().get().is_empty()
             }
             Until::Complete(c) => c.is_complete(),
             Until::Latch(latch) => latch.is_set(),
@@ -409,9 +474,8 @@ impl Worker {
     }
 
     fn quiescent(&self) -> bool {
-        let l = self.local();
-        l.deque.is_empty()
-            && !l.in_flight
+        self.owner.enter().get().is_empty()
+            && !self.in_flight.get()
             && self
                 .shared
                 .sleep
@@ -422,26 +486,26 @@ impl Worker {
     /// frame, then outside work and stolen work. Backs off and parks when
     /// nothing is found, but never stops answering steal requests for long.
     pub(crate) fn wait_until(&self, until: Until<'_>) {
-        let base = self.local().frame_base;
+        let base = self.frame_base.get();
         let mut rounds = 0u32;
         loop {
             if self.done(&until) {
                 return;
             }
-            if let Some(task) = self.local().deque.pop_above(base) {
-                self.execute(task);
+            if let Some((task, top)) = self.pop_above(base) {
+                self.execute(task, top);
                 rounds = 0;
                 continue;
             }
-            if let Some(task) = self.find_outside_work() {
-                self.execute(task);
+            if let Some((task, top)) = self.find_outside_work() {
+                self.execute(task, top);
                 rounds = 0;
                 continue;
             }
             if matches!(until, Until::Quiescent) && self.quiescent() {
                 return;
             }
-            if rounds < PARK_AFTER && !self.local().in_flight {
+            if rounds < PARK_AFTER && !self.in_flight.get() {
                 self.send_request();
             }
             rounds = rounds.saturating_add(1);
@@ -449,8 +513,8 @@ impl Worker {
                 std::hint::spin_loop();
             } else if rounds < PARK_AFTER {
                 std::thread::yield_now();
-            } else if let Some(task) = self.older_work(&until) {
-                self.execute(task);
+            } else if let Some((task, top)) = self.older_work(&until) {
+                self.execute(task, top);
                 rounds = SPIN_ROUNDS;
             } else {
                 self.park(&until);
@@ -471,43 +535,150 @@ impl Worker {
     /// needs. Running it here nests it on the waiter's stack, as rayon's
     /// joins do with any local task.
     #[cold]
-    fn older_work(&self, until: &Until<'_>) -> Option<TaskRef> {
+    fn older_work(&self, until: &Until<'_>) -> Option<(TaskRef, u64)> {
         match until {
-            Until::Complete(_) | Until::Latch(_) => self.local().deque.pop_above(0),
+            Until::Complete(_) | Until::Latch(_) => self.pop_above(0),
             Until::Shutdown | Until::Quiescent => None,
         }
+    }
+
+    /// Hands every task queued here and every waiting steal request to
+    /// other workers, before the caller blocks (`block_in_place`).
+    /// Requests are answered (or forwarded) first; the tasks left go to the
+    /// injector, and a parked worker is woken for each, up to one per
+    /// worker. Loop parts running here are not split.
+    pub(crate) fn hand_off(&self) {
+        let shared = &*self.shared;
+        let mut moved = 0usize;
+        {
+            let mut g = self.owner.enter();
+            let d = g.get();
+            self.answer_with(d);
+            while let Some(task) = d.steal_one() {
+                shared.injector.push(task);
+                moved += 1;
+            }
+        }
+        for _ in 0..moved.min(shared.num_threads()) {
+            if !shared.sleep.wake_any() {
+                break;
+            }
+        }
+    }
+
+    /// Looks at the other workers for tasks or requests stranded behind a
+    /// worker that stays out of its scheduler code (stuck in user code),
+    /// and rescues those that have stayed so for `RESCUE_AFTER`.
+    #[cold]
+    fn rescue_scan(&self) -> Scan {
+        let mut scan = Scan::default();
+        if !rescue::available() {
+            return scan;
+        }
+        let shared = &*self.shared;
+        let now = Instant::now();
+        for (v, seen) in self.seen.iter().enumerate() {
+            if v == self.index {
+                continue;
+            }
+            let b = shared.beacons[v].sample();
+            if b.busy() || (b.hint() == 0 && shared.mailboxes[v].is_empty()) {
+                seen.set((b, now));
+                continue;
+            }
+            scan.stranded = true;
+            let (old, since) = seen.get();
+            if old != b {
+                seen.set((b, now));
+            } else if now.duration_since(since) >= RESCUE_AFTER && self.rescue(v, b) {
+                scan.rescued = true;
+                seen.set((shared.beacons[v].sample(), now));
+            }
+        }
+        scan
+    }
+
+    /// Acts as worker `v`'s owner, if its beacon still reads `seen`: asks it
+    /// for work (if this worker has no request out) and answers every
+    /// request waiting in its mailbox from its deque. Loop parts running on
+    /// `v` are not split: that is `v`'s business when it comes back.
+    fn rescue(&self, v: usize, seen: Beacon) -> bool {
+        let shared = &*self.shared;
+        let Some(mut g) = shared.beacons[v].try_rescue(seen) else {
+            return false;
+        };
+        shared.counters[self.index].rescues.bump();
+        let d = g.get();
+        if !self.in_flight.get() && !d.is_empty() {
+            // Served below, with the requests already waiting.
+            self.post_request(v, VictimSet::only(self.index));
+        }
+        let mailbox = &shared.mailboxes[v];
+        while let Some(req) = mailbox.take() {
+            self.reply(req, take_for(d, req.half), v);
+        }
+        true
     }
 
     #[cold]
     fn park(&self, until: &Until<'_>) {
         let shared = &*self.shared;
         let me = self.index;
+        if matches!(until, Until::Quiescent) {
+            // Nobody signals quiescence to a worker: poll, slowly.
+            shared.counters[me].parks.bump();
+            std::thread::park_timeout(SYNC_ROOT_POLL);
+            return;
+        }
+        let scan = self.rescue_scan();
+        if scan.rescued {
+            return; // our reply, or work for others, is on its way
+        }
+        // Someone's tasks may be stranded: come back to rescue them.
+        let timeout = scan.stranded.then_some(RESCUE_AFTER);
         let incoming = || !shared.mailboxes[me].is_empty() || shared.replies[me].has_reply();
         shared.counters[me].parks.bump();
         match until {
             Until::Shutdown => {
-                shared.sleep.idle_park(me, || {
-                    incoming() || !shared.outside_empty() || shared.shutdown.load(Ordering::SeqCst)
-                });
+                shared.sleep.idle_park_for(
+                    me,
+                    || {
+                        incoming()
+                            || !shared.outside_empty()
+                            || shared.shutdown.load(Ordering::SeqCst)
+                    },
+                    timeout,
+                );
             }
             Until::Complete(c) => {
                 if c.register(&self.waker) {
                     return;
                 }
-                shared.sleep.join_park(me, || {
-                    incoming() || !shared.outside_empty() || c.is_complete()
-                });
+                shared.sleep.join_park_for(
+                    me,
+                    || incoming() || !shared.outside_empty() || c.is_complete(),
+                    timeout,
+                );
             }
             Until::Latch(latch) => {
                 // The task that brings the count to zero unparks us.
-                shared.sleep.join_park(me, || {
-                    incoming() || !shared.outside_empty() || latch.is_set()
-                });
+                shared.sleep.join_park_for(
+                    me,
+                    || incoming() || !shared.outside_empty() || latch.is_set(),
+                    timeout,
+                );
             }
-            Until::Quiescent => {
-                // Nobody signals quiescence to a worker: poll, slowly.
-                std::thread::park_timeout(SYNC_ROOT_POLL);
-            }
+            Until::Quiescent => {}
         }
+    }
+}
+
+/// One task or half the deque, as a thief asked.
+fn take_for(d: &mut Deque, half: bool) -> Option<(*mut Header, usize)> {
+    if half {
+        d.steal_half()
+    } else {
+        d.steal_one()
+            .map(|t| (t.into_list(std::ptr::null_mut()), 1))
     }
 }
