@@ -177,7 +177,7 @@ impl<T> JoinHandle<T> {
                     w.count_task_run();
                     // SAFETY: the task is ours, of result type T, and never
                     // left this worker.
-                    return unsafe { task::run_inline_for_handle::<T>(task) };
+                    return w.nested(|| unsafe { task::run_inline_for_handle::<T>(task) });
                 }
             }
         }

@@ -80,9 +80,9 @@ mod inbox;
 mod latch;
 mod merge;
 mod park;
+mod rescue;
 #[cfg(not(loom))]
 mod send_ptr;
-mod rescue;
 mod steal;
 mod sync;
 

@@ -1224,7 +1224,7 @@ fn run_part<B: Body>(job: &Job<B>, w: &Worker, from: usize, to: usize, out: Out<
     if w.shared.sleep.has_sleepers() {
         w.share_loop(&part.frame);
     }
-    let acc = iterate(&part, w);
+    let acc = w.nested(|| iterate(&part, w));
     w.leave_loop(&part.frame);
     deposit(job, part.out.get(), acc);
 }

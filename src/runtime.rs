@@ -10,9 +10,9 @@ use crate::park::Sleep;
 use crate::promise;
 use crate::stats::{Counters, RuntimeStats, WorkerCounters};
 use crate::steal::{Mailbox, ReplySlot, MAX_WORKERS};
-use crate::sync::{AtomicBool, Ordering};
+use crate::sync::{AtomicBool, AtomicUsize, Ordering};
 use crate::task::{self, BlockPool, Header, TaskRef};
-use crate::worker::{Until, Worker};
+use crate::worker::Worker;
 use crossbeam_queue::SegQueue;
 use crossbeam_utils::CachePadded;
 use std::sync::{mpsc, Arc, OnceLock};
@@ -37,6 +37,8 @@ pub(crate) struct Shared {
     /// Delayed tasks parked on promises: counted, and cancelled by the
     /// runtime's drop once its workers left.
     pub(crate) parked: promise::Parked,
+    /// Root tasks waiting in `sync_root` (at most one may).
+    pub(crate) root_syncs: AtomicUsize,
 }
 
 impl Shared {
@@ -290,6 +292,7 @@ impl Builder {
             shutdown: AtomicBool::new(false),
             ready_gate: Gate::new(),
             parked: promise::Parked::new(n),
+            root_syncs: AtomicUsize::new(0),
         });
         for tx in senders {
             // A worker that died before receiving cannot exist: it only
@@ -433,7 +436,12 @@ impl Runtime {
         if self.is_current() {
             return run_in_place(f);
         }
-        let task = task::new_handled(f);
+        let task = task::new_handled(move || {
+            if let Some(w) = Worker::current() {
+                w.enter_root_task();
+            }
+            f()
+        });
         // SAFETY: the handle is joined before this function returns, so the
         // borrows in `f` and a non-'static `R` outlive the task.
         let handle = unsafe { JoinHandle::<R>::new(&task) };
@@ -498,8 +506,14 @@ impl Runtime {
     /// Waits until the whole runtime is quiescent: every task spawned so far
     /// (and every task those spawned) has finished. Weave's `syncRoot`.
     ///
-    /// Call it from outside the runtime or from the root task; a task that
-    /// calls it waits for itself.
+    /// Call it from outside the runtime (it blocks without spinning) or in
+    /// the closure of [`Runtime::run`], the root task (it works while it
+    /// waits). Inside any other task it panics with a message saying why:
+    /// a task's caller may be waiting for it on another worker, which then
+    /// never goes idle, so the wait could never end. Two root tasks in
+    /// `sync_root` at once would wait for each other: the second one
+    /// panics. Inside a task, wait for the work it started with a
+    /// [`crate::scope`] or with join handles instead.
     ///
     /// ```
     /// use std::sync::atomic::{AtomicUsize, Ordering};
@@ -513,7 +527,7 @@ impl Runtime {
     /// ```
     pub fn sync_root(&self) {
         match Worker::current() {
-            Some(w) if Arc::ptr_eq(&w.shared, &self.shared) => w.wait_until(Until::Quiescent),
+            Some(w) if Arc::ptr_eq(&w.shared, &self.shared) => w.sync_root(),
             _ => {
                 let shared = &*self.shared;
                 shared.sleep.wait_quiescent(|| shared.outside_idle());
@@ -618,14 +632,15 @@ where
 }
 
 /// Waits until the runtime of the calling worker (or the global runtime,
-/// from any other thread) is quiescent. See [`Runtime::sync_root`].
+/// from any other thread) is quiescent. See [`Runtime::sync_root`] for
+/// where it may be called: inside a task other than a root task it panics.
 ///
 /// ```
 /// selvedge::sync_root();
 /// ```
 pub fn sync_root() {
     match Worker::current() {
-        Some(w) => w.wait_until(Until::Quiescent),
+        Some(w) => w.sync_root(),
         None => global_runtime().sync_root(),
     }
 }

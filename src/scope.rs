@@ -276,11 +276,14 @@ where
         // completed and its runner left (waited for below on every path:
         // a's panic is caught first).
         let pos = w.push(unsafe { job_b.as_task() });
-        let ra = catch_unwind(AssertUnwindSafe(a));
+        // Both closures run as nested code wherever they run (see
+        // `Worker::nested`), so `b` behaves alike on this worker and on a
+        // thief's.
+        let ra = w.nested(|| catch_unwind(AssertUnwindSafe(a)));
         let rb = if w.take_back(pos, job_b.header()).is_some() {
             w.count_task_run();
             // SAFETY: taken back: nobody else runs it.
-            unsafe { job_b.run_here() }
+            w.nested(|| unsafe { job_b.run_here() })
         } else {
             let c = job_b.completion();
             w.wait_until(Until::Complete(c));

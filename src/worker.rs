@@ -71,6 +71,10 @@ pub(crate) struct Worker {
     in_flight: Cell<bool>,
     /// Deque position where the running task's children start.
     frame_base: Cell<u64>,
+    /// The code running is a root task's own (`Runtime::run`'s closure),
+    /// not a task, a `join` closure or a loop body nested in it: the only
+    /// code that may wait for the whole runtime (`sync_root`).
+    in_root: Cell<bool>,
     tasks_run: Cell<u64>,
     /// A fulfill queued ready tasks beyond the one this worker runs next;
     /// shared at the end of the current task (see `push_ready`).
@@ -122,6 +126,7 @@ impl Worker {
             policy: Cell::new(StealPolicy::new()),
             in_flight: Cell::new(false),
             frame_base: Cell::new(0),
+            in_root: Cell::new(false),
             tasks_run: Cell::new(0),
             ready_surplus: Cell::new(false),
             loop_top: Cell::new(std::ptr::null()),
@@ -135,6 +140,63 @@ impl Worker {
         CURRENT.with(|c| c.set(&worker));
         worker.wait_until(Until::Shutdown);
         CURRENT.with(|c| c.set(std::ptr::null()));
+    }
+
+    /// Marks the running task as a root task (see `in_root`); the mark ends
+    /// with the task.
+    pub(crate) fn enter_root_task(&self) {
+        self.in_root.set(true);
+    }
+
+    /// Runs `f`, a task or a part of one that this worker runs in place
+    /// (a joined handle's task, a `join` closure, loop iterations), as
+    /// nested code: not the root task's own, even inside it, so that
+    /// `sync_root` in `f` panics wherever `f` happens to run.
+    #[inline(always)]
+    pub(crate) fn nested<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Restore<'a>(&'a Cell<bool>, bool);
+        impl Drop for Restore<'_> {
+            #[inline(always)]
+            fn drop(&mut self) {
+                self.0.set(self.1);
+            }
+        }
+        let _restore = Restore(&self.in_root, self.in_root.replace(false));
+        f()
+    }
+
+    /// `sync_root` on a worker: waits, working, until every other worker is
+    /// idle and nothing is queued anywhere.
+    ///
+    /// Only a root task may wait so: a task taken from a queue may be
+    /// awaited by a task on another worker, which would then never be idle,
+    /// and two root tasks waiting at once would wait for each other. Both
+    /// are programmer errors that panic, every time, rather than hang some
+    /// of the time.
+    pub(crate) fn sync_root(&self) {
+        assert!(
+            self.in_root.get(),
+            "selvedge: sync_root called inside a task: it waits until every other task \
+             finished, including any task waiting for this one, so it could wait forever. \
+             Call it outside the runtime or in the closure of Runtime::run; inside a task, \
+             wait for the work it started with a scope or with join handles"
+        );
+        let waiting = &self.shared.root_syncs;
+        if waiting.fetch_add(1, Ordering::AcqRel) != 0 {
+            waiting.fetch_sub(1, Ordering::AcqRel);
+            panic!(
+                "selvedge: sync_root called by two root tasks at once: each would wait \
+                 for the other to finish. Call it from one of them, or from outside the runtime"
+            );
+        }
+        struct Leave<'a>(&'a crate::sync::AtomicUsize);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        let _leave = Leave(waiting);
+        self.wait_until(Until::Quiescent);
     }
 
     /// Identity of this worker, stored in handles to find their task again.
@@ -255,7 +317,9 @@ impl Worker {
         // Counted before running, so whoever joins the task sees it counted.
         self.count_task_run();
         let saved = self.frame_base.replace(top);
+        let root = self.in_root.replace(false);
         task.run();
+        self.in_root.set(root);
         self.frame_base.set(saved);
         if !self.shared.mailboxes[self.index].is_empty() || self.ready_surplus.get() {
             self.after_task();

@@ -291,3 +291,77 @@ fn worker_cpu_ticks(prefix: &str) -> u64 {
     }
     total
 }
+
+/// The message of a panic payload (a `&str` or a `String`).
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_default()
+}
+
+/// `sync_root` inside a task other than the root one panics every time
+/// (it used to return most of the time and hang some of the time: a task
+/// stolen by another worker waited for the worker joining it to go idle).
+#[test]
+fn sync_root_inside_a_spawned_task_panics_every_time() {
+    let rt = Runtime::builder().num_threads(2).build().unwrap();
+    for run in 0..40 {
+        let result = rt.run(|| {
+            let h = spawn(selvedge::sync_root);
+            // Keep this worker busy for a moment, so the other one steals
+            // the task some of the time.
+            std::hint::black_box((0..20_000u64).sum::<u64>());
+            h.try_join()
+        });
+        let err = result.expect_err("sync_root inside a spawned task must panic");
+        let message = panic_message(&*err.try_into_panic().expect("a panic"));
+        assert!(
+            message.contains("sync_root called inside a task"),
+            "run {run}: {message}"
+        );
+    }
+    // The root task may still call it.
+    rt.run(|| {
+        drop(spawn(|| ()));
+        selvedge::sync_root();
+    });
+}
+
+/// Two root tasks in `sync_root` at once would wait for each other: the
+/// second one panics, the first returns once the second is gone.
+#[test]
+fn two_root_tasks_in_sync_root_at_once_do_not_wait_for_each_other() {
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watchdog = done.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(60));
+        if !watchdog.load(Ordering::SeqCst) {
+            eprintln!("two root tasks in sync_root hung for 60 s");
+            std::process::abort();
+        }
+    });
+    let rt = Arc::new(Runtime::builder().num_threads(2).build().unwrap());
+    let both = Arc::new(Barrier::new(2));
+    let roots: Vec<_> = (0..2)
+        .map(|_| {
+            let (rt, both) = (rt.clone(), both.clone());
+            std::thread::spawn(move || {
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    rt.run(|| {
+                        // Both roots run at once, one on each worker.
+                        both.wait();
+                        selvedge::sync_root();
+                    })
+                }))
+                .map_err(|p| panic_message(&*p))
+            })
+        })
+        .collect();
+    let outcomes: Vec<_> = roots.into_iter().map(|t| t.join().unwrap()).collect();
+    let panics: Vec<_> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
+    done.store(true, Ordering::SeqCst);
+    assert_eq!(panics.len(), 1, "{outcomes:?}");
+    assert!(panics[0].contains("two root tasks"), "{}", panics[0]);
+}

@@ -135,7 +135,9 @@ fn a_scope_released_by_a_foreign_cancellation_outlives_nothing() {
             rt.run(|| {
                 scope(|s| {
                     let p = Promise::new();
-                    s.spawn_delayed([p.dep()], |_| unreachable!("its promise is never fulfilled"));
+                    s.spawn_delayed([p.dep()], |_| {
+                        unreachable!("its promise is never fulfilled")
+                    });
                     tx.send(p).unwrap();
                 })
             })
