@@ -81,6 +81,7 @@ mod merge;
 mod park;
 mod steal;
 mod sync;
+mod unwind;
 
 #[cfg(not(loom))]
 mod deque;
