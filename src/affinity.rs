@@ -58,7 +58,7 @@ fn allowed_cpus() -> io::Result<Vec<usize>> {
 #[cfg(target_os = "linux")]
 fn pin<T>(thread: &JoinHandle<T>, cpu: usize) -> io::Result<()> {
     use std::os::unix::thread::JoinHandleExt;
-    // SAFETY: as in `allowed_cpus`.
+    // SAFETY: `cpu_set_t` is a plain bit array; all zeroes is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `cpu` came from the allowed set, so it is below CPU_SETSIZE.
     unsafe { libc::CPU_SET(cpu, &mut set) };

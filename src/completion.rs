@@ -120,11 +120,17 @@ impl Completion {
         }
         // WAITER was set when we completed, so the handle only reads the cell
         // from now on and cannot free the block before RUNNER_GONE.
-        // SAFETY: shared read; the handle writes the cell only while WAITER is
-        // clear and COMPLETE is not set, and both were excluded above.
         self.waker.with(|w| {
+            // SAFETY: shared read; the handle writes the cell only while
+            // WAITER is clear and COMPLETE is not set, and both were
+            // excluded above.
             if let Some(w) = unsafe { &*w } {
-                w.wake_by_ref();
+                // The waker is user code. A panic must neither kill the
+                // runner nor skip RUNNER_GONE below (the block would leak,
+                // and a stack job's joiner would wait for it forever): it
+                // is reported, and the handle finds the result complete
+                // when it looks again.
+                crate::unwind::catch_and_report("a waker's wake", || w.wake_by_ref());
             }
         });
         let prev = self.state.fetch_or(RUNNER_GONE, Ordering::AcqRel);

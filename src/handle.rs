@@ -14,9 +14,10 @@ use std::task::{Context, Poll, Wake, Waker};
 /// An owned permission to join a task: wait for it and take its result.
 ///
 /// Dropping the handle detaches the task: it still runs, and its result is
-/// dropped. The handle is also a [`Future`], so async code can `.await` it;
-/// the awaiting task is woken when the result is ready, never polled in a
-/// loop.
+/// dropped (a panic from the result's destructor is printed and discarded:
+/// nobody waits for it). The handle is also a [`Future`], so async code can
+/// `.await` it; the awaiting task is woken when the result is ready, never
+/// polled in a loop.
 ///
 /// ```
 /// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();

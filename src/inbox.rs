@@ -217,22 +217,28 @@ impl Inbox {
         // The stack is newest first: reverse it.
         let mut fifo: *mut Signal = ptr::null_mut();
         while !list.is_null() {
-            // SAFETY: taken from the inbox, so fired and owned by this
-            // thread now; `next` was written before the push published it.
-            let next = unsafe { &*list }.next.with(|n| unsafe { *n });
-            // SAFETY: as above; nobody else reads `next` any more.
-            unsafe { &*list }.next.with_mut(|n| unsafe { *n = fifo });
+            // SAFETY: taken from the inbox, so a live signal (only the
+            // drainer frees it) owned by this thread now.
+            let node = unsafe { &*list };
+            // SAFETY: `next` was written before the push published the
+            // node, and the swap's acquire made it visible.
+            let next = node.next.with(|n| unsafe { *n });
+            // SAFETY: nobody else reads or writes `next` any more.
+            node.next.with_mut(|n| unsafe { *n = fifo });
             fifo = list;
             list = next;
         }
         let mut ran = 0;
-        // Actions are the crate's own and do not panic; if one did anyway,
-        // the rest still run and every node is still freed, then the panic
-        // goes on.
-        let mut panic = None;
+        // Actions fulfill promises; dropping what they hold may run user
+        // destructors. Nobody waits for an action, and the caller is a
+        // worker looking for work (or a runtime being dropped), so a panic
+        // is reported, not raised: the worker lives, and the signals
+        // drained with it still run and are freed.
         while !fifo.is_null() {
-            // SAFETY: as above.
-            let next = unsafe { &*fifo }.next.with(|n| unsafe { *n });
+            // SAFETY: a drained, live signal owned by this thread.
+            let node = unsafe { &*fifo };
+            // SAFETY: this thread wrote `next` in the reversal above.
+            let next = node.next.with(|n| unsafe { *n });
             // SAFETY: made by `Box::into_raw` in `signal` and drained once
             // (a node is pushed once).
             let node = unsafe { Box::from_raw(fifo) };
@@ -240,17 +246,12 @@ impl Inbox {
                 // SAFETY: the firing thread won the state, so the action is
                 // this thread's to take.
                 if let Some(action) = node.action.with_mut(|a| unsafe { (*a).take() }) {
-                    if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(action)) {
-                        panic.get_or_insert(p);
-                    }
+                    crate::unwind::catch_and_report("a signal's action", action);
                     ran += 1;
                 }
                 self.pending.fetch_sub(1, Ordering::SeqCst);
             }
             fifo = next;
-        }
-        if let Some(p) = panic {
-            std::panic::resume_unwind(p);
         }
         ran
     }
@@ -323,6 +324,86 @@ mod tests {
             for (i, c) in ran.iter().enumerate() {
                 assert_eq!(c.swap(0, Relaxed), 1, "round {round}: task {i}");
             }
+        }
+    }
+
+    /// A panic payload whose destructor panics too.
+    struct BadPayload;
+
+    impl Drop for BadPayload {
+        fn drop(&mut self) {
+            panic!("BadPayload dropped");
+        }
+    }
+
+    #[test]
+    fn a_panicking_action_neither_unwinds_out_of_the_drain_nor_strands_the_others() {
+        use crate::inbox::Inbox;
+        // The drain itself: the middle action panics, with a payload whose
+        // destructor panics.
+        let inbox = Inbox::new();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let make = |panics: bool| {
+            let ran = ran.clone();
+            inbox.signal(
+                Box::new(move || {
+                    ran.fetch_add(1, Relaxed);
+                    if panics {
+                        std::panic::panic_any(BadPayload);
+                    }
+                }),
+                std::ptr::null(),
+            )
+        };
+        let signals = [make(false), make(true), make(false)];
+        for signal in signals {
+            // SAFETY: made by this inbox, fired once.
+            unsafe { inbox.fire(signal) };
+        }
+        assert_eq!(inbox.drain(), 3);
+        assert_eq!(ran.load(Relaxed), 3);
+        assert!(inbox.is_empty() && !inbox.has_pending());
+
+        // On workers: they drain the inbox while looking for work, and
+        // must live on. A watchdog fails the test instead of hanging.
+        for n in [2, 4] {
+            let (done, watch) = mpsc::channel::<()>();
+            std::thread::spawn(move || {
+                if let Err(mpsc::RecvTimeoutError::Timeout) =
+                    watch.recv_timeout(Duration::from_secs(60))
+                {
+                    eprintln!("a panicking signal action hung a {n}-worker runtime; aborting");
+                    std::process::abort();
+                }
+            });
+            let rt = Runtime::builder().num_threads(n).build().unwrap();
+            let ran = Arc::new(AtomicUsize::new(0));
+            for round in 0..8 {
+                let signals: Vec<_> = (0..4 * n)
+                    .map(|i| {
+                        let ran = ran.clone();
+                        rt.shared().signal(Box::new(move || {
+                            ran.fetch_add(1, Relaxed);
+                            if i % 2 == 0 {
+                                std::panic::panic_any(BadPayload);
+                            }
+                        }))
+                    })
+                    .collect();
+                for signal in signals {
+                    // SAFETY: fired once; the runtime outlives it.
+                    unsafe { fire_signal(signal) };
+                }
+                rt.sync_root();
+                assert_eq!(ran.load(Relaxed), (round + 1) * 4 * n);
+            }
+            let sum = rt.run(|| {
+                let hs: Vec<_> = (0..64u64).map(|i| crate::spawn(move || i)).collect();
+                hs.into_iter().map(crate::JoinHandle::join).sum::<u64>()
+            });
+            assert_eq!(sum, 64 * 63 / 2);
+            drop(rt);
+            drop(done);
         }
     }
 

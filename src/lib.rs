@@ -85,6 +85,7 @@ mod rescue;
 mod send_ptr;
 mod steal;
 mod sync;
+mod unwind;
 
 #[cfg(not(loom))]
 mod blocking;

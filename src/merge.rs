@@ -101,13 +101,25 @@ pub unsafe fn deposit<T>(
         // SAFETY: both sides arrived, so nobody else holds the node; it
         // was made by `split` with `Box::new`.
         let node = unsafe { Box::from_raw(out.node as *mut JoinNode<T>) };
-        // SAFETY: as above, the node is ours alone now.
+        // SAFETY: the node is ours alone now, and the left side's deposit
+        // happened before its arrival, which the AcqRel above saw.
         let left = node.left.with_mut(|s| unsafe { (*s).take() });
-        // SAFETY: as above.
+        // SAFETY: the same for the right side.
         let right = node.right.with_mut(|s| unsafe { (*s).take() });
         value = match (left, right) {
             (Some(l), Some(r)) => merge(l, r),
-            _ => None,
+            // A computation under one side failed (its panic is the
+            // loop's to resume), so the other side's value is dropped
+            // here. Its destructor is user code: a panic from it must not
+            // unwind out of this deposit, or the parent would never get
+            // its side and the loop would wait for it forever.
+            (l, r) => {
+                crate::unwind::drop_or_report(
+                    "the destructor of a reduction's accumulator",
+                    (l, r),
+                );
+                None
+            }
         };
         out = node.parent;
     }

@@ -14,6 +14,7 @@
 use crate::completion::{Completion, Release};
 use crate::error::{Cancellation, Cancelled};
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::unwind::{abort_on_unwind, catch_and_report, drop_or_report, AbortIfPanic};
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::cell::{Cell, UnsafeCell};
 use std::mem::{align_of, size_of, MaybeUninit};
@@ -103,16 +104,22 @@ impl TaskRef {
     /// Runs the task, consuming it.
     #[inline]
     pub(crate) fn run(self) {
-        // SAFETY: a TaskRef owns a block whose payload holds an unrun closure
-        // matching its vtable.
-        unsafe { (self.0.as_ref().vtable.run)(self.0) }
+        // SAFETY: a TaskRef points to a live header.
+        let run = unsafe { self.0.as_ref() }.vtable.run;
+        // SAFETY: a TaskRef owns the right to run its task: the block (or
+        // stack job) holds an unrun closure matching its vtable, and the
+        // TaskRef is consumed here.
+        unsafe { run(self.0) }
     }
 
     /// Cancels the task, consuming it: its closure is dropped unrun and its
     /// handle (if any) reports `why`.
     pub(crate) fn cancel(self, why: Cancellation) {
-        // SAFETY: as in `run`.
-        unsafe { (self.0.as_ref().vtable.cancel)(self.0, why) }
+        // SAFETY: a TaskRef points to a live header.
+        let cancel = unsafe { self.0.as_ref() }.vtable.cancel;
+        // SAFETY: a TaskRef owns its unrun task, so it may drop it unrun;
+        // the TaskRef is consumed here.
+        unsafe { cancel(self.0, why) }
     }
 
     /// Records that worker `worker` is about to queue this task at `pos`
@@ -136,8 +143,11 @@ impl TaskRef {
     /// # Safety
     /// `list` must be a non-null list received through a reply slot.
     pub(crate) unsafe fn pop_list(list: *mut Header) -> (TaskRef, *mut Header) {
-        let head = NonNull::new_unchecked(list);
-        let next = head.as_ref().next.replace(ptr::null_mut());
+        // SAFETY: the caller passes a non-null list.
+        let head = unsafe { NonNull::new_unchecked(list) };
+        // SAFETY: a list received through a reply slot is owned by the
+        // receiver, and each of its headers is a live task.
+        let next = unsafe { head.as_ref() }.next.replace(ptr::null_mut());
         (TaskRef(head), next)
     }
 }
@@ -150,26 +160,44 @@ const fn fits<X>() -> bool {
 /// # Safety
 /// `block` must be live and its payload free to overwrite.
 unsafe fn store<X>(block: NonNull<Header>, x: X) {
-    let p = (*block.cast::<TaskBlock>().as_ref().payload.get())
-        .0
-        .as_mut_ptr();
+    let p = payload(block);
     if fits::<X>() {
-        ptr::write(p.cast::<X>(), x);
+        // SAFETY: the payload is live and free to overwrite (caller), and
+        // `X` fits its size and alignment (`fits`).
+        unsafe { ptr::write(p.cast::<X>(), x) };
     } else {
-        ptr::write(p.cast::<Box<X>>(), Box::new(x));
+        // SAFETY: the payload is live and free (caller), and a box pointer
+        // always fits it.
+        unsafe { ptr::write(p.cast::<Box<X>>(), Box::new(x)) };
     }
+}
+
+/// The payload bytes of a pooled block. (Every header given to `store`,
+/// `take` and the typed vtables heads a `TaskBlock`: `alloc_block` makes
+/// them whole, and the pointer keeps the whole block's provenance.)
+#[inline(always)]
+fn payload(block: NonNull<Header>) -> *mut u8 {
+    // Pointer arithmetic only, no reference to the block: this needs
+    // neither liveness nor uniqueness (the callers' accesses do).
+    block
+        .as_ptr()
+        .cast::<u8>()
+        .wrapping_add(std::mem::offset_of!(TaskBlock, payload))
 }
 
 /// # Safety
 /// The payload must hold an `X` written by [`store`], which is moved out.
 unsafe fn take<X>(block: NonNull<Header>) -> X {
-    let p = (*block.cast::<TaskBlock>().as_ref().payload.get())
-        .0
-        .as_ptr();
+    let p = payload(block);
     if fits::<X>() {
-        ptr::read(p.cast::<X>())
+        // SAFETY: the payload holds an `X` stored inline by `store`
+        // (caller); reading moves it out, and the caller treats the
+        // payload as free afterwards.
+        unsafe { ptr::read(p.cast::<X>()) }
     } else {
-        *ptr::read(p.cast::<Box<X>>())
+        // SAFETY: the payload holds the box `store` wrote for an `X` that
+        // did not fit (caller); it is moved out, and the box then freed.
+        *unsafe { ptr::read(p.cast::<Box<X>>()) }
     }
 }
 
@@ -182,37 +210,64 @@ impl<F: FnOnce() -> T, T> Typed<F, T> {
         cancel: Self::cancel_handled,
     };
 
+    /// # Safety
+    /// `block` heads a live `TaskBlock` whose payload holds this unrun
+    /// closure, and the caller owns the right to run it (a `TaskRef`).
     unsafe fn run_handled(block: NonNull<Header>) {
-        let f = take::<F>(block);
+        // SAFETY: the payload holds the unrun `F` (caller), moved out once.
+        let f = unsafe { take::<F>(block) };
         let result = catch_unwind(AssertUnwindSafe(f));
-        Self::publish(block, result);
+        // SAFETY: the closure was moved out, so the payload is free; the
+        // block lives until its completion releases it; run once.
+        unsafe { Self::publish(block, result) };
     }
 
+    /// # Safety
+    /// As for `run_handled`.
     unsafe fn cancel_handled(block: NonNull<Header>, why: Cancellation) {
-        let f = take::<F>(block);
+        // SAFETY: the payload holds the unrun `F` (caller), moved out once.
+        let f = unsafe { take::<F>(block) };
         // A panicking destructor must not unwind into the canceller (a
-        // fulfilling worker, or a thread dropping a promise).
-        let _ = catch_unwind(AssertUnwindSafe(move || drop(f)));
-        Self::publish(block, Err(Box::new(Cancelled(why))));
+        // fulfilling worker, or a thread dropping a promise). The handle
+        // learns that its task was cancelled, which says more than that
+        // panic would, so the panic is reported.
+        drop_or_report("the destructor of a cancelled task's closure", f);
+        // SAFETY: the closure was moved out, so the payload is free; the
+        // block lives until its completion releases it; completed once.
+        unsafe { Self::publish(block, Err(Box::new(Cancelled(why)))) };
     }
 
-    /// Stores the result and completes the join slot.
+    /// Stores the result and completes the join slot; frees the block when
+    /// the handle is gone.
+    ///
+    /// # Safety
+    /// `block` is a live handled block of result type `T` whose payload is
+    /// free, and this is its one completion.
     unsafe fn publish(block: NonNull<Header>, result: std::thread::Result<T>) {
-        store::<std::thread::Result<T>>(block, result);
-        if let Release::Free { drop_result } = block.as_ref().completion.complete() {
-            if drop_result {
-                drop(take_result::<T>(block));
-            }
-            free_block(block);
-        }
+        // SAFETY: the payload is free (caller).
+        unsafe { store::<std::thread::Result<T>>(block, result) };
+        // The handle may take the result and free the block from here on:
+        // unwinding out of a half-done release would leak it or strand the
+        // handle. The user code below (a waker, the result's destructor) is
+        // caught; anything else unwinding is a scheduler bug.
+        let guard = AbortIfPanic::new();
+        // SAFETY: the block is live until this completion releases it.
+        let release = unsafe { completion(block) }.complete();
+        // SAFETY: `release` is this block's runner-side decision, and `T`
+        // is its result type.
+        unsafe { finish_release::<T>(block, release) };
+        guard.disarm();
     }
 
+    /// # Safety
+    /// As for `run_handled`, and `out` is valid for writing a
+    /// `std::thread::Result<T>`.
     unsafe fn run_inline(block: NonNull<Header>, out: *mut ()) {
-        let f = take::<F>(block);
-        ptr::write(
-            out.cast::<std::thread::Result<T>>(),
-            catch_unwind(AssertUnwindSafe(f)),
-        );
+        // SAFETY: the payload holds the unrun `F` (caller), moved out once.
+        let f = unsafe { take::<F>(block) };
+        let result = catch_unwind(AssertUnwindSafe(f));
+        // SAFETY: `out` is writable storage for the result (caller).
+        unsafe { ptr::write(out.cast::<std::thread::Result<T>>(), result) };
     }
 }
 
@@ -225,24 +280,40 @@ impl<F: FnOnce()> Typed<F, ()> {
 
     /// Detached closures report their own cancellation when dropped unrun
     /// (a scope's task records it for the scope).
+    ///
+    /// # Safety
+    /// `block` heads a live detached `TaskBlock` whose payload holds this
+    /// unrun closure, and the caller owns it (a `TaskRef`).
     unsafe fn cancel_detached(block: NonNull<Header>, _why: Cancellation) {
-        let f = take::<F>(block);
-        free_block(block);
-        let _ = catch_unwind(AssertUnwindSafe(move || drop(f)));
+        // SAFETY: the payload holds the unrun `F` (caller), moved out once.
+        let f = unsafe { take::<F>(block) };
+        // SAFETY: no handle refers to a detached block, and its closure is
+        // moved out: nobody uses it any more.
+        unsafe { free_block(block) };
+        drop_or_report("the destructor of a cancelled detached task's closure", f);
     }
 
+    /// # Safety
+    /// As for `cancel_detached`.
     unsafe fn run_detached(block: NonNull<Header>) {
-        let f = take::<F>(block);
+        // SAFETY: the payload holds the unrun `F` (caller), moved out once.
+        let f = unsafe { take::<F>(block) };
         // Nobody holds the block: recycle it before running, so the task's
         // own spawns reuse a cache-hot block.
-        free_block(block);
-        // Detached closures handle their own panics (scopes record them);
-        // this only keeps a worker from ever unwinding.
-        let _ = catch_unwind(AssertUnwindSafe(f));
+        // SAFETY: no handle refers to a detached block, and its closure is
+        // moved out: nobody uses the block any more.
+        unsafe { free_block(block) };
+        // Detached closures handle their own panics (scopes and loops
+        // record them for whoever waits); one that escapes anyway has
+        // nobody to go to, and must not unwind into the worker.
+        catch_and_report("a detached task", f);
     }
 
+    /// # Safety
+    /// As for `cancel_detached`.
     unsafe fn run_detached_inline(block: NonNull<Header>, _out: *mut ()) {
-        Self::run_detached(block)
+        // SAFETY: the same contract (the result slot is unused).
+        unsafe { Self::run_detached(block) }
     }
 }
 
@@ -278,7 +349,9 @@ where
 /// `block` must be live (the handle side keeps it so until it releases).
 #[inline]
 pub(crate) unsafe fn completion<'a>(block: NonNull<Header>) -> &'a Completion {
-    &(*block.as_ptr()).completion
+    // SAFETY: the header is live (caller) and its completion is only ever
+    // shared, never borrowed mutably, until the block is freed.
+    unsafe { &(*block.as_ptr()).completion }
 }
 
 /// Runs a handled task that never left its owner for its handle, moving the
@@ -290,9 +363,16 @@ pub(crate) unsafe fn completion<'a>(block: NonNull<Header>) -> &'a Completion {
 #[inline]
 pub(crate) unsafe fn run_inline_for_handle<T>(task: TaskRef) -> std::thread::Result<T> {
     let mut out = MaybeUninit::<std::thread::Result<T>>::uninit();
-    (task.0.as_ref().vtable.run_inline)(task.0, out.as_mut_ptr().cast());
-    free_block(task.0);
-    out.assume_init()
+    // SAFETY: the task owns a live block (a `TaskRef`).
+    let run_inline = unsafe { task.0.as_ref() }.vtable.run_inline;
+    // SAFETY: the task is unrun and ours to run, its result type is `T`
+    // (caller), and `out` has room for a `std::thread::Result<T>`.
+    unsafe { run_inline(task.0, out.as_mut_ptr().cast()) };
+    // SAFETY: `run_inline` moved the closure out and left the block to us;
+    // nobody else ever saw it.
+    unsafe { free_block(task.0) };
+    // SAFETY: `run_inline` wrote the result.
+    unsafe { out.assume_init() }
 }
 
 /// Where the task was queued when it became ready: `(worker id, position)`,
@@ -302,7 +382,8 @@ pub(crate) unsafe fn run_inline_for_handle<T>(task: TaskRef) -> std::thread::Res
 /// `block` must be live (its handle keeps it so).
 #[inline]
 pub(crate) unsafe fn queued_at(block: NonNull<Header>) -> (usize, u64) {
-    let h = block.as_ref();
+    // SAFETY: live (caller); only atomics are read through it.
+    let h = unsafe { block.as_ref() };
     (
         h.ready_worker.load(Ordering::Relaxed),
         h.ready_pos.load(Ordering::Relaxed),
@@ -315,20 +396,34 @@ pub(crate) unsafe fn queued_at(block: NonNull<Header>) -> (usize, u64) {
 /// The block's completion must be complete (acquired) and the result not yet
 /// taken; `T` must be its result type.
 pub(crate) unsafe fn take_result<T>(block: NonNull<Header>) -> std::thread::Result<T> {
-    take::<std::thread::Result<T>>(block)
+    // SAFETY: the payload holds the published, untaken result of type `T`
+    // (caller); the acquire that saw completion made it visible.
+    unsafe { take::<std::thread::Result<T>>(block) }
 }
 
-/// Carries out a [`Release`] decision of the handle side.
+/// Carries out a [`Release`] decision of either side. Never unwinds.
+///
+/// A result dropped here is one nobody will read: its handle was dropped
+/// (detached). Its destructor is user code (the value's, or a panic
+/// payload's); a panic there is reported, not raised, on whichever side
+/// happens to free the block: raised, it would kill the worker that ran
+/// the task or surprise the thread that dropped the handle, depending on
+/// who finished last.
 ///
 /// # Safety
-/// `release` must have been returned for `block` to the handle side, and `T`
-/// must be the block's result type.
+/// `release` must have been returned for `block` to the caller's side, and
+/// `T` must be the block's result type.
 pub(crate) unsafe fn finish_release<T>(block: NonNull<Header>, release: Release) {
     if let Release::Free { drop_result } = release {
         if drop_result {
-            drop(take_result::<T>(block));
+            // SAFETY: the other party is gone and `drop_result` says the
+            // result was published and not taken; `T` is its type (caller).
+            let result = unsafe { take_result::<T>(block) };
+            drop_or_report("the destructor of a detached task's result", result);
         }
-        free_block(block);
+        // SAFETY: both parties are done with the block and its payload is
+        // moved out.
+        unsafe { free_block(block) };
     }
 }
 
@@ -416,8 +511,10 @@ pub(crate) fn alloc_raw<T>() -> NonNull<T> {
     }
     let pooled = POOL.with(|p| {
         let pool = p.get();
-        // SAFETY: as in `alloc_block`.
         (!pool.is_null())
+            // SAFETY: a non-null `POOL` points to the pool installed by
+            // `install_pool`, which outlives its guard; only this thread
+            // uses it, and not reentrantly.
             .then(|| unsafe { (*pool).pop() })
             .flatten()
     });
@@ -443,11 +540,15 @@ pub(crate) unsafe fn free_raw<T>(p: NonNull<T>) {
         if pool.is_null() {
             Err(block)
         } else {
-            (*pool).push(block)
+            // SAFETY: a non-null `POOL` points to the installed pool, used
+            // by this thread alone; the block is unused (caller).
+            unsafe { (*pool).push(block) }
         }
     });
     if let Err(block) = refused {
-        dealloc(block.as_ptr().cast(), Layout::new::<TaskBlock>());
+        // SAFETY: every block comes from `alloc_raw`, which allocates with
+        // this layout (or pools such blocks); nobody uses it (caller).
+        unsafe { dealloc(block.as_ptr().cast(), Layout::new::<TaskBlock>()) };
     }
 }
 
@@ -457,8 +558,18 @@ pub(crate) unsafe fn free_raw<T>(p: NonNull<T>) {
 /// No one may use `block` afterwards.
 #[inline]
 unsafe fn free_block(block: NonNull<Header>) {
-    ptr::drop_in_place(ptr::addr_of_mut!((*block.as_ptr()).completion));
-    free_raw(block);
+    // SAFETY: the header is live until freed below (caller).
+    let completion = unsafe { ptr::addr_of_mut!((*block.as_ptr()).completion) };
+    // The completion may hold a handle's waker, whose destructor is user
+    // code: a panic there is reported, and the block is freed all the same.
+    catch_and_report("the destructor of a join handle's waker", || {
+        // SAFETY: the completion was made by `Header::new` and is dropped
+        // once, here; nobody uses it any more (caller).
+        unsafe { ptr::drop_in_place(completion) }
+    });
+    // SAFETY: the block came from `alloc_raw`, and its contents are moved
+    // out or dropped; nobody uses it (caller).
+    unsafe { free_raw(block) };
 }
 
 /// A fork-join task that lives in its joiner's stack frame: no allocation,
@@ -485,8 +596,12 @@ impl<F: FnOnce() -> R, R> StackJob<F, R> {
         }
     }
 
+    /// The job's header, as a pointer to the whole job (`run` and
+    /// `cancel` cast it back to `StackJob`): `#[repr(C)]` puts the header
+    /// first, and deriving the pointer from `self`, not from the header
+    /// field, keeps the provenance of the whole job.
     pub(crate) fn header(&self) -> NonNull<Header> {
-        NonNull::from(&self.header)
+        NonNull::from(self).cast::<Header>()
     }
 
     /// The job as a queueable task.
@@ -504,7 +619,9 @@ impl<F: FnOnce() -> R, R> StackJob<F, R> {
     /// The task must have been taken back (so nobody else runs it).
     #[inline]
     pub(crate) unsafe fn run_here(&self) -> std::thread::Result<R> {
-        let f = (*self.f.get()).assume_init_read();
+        // SAFETY: the closure was initialized by `new` and is read once:
+        // the task was taken back, so no runner reads it (caller).
+        let f = unsafe { (*self.f.get()).assume_init_read() };
         catch_unwind(AssertUnwindSafe(f))
     }
 
@@ -513,28 +630,60 @@ impl<F: FnOnce() -> R, R> StackJob<F, R> {
     /// # Safety
     /// The completion must be complete and the runner gone.
     pub(crate) unsafe fn take_result(&self) -> std::thread::Result<R> {
-        (*self.result.get()).assume_init_read()
+        // SAFETY: the runner wrote the result before completing, and left
+        // (caller); the joiner reads it once.
+        unsafe { (*self.result.get()).assume_init_read() }
     }
 
+    /// # Safety
+    /// `header` came from [`StackJob::header`] of a job of this type that
+    /// is still in place (`as_task`'s contract), and the caller owns the
+    /// task (it was not taken back).
     unsafe fn run(header: NonNull<Header>) {
-        let job = header.cast::<Self>().as_ref();
-        let f = (*job.f.get()).assume_init_read();
-        (*job.result.get()).write(catch_unwind(AssertUnwindSafe(f)));
-        // The joiner owns the memory and waits for the runner to leave, so
-        // the release decision is always "keep".
-        let _ = job.header.completion.complete();
+        // SAFETY: `header` points to the whole, live job (caller); it is
+        // only shared: its cells are written through `UnsafeCell`.
+        let job = unsafe { header.cast::<Self>().as_ref() };
+        // SAFETY: the closure was initialized by `new` and is read once:
+        // the owner of the task runs it, and `run_here` is not called for a
+        // task that was not taken back.
+        let f = unsafe { (*job.f.get()).assume_init_read() };
+        let result = catch_unwind(AssertUnwindSafe(f));
+        // The job lives in the joiner's frame, and the joiner waits for
+        // RUNNER_GONE: unwinding from here would leave it waiting forever.
+        // User code (a waker) is caught inside `complete`.
+        abort_on_unwind(|| {
+            // SAFETY: the runner alone writes the result, once, before it
+            // completes; the joiner reads it only after.
+            unsafe { (*job.result.get()).write(result) };
+            // The joiner owns the memory and waits for the runner to
+            // leave, so the release decision is always "keep".
+            let _ = job.header.completion.complete();
+        });
     }
 
+    /// # Safety
+    /// As for `run`.
     unsafe fn cancel(header: NonNull<Header>, why: Cancellation) {
-        let job = header.cast::<Self>().as_ref();
-        let f = (*job.f.get()).assume_init_read();
-        let _ = catch_unwind(AssertUnwindSafe(move || drop(f)));
-        (*job.result.get()).write(Err(Box::new(Cancelled(why))));
-        let _ = job.header.completion.complete();
+        // SAFETY: `header` points to the whole, live job (caller), and is
+        // only shared.
+        let job = unsafe { header.cast::<Self>().as_ref() };
+        // SAFETY: the closure was initialized by `new` and is read once,
+        // by the task's owner (a task taken back is not cancelled).
+        let f = unsafe { (*job.f.get()).assume_init_read() };
+        drop_or_report("the destructor of a cancelled task's closure", f);
+        abort_on_unwind(|| {
+            // SAFETY: the task's owner alone writes the result, once,
+            // before it completes; the joiner reads it only after.
+            unsafe { (*job.result.get()).write(Err(Box::new(Cancelled(why)))) };
+            let _ = job.header.completion.complete();
+        });
     }
 
+    /// Never called: a stack job has no `JoinHandle`; its joiner takes it
+    /// back and calls `run_here`. Reaching it is a scheduler bug in a frame
+    /// others may point to, so it aborts rather than unwinds.
     unsafe fn run_for_handle(_header: NonNull<Header>, _out: *mut ()) {
-        unreachable!("stack jobs are run in place through StackJob::run_here");
+        abort_on_unwind(|| unreachable!("stack jobs are run in place through StackJob::run_here"));
     }
 }
 

@@ -127,3 +127,57 @@ fn counting_waker() -> (std::task::Waker, Arc<AtomicUsize>) {
     let w = std::task::Waker::from(std::sync::Arc::new(Count(n.clone())));
     (w, n)
 }
+
+#[test]
+fn runner_leaves_even_when_the_waker_panics() {
+    quiet_waker_panics();
+    model(|| {
+        let b = Block::new();
+        let runner = spawn_runner(&b, 5, true);
+        let waker = std::task::Waker::from(std::sync::Arc::new(UnparkThenPanic(
+            loom::thread::current(),
+        )));
+        while !b.completion.register(&waker) {
+            thread::park();
+        }
+        let v = b.result.with_mut(|r| unsafe { (*r).take() });
+        assert_eq!(v, Some(5));
+        if let Release::Free { drop_result } = b.completion.release_handle(true) {
+            b.free(drop_result, false);
+        }
+        // The wake's panic stayed inside `complete`: the runner returned,
+        // and it still marked itself gone, so the block was freed once.
+        runner.join().unwrap();
+        assert_eq!(b.frees.load(Ordering::SeqCst), 1, "the block leaked");
+    });
+}
+
+/// The payload of [`UnparkThenPanic`]'s panic.
+const WAKER_PANIC: &str = "a waker that panics";
+
+/// A waker that unparks its thread, then panics (user code).
+struct UnparkThenPanic(loom::thread::Thread);
+
+impl std::task::Wake for UnparkThenPanic {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        self.0.unpark();
+        std::panic::panic_any(WAKER_PANIC);
+    }
+}
+
+/// Keeps the panic hook from printing the expected waker panics of every
+/// explored interleaving; other panics are printed as before.
+fn quiet_waker_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if info.payload().downcast_ref::<&str>() != Some(&WAKER_PANIC) {
+                previous(info);
+            }
+        }));
+    });
+}

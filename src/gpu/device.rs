@@ -185,7 +185,7 @@ impl Device {
         if ordinal >= count {
             return Err(GpuError::NoDevice { ordinal, count });
         }
-        // SAFETY: as above.
+        // SAFETY: only tries to load cuBLAS (and unloads it).
         if !unsafe { cudarc::cublas::sys::is_culib_present() } {
             return Err(GpuError::NoBlas);
         }
@@ -437,10 +437,13 @@ impl Drop for DeviceInner {
 /// signal (see `inbox.rs`), which takes one compare-and-swap, a lock-free
 /// push and a wake-up; no CUDA call, no allocation, no lock, no panic.
 unsafe extern "C" fn stream_reached(user_data: *mut c_void) {
-    // SAFETY: `user_data` is the signal `enqueue_completion` registered for
-    // this one call; the device (which holds the runtime) synchronizes its
-    // streams before letting the runtime go, so it outlives this call.
-    unsafe { fire_signal(SignalRef::from_ptr(user_data)) }
+    // SAFETY: `user_data` is `SignalRef::as_ptr` of the signal
+    // `enqueue_completion` registered for this one call, live until fired.
+    let signal = unsafe { SignalRef::from_ptr(user_data) };
+    // SAFETY: the signal is fired once, here; the device (which holds the
+    // runtime) synchronizes its streams before letting the runtime go, so
+    // the runtime outlives this call.
+    unsafe { fire_signal(signal) }
 }
 
 /// The watchdog thread: while completions are in flight, queries the
