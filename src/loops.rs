@@ -38,6 +38,7 @@ use crate::runtime::{global_runtime, on_worker, Shared};
 use crate::send_ptr::SendPtr;
 use crate::sync::{lock, AtomicBool, AtomicUsize, Mutex, Ordering, UnsafeCell};
 use crate::task::{self, TaskRef};
+use crate::unwind;
 use crate::worker::{Until, Worker};
 use std::any::Any;
 use std::cell::Cell;
@@ -404,13 +405,17 @@ impl<'p> ParallelFor<'p> {
                 promise::delay(&w.shared, part, deps);
                 w.wait_until(Until::Latch(latch));
             }
-            if let Some(p) = job.take_panic() {
-                resume_unwind(p);
-            }
-            // SAFETY: every part finished (pending is zero, read with
+            // SAFETY: every part finished (the latch is set, read with
             // acquire), so the last merge's write is visible and nobody
             // touches the slot any more.
-            match job.result.with_mut(|r| unsafe { (*r).take() }) {
+            let result = job.result.with_mut(|r| unsafe { (*r).take() });
+            if let Some(p) = job.take_panic() {
+                // The merged value is dropped before the panic is resumed:
+                // a destructor that panics while unwinding would abort.
+                unwind::drop_or_report("a panicking loop's merged accumulator", result);
+                resume_unwind(p);
+            }
+            match result {
                 Some(Some(acc)) => acc,
                 // Without merges (`for_each`) nothing is deposited.
                 _ => job.body.identity(),
@@ -936,11 +941,23 @@ unsafe impl<B: Body + Send> Send for Job<B> {}
 
 impl<B: Body> Job<B> {
     fn record_panic(&self, payload: Box<dyn Any + Send>) {
-        let mut slot = lock(&self.panic);
-        if slot.is_none() {
-            *slot = Some(payload);
+        let later = {
+            let mut slot = lock(&self.panic);
+            self.panicked.store(true, Ordering::Relaxed);
+            match *slot {
+                None => {
+                    *slot = Some(payload);
+                    None
+                }
+                Some(_) => Some(payload),
+            }
+        };
+        // Only the first panic is resumed. A later one's payload is
+        // dropped here, outside the lock; its destructor is user code
+        // that must not unwind out of the part (it would never finish).
+        if let Some(payload) = later {
+            unwind::drop_or_report("the payload of a later panic in a loop", payload);
         }
-        self.panicked.store(true, Ordering::Relaxed);
     }
 
     /// Records that the unstarted iterations `ks` of a cancelled part will

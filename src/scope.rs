@@ -7,6 +7,7 @@ use crate::runtime::{on_worker, Shared};
 use crate::send_ptr::SendPtr;
 use crate::sync::{lock, Mutex};
 use crate::task::{self, StackJob};
+use crate::unwind;
 use crate::worker::{Until, Worker};
 use std::any::Any;
 use std::marker::PhantomData;
@@ -85,11 +86,25 @@ where
         if !scope.latch.release_own() {
             w.wait_until(Until::Latch(&scope.latch));
         }
-        let body = body.unwrap_or_else(|p| resume_unwind(p));
-        if let Some(p) = scope.take_panic() {
-            resume_unwind(p);
+        let recorded = scope.take_panic();
+        match body {
+            Ok(value) => match recorded {
+                Some(p) => {
+                    unwind::drop_or_report("the value of a panicking scope's body", value);
+                    resume_unwind(p)
+                }
+                None => value,
+            },
+            Err(p) => {
+                // The body's panic wins; a task's is dropped first, since
+                // its destructor (user code) would abort the process if it
+                // panicked while this one unwinds.
+                if let Some(task_panic) = recorded {
+                    unwind::drop_or_report("the payload of a task's panic in a scope", task_panic);
+                }
+                resume_unwind(p)
+            }
         }
-        body
     })
 }
 
@@ -192,9 +207,21 @@ impl<'scope> Scope<'scope> {
     }
 
     fn record_panic(&self, payload: Box<dyn Any + Send>) {
-        let mut slot = lock(&self.panic);
-        if slot.is_none() {
-            *slot = Some(payload);
+        let later = {
+            let mut slot = lock(&self.panic);
+            match *slot {
+                None => {
+                    *slot = Some(payload);
+                    None
+                }
+                Some(_) => Some(payload),
+            }
+        };
+        // Only the first panic is resumed. A later one's payload is
+        // dropped here, outside the lock; its destructor is user code that
+        // must not unwind out of the task before it counts itself finished.
+        if let Some(payload) = later {
+            unwind::drop_or_report("the payload of a later panic in a scope", payload);
         }
     }
 
@@ -294,9 +321,19 @@ where
             // SAFETY: complete and the runner gone.
             unsafe { job_b.take_result() }
         };
+        // On a panic the other side's value or payload is dropped before
+        // the panic is resumed: a destructor that panicked while this one
+        // unwinds would abort the process.
         match (ra, rb) {
             (Ok(ra), Ok(rb)) => (ra, rb),
-            (Err(p), _) | (_, Err(p)) => resume_unwind(p),
+            (Err(p), other) => {
+                unwind::drop_or_report("the other side of a panicking join", other);
+                resume_unwind(p)
+            }
+            (Ok(ra), Err(p)) => {
+                unwind::drop_or_report("the other side of a panicking join", ra);
+                resume_unwind(p)
+            }
         }
     })
 }

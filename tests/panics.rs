@@ -306,3 +306,65 @@ fn an_accumulator_whose_drop_panics_after_a_failed_merge_does_not_hang_a_loop() 
         }
     });
 }
+
+/// Runs `f` and expects it to resume a `BadPayload` panic, which it
+/// forgets (dropping it would panic in this test).
+fn expect_bad_payload(what: &str, f: impl FnOnce()) {
+    let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err(what);
+    assert!(payload.is::<BadPayload>(), "{what}: another panic came out");
+    std::mem::forget(payload);
+}
+
+/// Several tasks of a scope panic with payloads whose destructors panic:
+/// the scope resumes the first and drops the others, whose destructors'
+/// panics are reported; each task still counts itself finished (it used
+/// to unwind past that, and the scope waited forever).
+#[test]
+fn a_scope_drops_later_bad_payloads_and_still_finishes() {
+    on_runtimes("scope bad payloads", |rt| {
+        expect_bad_payload("the scope resumes a task's panic", || {
+            rt.run(|| {
+                selvedge::scope(|s| {
+                    for _ in 0..4 {
+                        s.spawn(|_| panic_any(BadPayload));
+                    }
+                })
+            })
+        });
+        // The body panics too: the body's panic wins, the task's payload is
+        // dropped first (not while unwinding, which would abort).
+        let body = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            rt.run(|| {
+                selvedge::scope(|s| {
+                    s.spawn(|_| panic_any(BadPayload));
+                    panic!("the body");
+                })
+            })
+        }));
+        let payload = body.expect_err("the body's panic");
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"the body"));
+    });
+}
+
+/// Both closures of a `join` panic with payloads whose destructors panic:
+/// `a`'s is resumed, `b`'s dropped first (it used to be dropped while
+/// `a`'s unwound, which aborts).
+#[test]
+fn a_join_whose_sides_both_panic_with_bad_payloads_resumes_one() {
+    on_runtimes("join bad payloads", |rt| {
+        expect_bad_payload("join resumes a's panic", || {
+            rt.run(|| selvedge::join(|| panic_any(BadPayload), || panic_any(BadPayload)));
+        });
+    });
+}
+
+/// Many iterations of a loop panic with payloads whose destructors panic:
+/// the loop resumes one and its parts still finish.
+#[test]
+fn a_loop_drops_later_bad_payloads_and_still_finishes() {
+    on_runtimes("loop bad payloads", |rt| {
+        expect_bad_payload("the loop resumes an iteration's panic", || {
+            rt.run(|| selvedge::parallel_for(0..64).for_each(|_| panic_any(BadPayload)));
+        });
+    });
+}
