@@ -81,13 +81,6 @@ impl Completion {
         self.state.load(Ordering::Acquire) & COMPLETE != 0
     }
 
-    /// Whether the runner finished with the shared state (after
-    /// completing, it may still be waking a waiter).
-    #[inline]
-    pub fn is_runner_gone(&self) -> bool {
-        self.state.load(Ordering::Acquire) & RUNNER_GONE != 0
-    }
-
     /// Runner side: the result is written; publish it and wake a waiter.
     pub fn complete(&self) -> Release {
         let mut s = self.state.load(Ordering::Acquire);

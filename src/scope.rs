@@ -298,10 +298,10 @@ where
     RB: Send,
 {
     on_worker(|w| {
-        let job_b = StackJob::new(b);
+        let job_b = StackJob::new(b, w.index, &w.shared);
         // SAFETY: `job_b` stays in this frame until it was taken back, or
-        // completed and its runner left (waited for below on every path:
-        // a's panic is caught first).
+        // its latch is set (waited for below on every path: a's panic is
+        // caught first).
         let pos = w.push(unsafe { job_b.as_task() });
         // Both closures run as nested code wherever they run (see
         // `Worker::nested`), so `b` behaves alike on this worker and on a
@@ -312,13 +312,8 @@ where
             // SAFETY: taken back: nobody else runs it.
             w.nested(|| unsafe { job_b.run_here() })
         } else {
-            let c = job_b.completion();
-            w.wait_until(Until::Complete(c));
-            while !c.is_runner_gone() {
-                // The runner is between publishing and its last touch.
-                std::thread::yield_now();
-            }
-            // SAFETY: complete and the runner gone.
+            w.wait_until(Until::Latch(job_b.latch()));
+            // SAFETY: the latch is set.
             unsafe { job_b.take_result() }
         };
         // On a panic the other side's value or payload is dropped before

@@ -13,13 +13,17 @@
 
 use crate::completion::{Completion, Release};
 use crate::error::{Cancellation, Cancelled};
+use crate::latch::CountLatch;
+use crate::runtime::Shared;
 use crate::sync::{AtomicU64, AtomicUsize, Ordering};
 use crate::unwind::{abort_on_unwind, catch_and_report, drop_or_report, AbortIfPanic};
+use crate::worker::Worker;
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::cell::{Cell, UnsafeCell};
 use std::mem::{align_of, size_of, MaybeUninit};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{self, NonNull};
+use std::sync::Arc;
 
 /// Payload bytes stored inline in a block.
 pub(crate) const INLINE: usize = 192;
@@ -577,6 +581,9 @@ unsafe fn free_block(block: NonNull<Header>) {
 #[repr(C)]
 pub(crate) struct StackJob<F, R> {
     header: Header,
+    /// One count, released by whoever runs or cancels the job (not used
+    /// when the joiner takes the job back): the joiner waits on it.
+    latch: CountLatch<Shared>,
     f: UnsafeCell<MaybeUninit<F>>,
     result: UnsafeCell<MaybeUninit<std::thread::Result<R>>>,
 }
@@ -588,9 +595,11 @@ impl<F: FnOnce() -> R, R> StackJob<F, R> {
         cancel: Self::cancel,
     };
 
-    pub(crate) fn new(f: F) -> Self {
+    /// A job joined by worker `owner` of `runtime`.
+    pub(crate) fn new(f: F, owner: usize, runtime: &Arc<Shared>) -> Self {
         Self {
             header: Header::new(&Self::VTABLE),
+            latch: CountLatch::new(owner, runtime),
             f: UnsafeCell::new(MaybeUninit::new(f)),
             result: UnsafeCell::new(MaybeUninit::uninit()),
         }
@@ -607,8 +616,9 @@ impl<F: FnOnce() -> R, R> StackJob<F, R> {
     /// The job as a queueable task.
     ///
     /// # Safety
-    /// The job must neither move nor be dropped before the task ran, or was
-    /// taken back, and the runner left ([`Completion::is_runner_gone`]).
+    /// The job must neither move nor be dropped before the task was taken
+    /// back, or its latch is set (the runner touches nothing of the job
+    /// after releasing it).
     pub(crate) unsafe fn as_task(&self) -> TaskRef {
         TaskRef(self.header())
     }
@@ -628,10 +638,10 @@ impl<F: FnOnce() -> R, R> StackJob<F, R> {
     /// The result published by the runner.
     ///
     /// # Safety
-    /// The completion must be complete and the runner gone.
+    /// The latch must be set (see [`StackJob::latch`]).
     pub(crate) unsafe fn take_result(&self) -> std::thread::Result<R> {
-        // SAFETY: the runner wrote the result before completing, and left
-        // (caller); the joiner reads it once.
+        // SAFETY: the runner wrote the result before releasing the latch,
+        // which the caller saw set (acquire); the joiner reads it once.
         unsafe { (*self.result.get()).assume_init_read() }
     }
 
@@ -649,16 +659,26 @@ impl<F: FnOnce() -> R, R> StackJob<F, R> {
         let f = unsafe { (*job.f.get()).assume_init_read() };
         let result = catch_unwind(AssertUnwindSafe(f));
         // The job lives in the joiner's frame, and the joiner waits for
-        // RUNNER_GONE: unwinding from here would leave it waiting forever.
-        // User code (a waker) is caught inside `complete`.
+        // the latch: unwinding from here would leave it waiting forever.
         abort_on_unwind(|| {
             // SAFETY: the runner alone writes the result, once, before it
-            // completes; the joiner reads it only after.
+            // releases the latch; the joiner reads it only after.
             unsafe { (*job.result.get()).write(result) };
-            // The joiner owns the memory and waits for the runner to
-            // leave, so the release decision is always "keep".
-            let _ = job.header.completion.complete();
+            // SAFETY: the runner holds the latch's one count; nothing of
+            // the job is touched after the release.
+            unsafe { job.finish() };
         });
+    }
+
+    /// Releases the latch: the joiner may return, and free the job, at
+    /// once.
+    ///
+    /// # Safety
+    /// Called once, by the job's runner or canceller, as its last touch.
+    unsafe fn finish(&self) {
+        let current = Worker::current().map(|w| &w.shared);
+        // SAFETY: per the caller; the latch is live until this decrement.
+        unsafe { CountLatch::decrement(&self.latch, current) };
     }
 
     /// # Safety
@@ -673,9 +693,11 @@ impl<F: FnOnce() -> R, R> StackJob<F, R> {
         drop_or_report("the destructor of a cancelled task's closure", f);
         abort_on_unwind(|| {
             // SAFETY: the task's owner alone writes the result, once,
-            // before it completes; the joiner reads it only after.
+            // before it releases the latch; the joiner reads it only after.
             unsafe { (*job.result.get()).write(Err(Box::new(Cancelled(why)))) };
-            let _ = job.header.completion.complete();
+            // SAFETY: the canceller holds the latch's one count, as the
+            // runner would; nothing of the job is touched afterwards.
+            unsafe { job.finish() };
         });
     }
 
@@ -688,7 +710,8 @@ impl<F: FnOnce() -> R, R> StackJob<F, R> {
 }
 
 impl<F, R> StackJob<F, R> {
-    pub(crate) fn completion(&self) -> &Completion {
-        &self.header.completion
+    /// Set once the job ran (or was cancelled) on another thread.
+    pub(crate) fn latch(&self) -> &CountLatch<Shared> {
+        &self.latch
     }
 }
