@@ -1,7 +1,7 @@
 //! The runtime: its threads, what they share, and the ways in.
 
 use crate::affinity;
-use crate::error::{BuildError, Cancellation};
+use crate::error::{BuildError, Cancellation, JoinError};
 use crate::event::Dep;
 use crate::gate::Gate;
 use crate::handle::JoinHandle;
@@ -446,7 +446,13 @@ impl Runtime {
         // borrows in `f` and a non-'static `R` outlive the task.
         let handle = unsafe { JoinHandle::<R>::new(&task) };
         self.shared.inject(task);
-        handle.join()
+        // A panic out of the wait itself (not `f`'s, which comes back as a
+        // result) would free what `f` borrows while a worker runs it.
+        let result = crate::unwind::abort_on_unwind(|| handle.join_result());
+        match result {
+            Ok(value) => value,
+            Err(payload) => JoinError::from_payload(payload).resume(),
+        }
     }
 
     /// Queues `f` from any thread without blocking and returns its handle.

@@ -261,9 +261,12 @@ impl<'a, 'scope> ScopeMember<'a, 'scope> {
 impl Drop for ScopeMember<'_, '_> {
     fn drop(&mut self) {
         if !self.ran {
+            // A member is dropped unrun only when its task is cancelled,
+            // which says why.
+            let why = task::cancellation_in_progress()
+                .unwrap_or(crate::error::Cancellation::DependencyDropped);
             self.scope().record_panic(Box::new(format!(
-                "selvedge: a task of this scope was cancelled: {}",
-                crate::error::Cancellation::DependencyDropped
+                "selvedge: a task of this scope was cancelled: {why}"
             )));
         }
         // SAFETY: the member holds the task's count, released once, here.

@@ -288,13 +288,17 @@ impl<F: FnOnce()> Typed<F, ()> {
     /// # Safety
     /// `block` heads a live detached `TaskBlock` whose payload holds this
     /// unrun closure, and the caller owns it (a `TaskRef`).
-    unsafe fn cancel_detached(block: NonNull<Header>, _why: Cancellation) {
+    unsafe fn cancel_detached(block: NonNull<Header>, why: Cancellation) {
         // SAFETY: the payload holds the unrun `F` (caller), moved out once.
         let f = unsafe { take::<F>(block) };
         // SAFETY: no handle refers to a detached block, and its closure is
         // moved out: nobody uses it any more.
         unsafe { free_block(block) };
+        // The closure's destructor may report the cancellation itself (a
+        // scope's task does): tell it why.
+        let outer = CANCELLING.try_with(|c| c.replace(Some(why))).ok().flatten();
         drop_or_report("the destructor of a cancelled detached task's closure", f);
+        let _ = CANCELLING.try_with(|c| c.set(outer));
     }
 
     /// # Safety
@@ -475,6 +479,18 @@ impl Drop for BlockPool {
             unsafe { dealloc(b.as_ptr().cast(), Layout::new::<TaskBlock>()) };
         }
     }
+}
+
+thread_local! {
+    /// Why the detached task whose closure this thread is dropping unrun
+    /// was cancelled (see [`cancellation_in_progress`]).
+    static CANCELLING: Cell<Option<Cancellation>> = const { Cell::new(None) };
+}
+
+/// While a cancelled detached task's closure is dropped (by
+/// `TaskRef::cancel`), why it was cancelled; `None` elsewhere.
+pub(crate) fn cancellation_in_progress() -> Option<Cancellation> {
+    CANCELLING.try_with(Cell::get).ok().flatten()
 }
 
 thread_local! {

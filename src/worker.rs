@@ -17,6 +17,7 @@ use crate::runtime::Shared;
 use crate::steal::{Mailbox, Reply, StealPolicy, StealRequest, VictimSet};
 use crate::sync::Ordering;
 use crate::task::{Header, TaskRef};
+use crate::unwind::AbortIfPanic;
 use std::cell::Cell;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -137,9 +138,16 @@ impl Worker {
                 .collect(),
             shared,
         };
+        /// Clears `CURRENT` when the worker's frame ends, however it ends.
+        struct Current;
+        impl Drop for Current {
+            fn drop(&mut self) {
+                CURRENT.with(|c| c.set(std::ptr::null()));
+            }
+        }
         CURRENT.with(|c| c.set(&worker));
+        let _current = Current;
         worker.wait_until(Until::Shutdown);
-        CURRENT.with(|c| c.set(std::ptr::null()));
     }
 
     /// Marks the running task as a root task (see `in_root`); the mark ends
@@ -550,6 +558,16 @@ impl Worker {
     /// frame, then outside work and stolen work. Backs off and parks when
     /// nothing is found, but never stops answering steal requests for long.
     pub(crate) fn wait_until(&self, until: Until<'_>) {
+        // Tasks catch their own panics, so a panic here is a scheduler bug;
+        // unwinding would free frames that other threads may still point
+        // to (a join's stack job, a scope, `run`'s borrowed closure).
+        let guard = AbortIfPanic::new();
+        self.wait_loop(until);
+        guard.disarm();
+    }
+
+    #[inline(always)]
+    fn wait_loop(&self, until: Until<'_>) {
         let base = self.frame_base.get();
         let mut rounds = 0u32;
         loop {

@@ -149,3 +149,43 @@ fn a_scope_released_by_a_foreign_cancellation_outlives_nothing() {
         dropper.join().unwrap();
     }
 }
+
+/// A scope's delayed task made ready after its runtime's drop began is
+/// cancelled because the runtime shut down, and the scope says so (it
+/// used to blame a dropped dependency, whatever the reason).
+#[test]
+fn a_scope_task_cancelled_by_shutdown_says_so() {
+    use selvedge::Promise;
+    use std::sync::mpsc;
+    let mut shutdowns = 0;
+    for _ in 0..5 {
+        let rt = Runtime::builder().num_threads(2).build().unwrap();
+        let p = Promise::new();
+        let dep = p.dep();
+        let (tx, rx) = mpsc::channel();
+        drop(rt.submit(move || {
+            let r = catch_unwind(AssertUnwindSafe(|| {
+                scope(|s| s.spawn_delayed([dep], |_| {}));
+            }));
+            let message = r.err().and_then(|p| p.downcast_ref::<String>().cloned());
+            tx.send(message).unwrap();
+        }));
+        // The drop waits for the scope, which waits for the promise,
+        // fulfilled once the drop has (almost surely) begun.
+        let fulfiller = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            p.fulfill();
+        });
+        drop(rt);
+        fulfiller.join().unwrap();
+        match rx.recv().unwrap() {
+            // The fulfill came first: the task ran; try again.
+            None => continue,
+            Some(message) => {
+                assert!(message.contains("shut down"), "{message}");
+                shutdowns += 1;
+            }
+        }
+    }
+    assert!(shutdowns > 0, "the fulfill always beat the runtime's drop");
+}
