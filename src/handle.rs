@@ -213,9 +213,13 @@ impl<T> JoinHandle<T> {
     /// # Safety
     /// The block's completion must be complete and the result not taken.
     unsafe fn take_and_release(block: NonNull<Header>) -> std::thread::Result<T> {
-        let result = task::take_result::<T>(block);
-        let release = task::completion(block).release_handle(true);
-        task::finish_release::<T>(block, release);
+        // SAFETY: complete and untaken (caller), of the handle's type `T`.
+        let result = unsafe { task::take_result::<T>(block) };
+        // SAFETY: the handle still holds the block until it releases it.
+        let release = unsafe { task::completion(block) }.release_handle(true);
+        // SAFETY: `release` was returned to this handle for `block`, whose
+        // result type is `T`.
+        unsafe { task::finish_release::<T>(block, release) };
         result
     }
 }

@@ -68,6 +68,8 @@
 //!   from `SELVEDGE_NUM_THREADS`, else the available parallelism.
 
 #![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 #[cfg(not(loom))]
 mod affinity;
