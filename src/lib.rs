@@ -32,7 +32,12 @@
 //!   task and blocks, [`Runtime::submit`] queues work from any thread without
 //!   blocking, [`Runtime::sync_root`] waits until everything finished, and
 //!   [`Runtime::stats`] reads per-worker counters. Dropping a runtime
-//!   finishes its queued work and joins its threads.
+//!   finishes its queued work and joins its threads (dropped inside one of
+//!   its own tasks, it leaves that to a helper thread and returns).
+//! - A task about to block (a channel, a lock, I/O) can say so with
+//!   [`block_in_place`], which hands its worker's queued tasks to other
+//!   workers first; on Linux an idle worker also takes them from a worker
+//!   that stays out of the scheduler for about a millisecond.
 //! - [`spawn`] returns a [`JoinHandle`]: [`JoinHandle::join`] works while it
 //!   waits (or runs the task in place), resumes a panic with its payload, and
 //!   the handle is a [`std::future::Future`] too.
