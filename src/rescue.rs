@@ -10,18 +10,21 @@
 //! moment:
 //!
 //! - The owner brackets every entry into its scheduler code ([`Owner::enter`]
-//!   and the guard's drop). Entering stores its *beacon* (an epoch whose bit
-//!   0 means "busy"), issues a **light barrier** and loads `rescuing`; if it
-//!   is set, the owner waits (still busy) until it is clear. Leaving stores
-//!   the beacon "not busy" with the next epoch and a hint of how many tasks
-//!   are queued (a Release store). So the owner's path gains two plain
-//!   stores and one plain load per bracket, and a compiler fence.
-//! - A rescuer ([`Guarded::try_rescue`]) that saw the same beacon, not busy,
-//!   for a while (the owner is stuck in user code) takes the try-lock
-//!   `rescuing` (Acquire), issues a **heavy barrier** and re-reads the beacon
-//!   (Acquire). If it is unchanged, the owner is outside its scheduler code
-//!   and stays out until `rescuing` is cleared (Release): the rescuer has the
-//!   state to itself.
+//!   and the guard's drop). Entering stores its *beacon* "busy", issues a
+//!   **light barrier** and loads `rescuing`; if it is set, the owner waits
+//!   (still busy) until it is clear. Leaving stores the beacon "not busy",
+//!   with a hint of how many tasks are queued (a Release store). So the
+//!   owner's path gains two plain stores and two plain loads per bracket
+//!   (one of them checks that no guard is alive already), and a compiler
+//!   fence: no read-modify-write and no CPU fence.
+//! - A rescuer ([`Guarded::try_rescue`]) that saw the beacon not busy (the
+//!   caller decides for how long: a worker watches the owner's count of
+//!   tasks run too, so it rescues only an owner that made no progress for
+//!   a while) takes the try-lock `rescuing` (Acquire), issues a **heavy
+//!   barrier** and re-reads the beacon (Acquire). If it still reads as
+//!   sampled, not busy, the owner is outside its scheduler code and stays
+//!   out until `rescuing` is cleared (Release): the rescuer has the state
+//!   to itself.
 //!
 //! Why it is sound: the heavy barrier is `membarrier(2)` with
 //! `MEMBARRIER_CMD_PRIVATE_EXPEDITED`, which runs a full memory barrier on
@@ -56,13 +59,12 @@
 
 use crate::sync::{fence, AtomicBool, AtomicU64, Ordering, UnsafeCell};
 use std::cell::Cell;
+use std::marker::PhantomData;
 
 /// Bit 0 of a beacon: the owner is inside its scheduler code.
 const BUSY: u64 = 1;
-/// The epoch (bit 0 included) is the low half of a beacon, the hint the
-/// high half.
-const EPOCH_MASK: u64 = 0xFFFF_FFFF;
-const HINT_SHIFT: u32 = 32;
+/// The hint (tasks queued) is the rest of a beacon.
+const HINT_SHIFT: u32 = 1;
 
 /// Private state that reports how much work it holds, for the hint idle
 /// workers read to decide whether someone's tasks may be stranded.
@@ -76,7 +78,7 @@ pub trait Queued {
 #[derive(Debug)]
 pub struct Guarded<T> {
     /// Written by the owner (plain stores); by a rescuer only with a CAS
-    /// that keeps the epoch (to refresh the hint after a rescue).
+    /// from the value it validated (to refresh the hint after a rescue).
     beacon: AtomicU64,
     /// The rescuers' try-lock; set while a rescuer holds the state.
     rescuing: AtomicBool,
@@ -132,7 +134,7 @@ impl<T: Queued> Guarded<T> {
         );
         Owner {
             guarded: self,
-            epoch: Cell::new(0),
+            _not_sync: PhantomData,
         }
     }
 
@@ -181,15 +183,15 @@ impl<T: Queued> Guarded<T> {
 #[derive(Debug)]
 pub struct Owner<'a, T> {
     guarded: &'a Guarded<T>,
-    /// The owner's copy of its epoch; `BUSY` set while a guard lives.
-    epoch: Cell<u64>,
+    /// Not `Sync`: the owner's side stays on the owner's thread.
+    _not_sync: PhantomData<Cell<()>>,
 }
 
 impl<'a, T: Queued> Owner<'a, T> {
     /// Enters the scheduler code: the state is the owner's until the guard
-    /// drops. Costs two plain stores (beacon, epoch copy), one plain load
-    /// (`rescuing`: Acquire is a plain load on x86 and a load-acquire on
-    /// Arm) and a compiler fence.
+    /// drops. Costs a plain load and a plain store of the beacon, a
+    /// compiler fence and a plain load of `rescuing` (Acquire is a plain
+    /// load on x86 and a load-acquire on Arm).
     ///
     /// # Panics
     ///
@@ -197,14 +199,13 @@ impl<'a, T: Queued> Owner<'a, T> {
     /// reachable twice.
     #[inline(always)]
     pub fn enter(&self) -> OwnerGuard<'_, T> {
-        let e = self.epoch.get();
+        let g = self.guarded;
+        // Only this thread sets BUSY, so its own last store is what it reads.
         assert!(
-            e & BUSY == 0,
+            g.beacon.load(Ordering::Relaxed) & BUSY == 0,
             "selvedge: a worker's scheduler state entered while already held"
         );
-        self.epoch.set(e | BUSY);
-        let g = self.guarded;
-        g.beacon.store(e | BUSY, Ordering::Relaxed);
+        g.beacon.store(BUSY, Ordering::Relaxed);
         light_barrier();
         if g.rescuing.load(Ordering::Acquire) {
             wait_for_rescuer(&g.rescuing);
@@ -258,16 +259,12 @@ impl<T: Queued> OwnerGuard<'_, T> {
 impl<T: Queued> Drop for OwnerGuard<'_, T> {
     #[inline(always)]
     fn drop(&mut self) {
-        let owner = self.owner;
-        let g = owner.guarded;
+        let g = self.owner.guarded;
         // SAFETY: as in `with`; the read ends before the beacon store below.
         let hint = g.data.with(|p| unsafe { &*p }.queued()) as u64;
-        let e = (owner.epoch.get() + 1) & EPOCH_MASK; // busy + 1: next even epoch
-        owner.epoch.set(e);
         // Release: a rescuer that reads this beacon sees the state as we
         // leave it.
-        g.beacon
-            .store(e | hint.min(EPOCH_MASK) << HINT_SHIFT, Ordering::Release);
+        g.beacon.store(hint << HINT_SHIFT, Ordering::Release);
     }
 }
 
@@ -305,7 +302,7 @@ impl<T: Queued> Drop for RescueGuard<'_, T> {
         // that are gone. A CAS, never a store: the owner may have stored
         // its busy beacon meanwhile (it then waits for us), and a store
         // would clear that busy bit under the next rescuer.
-        let fresh = (self.seen.0 & EPOCH_MASK) | hint.min(EPOCH_MASK) << HINT_SHIFT;
+        let fresh = hint << HINT_SHIFT;
         let _ = g
             .beacon
             .compare_exchange(self.seen.0, fresh, Ordering::Release, Ordering::Relaxed);

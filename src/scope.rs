@@ -306,10 +306,10 @@ where
         // its latch is set (waited for below on every path: a's panic is
         // caught first).
         let pos = w.push(unsafe { job_b.as_task() });
-        // Both closures run as nested code wherever they run (see
-        // `Worker::nested`), so `b` behaves alike on this worker and on a
-        // thief's.
-        let ra = w.nested(|| catch_unwind(AssertUnwindSafe(a)));
+        // `a` always runs here, as the caller's own code; `b` runs as
+        // nested code wherever it runs (see `Worker::nested`), so it
+        // behaves alike on this worker and on a thief's.
+        let ra = catch_unwind(AssertUnwindSafe(a));
         let rb = if w.take_back(pos, job_b.header()).is_some() {
             w.count_task_run();
             // SAFETY: taken back: nobody else runs it.

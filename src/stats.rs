@@ -28,7 +28,9 @@ impl Counter {
         self.0.store(n, Ordering::Relaxed);
     }
 
-    fn get(&self) -> u64 {
+    /// The count now (any thread).
+    #[inline]
+    pub(crate) fn load(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
 }
@@ -103,15 +105,15 @@ pub struct WorkerStats {
 impl WorkerStats {
     pub(crate) fn read(c: &WorkerCounters) -> Self {
         Self {
-            tasks_run: c.tasks_run.get(),
-            steal_requests_sent: c.requests_sent.get(),
-            steal_requests_answered: c.requests_answered.get(),
-            steal_requests_declined: c.requests_declined.get(),
-            tasks_given: c.tasks_given.get(),
-            tasks_stolen: c.tasks_stolen.get(),
-            parks: c.parks.get(),
-            loop_splits: c.loop_splits.get(),
-            rescues: c.rescues.get(),
+            tasks_run: c.tasks_run.load(),
+            steal_requests_sent: c.requests_sent.load(),
+            steal_requests_answered: c.requests_answered.load(),
+            steal_requests_declined: c.requests_declined.load(),
+            tasks_given: c.tasks_given.load(),
+            tasks_stolen: c.tasks_stolen.load(),
+            parks: c.parks.load(),
+            loop_splits: c.loop_splits.load(),
+            rescues: c.rescues.load(),
         }
     }
 
@@ -176,8 +178,8 @@ impl RuntimeStats {
         let mut waiting = foreign;
         for c in counters.iter() {
             waiting = waiting
-                .wrapping_add(c.dependency_parks.get())
-                .wrapping_sub(c.dependency_releases.get());
+                .wrapping_add(c.dependency_parks.load())
+                .wrapping_sub(c.dependency_releases.load());
         }
         Self {
             workers: counters.iter().map(|c| WorkerStats::read(c)).collect(),

@@ -86,7 +86,7 @@ pub(crate) struct Worker {
     loop_top: Cell<*const LoopFrame>,
     /// For rescue: each worker's beacon as this one last saw it, and since
     /// when it reads so.
-    seen: Box<[Cell<(Beacon, Instant)>]>,
+    seen: Box<[Cell<(Beacon, u64, Instant)>]>,
 }
 
 /// What an idle worker's look at the other workers found.
@@ -134,7 +134,7 @@ impl Worker {
             seen: shared
                 .beacons
                 .iter()
-                .map(|b| Cell::new((b.sample(), now)))
+                .map(|b| Cell::new((b.sample(), 0, now)))
                 .collect(),
             shared,
         };
@@ -663,18 +663,20 @@ impl Worker {
             if v == self.index {
                 continue;
             }
+            // Progress: the owner counts every task it runs, in place too.
+            let progress = shared.counters[v].tasks_run.load();
             let b = shared.beacons[v].sample();
             if b.busy() || (b.hint() == 0 && shared.mailboxes[v].is_empty()) {
-                seen.set((b, now));
+                seen.set((b, progress, now));
                 continue;
             }
             scan.stranded = true;
-            let (old, since) = seen.get();
-            if old != b {
-                seen.set((b, now));
+            let (old, old_progress, since) = seen.get();
+            if old != b || old_progress != progress {
+                seen.set((b, progress, now));
             } else if now.duration_since(since) >= RESCUE_AFTER && self.rescue(v, b) {
                 scan.rescued = true;
-                seen.set((shared.beacons[v].sample(), now));
+                seen.set((shared.beacons[v].sample(), progress, now));
             }
         }
         scan
