@@ -352,10 +352,14 @@ impl<'p> ParallelFor<'p> {
             }
         });
         drop(done);
-        let job = Arc::as_ptr(&job);
+        // The parts hold this reference together, and the last one to
+        // finish releases it (see `Job::finish_part`): the job lives until
+        // every part finished even when the handle task is cancelled first
+        // (a runtime's drop cancels every parked task, in any order).
+        let job = Arc::into_raw(job);
         match self.len() {
-            // SAFETY: the handle task keeps the job alive until the promise
-            // this fulfills lets it run.
+            // SAFETY: the parts' reference keeps the job alive until this,
+            // the only part, finishes.
             0 if self.deps.is_empty() => unsafe { Job::finish_part(job) },
             // An empty loop with dependencies still completes only after
             // them (or reports them broken).
@@ -1016,12 +1020,16 @@ impl<B: Body> Job<B> {
             Finish::Fulfill { pending, done } => {
                 if pending.fetch_sub(1, Ordering::AcqRel) == 1 {
                     // SAFETY: only the part that brought the count to zero
-                    // gets here, and the job lives until the handle task,
-                    // which waits for this promise, runs.
+                    // gets here, and the parts' reference keeps the job
+                    // alive until it is released below.
                     let promise = done.with_mut(|p| unsafe { (*p).take() });
                     if let Some(p) = promise {
                         p.fulfill();
                     }
+                    // SAFETY: a spawned loop's job is in an `Arc` whose
+                    // reference the parts hold together (`spawn`); the last
+                    // part releases it, and touches nothing of the job after.
+                    unsafe { Arc::decrement_strong_count(job) };
                 }
             }
         }
