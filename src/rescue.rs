@@ -14,9 +14,10 @@
 //!   **light barrier** and loads `rescuing`; if it is set, the owner waits
 //!   (still busy) until it is clear. Leaving stores the beacon "not busy",
 //!   with a hint of how many tasks are queued (a Release store). So the
-//!   owner's path gains two plain stores and two plain loads per bracket
-//!   (one of them checks that no guard is alive already), and a compiler
-//!   fence: no read-modify-write and no CPU fence.
+//!   owner's path gains two plain stores and one plain load per bracket
+//!   (plus reading the deque's length for the hint), and a compiler
+//!   fence: no read-modify-write and no CPU fence. (Debug builds also
+//!   check that no guard is alive already.)
 //! - A rescuer ([`Guarded::try_rescue`]) that saw the beacon not busy (the
 //!   caller decides for how long: a worker watches the owner's count of
 //!   tasks run too, so it rescues only an owner that made no progress for
@@ -189,9 +190,9 @@ pub struct Owner<'a, T> {
 
 impl<'a, T: Queued> Owner<'a, T> {
     /// Enters the scheduler code: the state is the owner's until the guard
-    /// drops. Costs a plain load and a plain store of the beacon, a
-    /// compiler fence and a plain load of `rescuing` (Acquire is a plain
-    /// load on x86 and a load-acquire on Arm).
+    /// drops. Costs a plain store of the beacon, a compiler fence and a
+    /// plain load of `rescuing` (Acquire is a plain load on x86 and a
+    /// load-acquire on Arm).
     ///
     /// # Panics
     ///
