@@ -643,6 +643,9 @@ struct Delayed {
     waiter: ManuallyDrop<Waiter>,
     claim: Claim,
     owned: UnsafeCell<MaybeUninit<(TaskRef, Arc<Shared>)>>,
+    /// The registry shard the node goes to if it parks (fixed when the
+    /// node is made, so the settling side knows it whatever the timing).
+    shard: usize,
 }
 
 /// A node pointer that may sit in a runtime's registry.
@@ -660,6 +663,13 @@ impl Node {
         // references, which keeps it allocated; the claim is only ever
         // shared.
         unsafe { &*ptr::addr_of!((*self.0.as_ptr()).claim) }
+    }
+
+    /// The registry shard the node belongs to.
+    fn shard(&self) -> usize {
+        // SAFETY: as in `claim`; the shard is written when the node is
+        // made and only read afterwards.
+        unsafe { ptr::addr_of!((*self.0.as_ptr()).shard).read() }
     }
 
     /// Takes the task and its runtime out of a node whose claim the caller
@@ -698,10 +708,24 @@ impl Node {
 pub(crate) struct Parked {
     /// Registered nodes, one shard per worker and one for other threads, so
     /// workers parking tasks at once do not share a lock.
-    shards: Box<[CachePadded<Mutex<Registry>>]>,
+    shards: Box<[CachePadded<Shard>]>,
     /// Parks minus releases counted on threads that are not workers of the
     /// runtime (wrapping). Workers count in their own counters.
     foreign: AtomicU64,
+}
+
+/// One shard of the registry.
+#[derive(Default)]
+struct Shard {
+    registry: Mutex<Registry>,
+    /// Nodes settled since the last sweep (perhaps never registered):
+    /// when they reach half the registry, the settling thread sweeps, so
+    /// settled nodes go back to the pool soon instead of staying until
+    /// the next registrations (a chain of a thousand delayed tasks ran
+    /// two to four times slower holding them).
+    settled: AtomicUsize,
+    /// The registry's length at its last change, for that test.
+    len: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -722,7 +746,7 @@ impl Parked {
     pub(crate) fn new(workers: usize) -> Self {
         Self {
             shards: (0..=workers)
-                .map(|_| CachePadded::new(Mutex::new(Registry::default())))
+                .map(|_| CachePadded::new(Shard::default()))
                 .collect(),
             foreign: AtomicU64::new(0),
         }
@@ -754,31 +778,57 @@ impl Parked {
         }
     }
 
-    /// Adds `node` (which holds a registry reference for us) to the
-    /// registry.
-    fn register(&self, runtime: &Shared, node: Node) {
-        let shard = match Worker::current() {
+    /// The shard a node made on this thread goes to.
+    fn shard_here(&self, runtime: &Shared) -> usize {
+        match Worker::current() {
             Some(w) if ptr::eq(&*w.shared, runtime) => w.index,
             _ => self.shards.len() - 1,
-        };
-        let mut reg = lock(&self.shards[shard]);
+        }
+    }
+
+    /// Adds `node` (which holds a registry reference for us) to its shard.
+    fn register(&self, node: Node) {
+        let shard = &self.shards[node.shard()];
+        let mut reg = lock(&shard.registry);
         if reg.nodes.len() >= reg.sweep_at {
-            let mut kept = Vec::with_capacity(reg.nodes.len());
-            for node in reg.nodes.drain(..) {
-                if node.claim().is_claimed() {
-                    // Settled: the registry has nothing more to do with it.
-                    // SAFETY: the registry's reference; the claim was won by
-                    // the protocol side, which took the task and will drop
-                    // (or dropped) the waiter before its release.
-                    unsafe { node.release() };
-                } else {
-                    kept.push(node);
-                }
-            }
-            reg.sweep_at = (2 * kept.len()).max(MIN_SWEEP);
-            reg.nodes = kept;
+            Self::sweep(shard, &mut reg);
         }
         reg.nodes.push(node);
+        shard.len.store(reg.nodes.len(), Ordering::Relaxed);
+    }
+
+    /// Releases the registry's reference on the settled nodes of a shard
+    /// (the caller holds its lock).
+    fn sweep(shard: &Shard, reg: &mut Registry) {
+        shard.settled.store(0, Ordering::Relaxed);
+        let mut kept = Vec::with_capacity(reg.nodes.len());
+        for node in reg.nodes.drain(..) {
+            if node.claim().is_claimed() {
+                // Settled: the registry has nothing more to do with it.
+                // SAFETY: the registry's reference; the claim was won by
+                // the protocol side, which took the task and will drop
+                // (or dropped) the waiter before its release.
+                unsafe { node.release() };
+            } else {
+                kept.push(node);
+            }
+        }
+        reg.sweep_at = (2 * kept.len()).max(MIN_SWEEP);
+        reg.nodes = kept;
+        shard.len.store(reg.nodes.len(), Ordering::Relaxed);
+    }
+
+    /// Counts a node of shard `index` settled; once half the shard is,
+    /// sweeps it (unless another thread holds its lock: then later).
+    fn note_settled(&self, index: usize) {
+        let shard = &self.shards[index];
+        let settled = shard.settled.fetch_add(1, Ordering::Relaxed) + 1;
+        if settled < MIN_SWEEP / 2 || settled * 2 < shard.len.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Ok(mut reg) = shard.registry.try_lock() {
+            Self::sweep(shard, &mut reg);
+        }
     }
 
     /// Cancels every registered task still parked, once the runtime's
@@ -795,7 +845,7 @@ impl Parked {
     pub(crate) fn reclaim(&self) {
         let mut claimed = Vec::new();
         for shard in self.shards.iter() {
-            let nodes = std::mem::take(&mut lock(shard).nodes);
+            let nodes = std::mem::take(&mut lock(&shard.registry).nodes);
             for node in nodes {
                 if node.claim().claim() {
                     // SAFETY: we won the claim and hold the registry's
@@ -817,7 +867,7 @@ impl Parked {
 impl Drop for Parked {
     fn drop(&mut self) {
         for shard in self.shards.iter() {
-            for node in std::mem::take(&mut lock(shard).nodes) {
+            for node in std::mem::take(&mut lock(&shard.registry).nodes) {
                 // An unclaimed node holds its runtime alive, so by the time
                 // the runtime's registry goes every node left was claimed.
                 debug_assert!(node.claim().is_claimed());
@@ -862,6 +912,7 @@ pub(crate) fn delay(
             waiter: ManuallyDrop::new(waiter),
             claim: Claim::new(),
             owned: UnsafeCell::new(MaybeUninit::new((task, runtime.clone()))),
+            shard: runtime.parked.shard_here(runtime),
         })
     };
     // Counted before it can be released, so the count never goes below the
@@ -872,7 +923,7 @@ pub(crate) fn delay(
     // takes it back (and until the registry's reference goes, which we
     // hold until `register` or the release below).
     match unsafe { Waiter::start(w) } {
-        None => runtime.parked.register(runtime, Node(node)),
+        None => runtime.parked.register(Node(node)),
         Some(outcome) => {
             settle(outcome);
             // SAFETY: the registry's reference, never registered.
@@ -911,10 +962,12 @@ unsafe fn take_node(w: NonNull<Waiter>) -> Option<(TaskRef, Arc<Shared>)> {
         // SAFETY: we won the claim and hold the protocol's reference.
         unsafe { node.take() }
     });
+    let shard = node.shard();
     // SAFETY: the protocol's reference, after its last use.
     unsafe { node.release() };
     if let Some((_, runtime)) = &owned {
         Parked::count(runtime, false);
+        runtime.parked.note_settled(shard);
     }
     owned
 }
