@@ -162,14 +162,19 @@ impl Worker {
     /// `sync_root` in `f` panics wherever `f` happens to run.
     #[inline(always)]
     pub(crate) fn nested<R>(&self, f: impl FnOnce() -> R) -> R {
-        struct Restore<'a>(&'a Cell<bool>, bool);
+        /// Marks the code as the root's own again, however `f` ends.
+        struct Restore<'a>(&'a Cell<bool>);
         impl Drop for Restore<'_> {
             #[inline(always)]
             fn drop(&mut self) {
-                self.0.set(self.1);
+                self.0.set(true);
             }
         }
-        let _restore = Restore(&self.in_root, self.in_root.replace(false));
+        if !self.in_root.get() {
+            return f(); // the common case: nothing to clear or restore
+        }
+        self.in_root.set(false);
+        let _restore = Restore(&self.in_root);
         f()
     }
 
