@@ -66,13 +66,8 @@ impl<R: Unpark> CountLatch<R> {
     /// A latch of worker `owner` of `runtime`, holding one count: the
     /// owner's own (a scope's body, a loop's first part).
     pub fn new(owner: usize, runtime: &Arc<R>) -> Self {
-        Self::with_count(owner, runtime, 1)
-    }
-
-    /// A latch holding `count` counts.
-    pub fn with_count(owner: usize, runtime: &Arc<R>, count: usize) -> Self {
         Self {
-            count: AtomicUsize::new(count),
+            count: AtomicUsize::new(1),
             target: UnsafeCell::new(Target {
                 owner,
                 runtime: Arc::as_ptr(runtime),

@@ -945,23 +945,14 @@ unsafe impl<B: Body + Send> Send for Job<B> {}
 
 impl<B: Body> Job<B> {
     fn record_panic(&self, payload: Box<dyn Any + Send>) {
-        let later = {
-            let mut slot = lock(&self.panic);
-            self.panicked.store(true, Ordering::Relaxed);
-            match *slot {
-                None => {
-                    *slot = Some(payload);
-                    None
-                }
-                Some(_) => Some(payload),
-            }
-        };
-        // Only the first panic is resumed. A later one's payload is
-        // dropped here, outside the lock; its destructor is user code
-        // that must not unwind out of the part (it would never finish).
-        if let Some(payload) = later {
-            unwind::drop_or_report("the payload of a later panic in a loop", payload);
-        }
+        // The flag is read only after every part finished, which orders
+        // this store before that read.
+        self.panicked.store(true, Ordering::Relaxed);
+        unwind::keep_first_panic(
+            &self.panic,
+            payload,
+            "the payload of a later panic in a loop",
+        );
     }
 
     /// Records that the unstarted iterations `ks` of a cancelled part will

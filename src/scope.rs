@@ -207,22 +207,11 @@ impl<'scope> Scope<'scope> {
     }
 
     fn record_panic(&self, payload: Box<dyn Any + Send>) {
-        let later = {
-            let mut slot = lock(&self.panic);
-            match *slot {
-                None => {
-                    *slot = Some(payload);
-                    None
-                }
-                Some(_) => Some(payload),
-            }
-        };
-        // Only the first panic is resumed. A later one's payload is
-        // dropped here, outside the lock; its destructor is user code that
-        // must not unwind out of the task before it counts itself finished.
-        if let Some(payload) = later {
-            unwind::drop_or_report("the payload of a later panic in a scope", payload);
-        }
+        unwind::keep_first_panic(
+            &self.panic,
+            payload,
+            "the payload of a later panic in a scope",
+        );
     }
 
     fn take_panic(&self) -> Option<Box<dyn Any + Send>> {

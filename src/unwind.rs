@@ -17,6 +17,7 @@
 // The loom models use only the reporting half.
 #![cfg_attr(loom, allow(dead_code))]
 
+use crate::sync::{lock, Mutex};
 use std::any::Any;
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe, Location};
@@ -92,6 +93,31 @@ pub(crate) fn catch_and_report(what: &str, f: impl FnOnce()) {
 #[inline]
 pub(crate) fn drop_or_report<T>(what: &str, value: T) {
     catch_and_report(what, move || drop(value));
+}
+
+/// Keeps `payload` in `slot` if no panic is there yet (a scope's or a
+/// loop's first panic, resumed when it ends). A later payload is dropped
+/// outside the lock, with its destructor's panic [`report`]ed: that
+/// destructor is user code, and the task recording it must still count
+/// itself finished.
+pub(crate) fn keep_first_panic(
+    slot: &Mutex<Option<Box<dyn Any + Send>>>,
+    payload: Box<dyn Any + Send>,
+    what: &str,
+) {
+    let later = {
+        let mut first = lock(slot);
+        match *first {
+            None => {
+                *first = Some(payload);
+                None
+            }
+            Some(_) => Some(payload),
+        }
+    };
+    if let Some(payload) = later {
+        drop_or_report(what, payload);
+    }
 }
 
 /// Reports a panic that was caught where nobody waits for it, and drops
