@@ -79,6 +79,7 @@
 #[cfg(not(loom))]
 mod affinity;
 mod completion;
+mod deque;
 mod event;
 mod gate;
 #[cfg(all(feature = "cuda", not(loom)))]
@@ -96,8 +97,6 @@ mod unwind;
 
 #[cfg(not(loom))]
 mod blocking;
-#[cfg(not(loom))]
-mod deque;
 #[cfg(not(loom))]
 mod error;
 #[cfg(not(loom))]
@@ -149,12 +148,13 @@ pub struct ReadmeDoctests;
 #[doc(hidden)]
 pub mod protocols {
     pub use crate::completion::{Completion, Release};
+    pub use crate::deque::{Deque, Popped};
     pub use crate::event::{Claim, Dep, Group, Outcome, Waiter};
     pub use crate::gate::Gate;
     pub use crate::inbox::{Inbox, SignalRef};
     pub use crate::latch::{CountLatch, Unpark};
     pub use crate::merge::{deposit, split, Out};
     pub use crate::park::Sleep;
-    pub use crate::rescue::{Beacon, Guarded, Owner, OwnerGuard, Queued, RescueGuard};
+    pub use crate::rescue::{Guarded, Owner, OwnerGuard, RescueGuard};
     pub use crate::steal::{Mailbox, Reply, ReplySlot, StealRequest, VictimSet};
 }

@@ -1,31 +1,32 @@
-//! Rescue: acting as a worker's owner while the owner is stuck in user code.
+//! Rescue: another thread acting for a worker stuck in user code.
 //!
-//! A worker's deque is private: only its owner touches it, with no atomic
+//! A worker's deque is its own: its owner pushes and pops with no atomic
 //! read-modify-write and no fence. That is what makes push and pop cheap,
-//! and what strands the queued tasks of a worker whose task blocks where
-//! the runtime cannot see it (a channel, a lock, a sleep): nobody answers
-//! steal requests for them. A [`Guarded`] value is such private state made
+//! and what would strand the queued tasks of a worker whose task blocks
+//! where the runtime cannot see it (a channel, a lock, a sleep): nobody
+//! answers steal requests for them. A [`Guarded`] value is such state made
 //! reachable by other threads through an *asymmetric Dekker* protocol (a
-//! biased lock), so that an idle worker can take the owner's place for a
-//! moment:
+//! biased lock), so that an idle worker can act for the owner for a moment:
 //!
-//! - The owner brackets every entry into its scheduler code ([`Owner::enter`]
-//!   and the guard's drop). Entering stores its *beacon* "busy", issues a
-//!   **light barrier** and loads `rescuing`; if it is set, the owner waits
-//!   (still busy) until it is clear. Leaving stores the beacon "not busy",
-//!   with a hint of how many tasks are queued (a Release store). So the
-//!   owner's path gains two plain stores and one plain load per bracket
-//!   (plus reading the deque's length for the hint), and a compiler
+//! - The owner's **exclusive section** ([`Owner::enter`] to the guard's
+//!   drop) excludes rescuers. Entering stores `busy`, issues a **light
+//!   barrier** and loads `rescuing`; if it is set, the owner waits (still
+//!   busy) until it is clear. Leaving clears `busy` (a Release store). So
+//!   the section costs two plain stores, one plain load and a compiler
 //!   fence: no read-modify-write and no CPU fence. (Debug builds also
-//!   check that no guard is alive already.)
-//! - A rescuer ([`Guarded::try_rescue`]) that saw the beacon not busy (the
+//!   check that no section is open already.)
+//! - A rescuer ([`Guarded::try_rescue`]) that saw the owner not busy (the
 //!   caller decides for how long: a worker watches the owner's count of
 //!   tasks run too, so it rescues only an owner that made no progress for
 //!   a while) takes the try-lock `rescuing` (Acquire), issues a **heavy
-//!   barrier** and re-reads the beacon (Acquire). If it still reads as
-//!   sampled, not busy, the owner is outside its scheduler code and stays
-//!   out until `rescuing` is cleared (Release): the rescuer has the state
-//!   to itself.
+//!   barrier** and re-reads `busy` (Acquire). If the owner is still not
+//!   busy, it stays out of its exclusive section until `rescuing` is
+//!   cleared (Release).
+//! - Outside its exclusive section the owner may keep using the state in
+//!   the ways the state allows while a rescuer holds it: the deque's fast
+//!   push and pop, which meet a rescuer's steals with the same pair of
+//!   barriers (see `deque.rs`). Holders therefore get shared references,
+//!   and the state's own interior mutability says who may do what.
 //!
 //! Why it is sound: the heavy barrier is `membarrier(2)` with
 //! `MEMBARRIER_CMD_PRIVATE_EXPEDITED`, which runs a full memory barrier on
@@ -33,92 +34,56 @@
 //! (a thread that is not running has passed through the kernel's context
 //! switch, itself a full barrier). The light barrier is a compiler fence:
 //! it keeps the compiler from moving the owner's load of `rescuing` above
-//! its store of the beacon, and the CPU may still reorder them only until
+//! its store of `busy`, and the CPU may still reorder them only until
 //! the next full barrier on that CPU. So either the barrier on the owner's
-//! CPU comes after the owner's beacon store (and the rescuer, reading the
-//! beacon after `membarrier` returns, sees it busy or changed, and backs
-//! off), or it comes before the owner's load of `rescuing` (which then sees
-//! the rescuer's flag, and the owner waits). That is the classic
+//! CPU comes after the owner's store of `busy` (and the rescuer, reading
+//! it after `membarrier` returns, sees it busy and backs off), or it comes
+//! before the owner's load of `rescuing` (which then sees the rescuer's
+//! flag, and the owner waits). That is the classic
 //! store-buffering pair with one side's fence made remote, as in Linux's
 //! `sys_membarrier` users and folly's `asymmetricHeavyBarrier`. Both
 //! orders give exclusion; the Release/Acquire pairs (the owner's leaving
-//! store and the rescuer's beacon load; the rescuer's clearing store and
-//! the owner's load of `rescuing`; the try-lock between rescuers) carry
-//! the state's contents between them. Under loom both barriers are
-//! `fence(SeqCst)`, which gives the same exclusion in the model.
-//! (The heavy barrier is wrapped in `fence(SeqCst)`s, which as acquire
-//! fences already order the rescuer after the store its try-lock CAS and
-//! its first beacon sample read; the Acquire on those two is kept for the
-//! case where the sample and the re-read come from different stores. The
-//! loom model `loom-tests/tests/rescue.rs` fails when either barrier, the
-//! owner's Acquire on `rescuing`, the rescuer's Release clearing it, or the
-//! owner's Release beacon store is weakened.)
+//! store and the rescuer's load of `busy`; the rescuer's clearing store
+//! and the owner's load of `rescuing`; the try-lock between rescuers)
+//! carry the state's contents between them. Under loom both barriers are
+//! `fence(SeqCst)`, which gives the same exclusion in the model. The loom
+//! model `loom-tests/tests/rescue.rs` fails when either barrier is taken
+//! out or the owner stops checking `rescuing`.
 //!
 //! Where `membarrier` is missing (not Linux, an old kernel, a sandbox that
 //! refuses it), [`available`] is false and rescue never happens: the owner's
 //! compiler fence alone would not be a barrier, so nothing may rely on it.
 
-use crate::sync::{fence, AtomicBool, AtomicU64, Ordering, UnsafeCell};
+use crate::sync::{fence, AtomicBool, Ordering};
 use std::cell::Cell;
 
-/// Bit 0 of a beacon: the owner is inside its scheduler code.
-const BUSY: u64 = 1;
-/// The hint (tasks queued) is the rest of a beacon.
-const HINT_SHIFT: u32 = 1;
-
-/// Private state that reports how much work it holds, for the hint idle
-/// workers read to decide whether someone's tasks may be stranded.
-pub trait Queued {
-    /// How many tasks wait here (an estimate is fine).
-    fn queued(&self) -> usize;
-}
-
-/// One worker's private state, with the beacon and the try-lock through
-/// which another thread may act as its owner (see the module docs).
+/// One worker's state, with the flag and the try-lock through which
+/// another thread may act as its owner (see the module docs).
+///
+/// Holders get a shared reference to the state: the state decides, with
+/// interior mutability, what its owner may do outside a guard, what needs
+/// an [`OwnerGuard`] and what a [`RescueGuard`] may do while the owner runs
+/// (the deque's module says so for the deque).
 #[derive(Debug)]
 pub struct Guarded<T> {
-    /// Written by the owner (plain stores); by a rescuer only with a CAS
-    /// from the value it validated (to refresh the hint after a rescue).
-    beacon: AtomicU64,
+    /// The owner is inside its exclusive section. Written by the owner
+    /// only (plain stores).
+    busy: AtomicBool,
     /// The rescuers' try-lock; set while a rescuer holds the state.
     rescuing: AtomicBool,
     /// An owner was handed out ([`Guarded::claim`]): there is only one.
     claimed: AtomicBool,
-    data: UnsafeCell<T>,
+    data: T,
 }
 
-// SAFETY: the data is reached only through an `OwnerGuard` or a
-// `RescueGuard`, and the protocol (module docs) lets at most one of them
-// exist at a time; `T: Send` because the data moves between the owner's
-// thread and rescuers' threads.
-unsafe impl<T: Send> Sync for Guarded<T> {}
-// SAFETY: as above; the atomics are Send.
-unsafe impl<T: Send> Send for Guarded<T> {}
-
-/// A snapshot of a beacon, taken by a would-be rescuer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Beacon(u64);
-
-impl Beacon {
-    /// The owner is inside its scheduler code.
-    pub fn busy(self) -> bool {
-        self.0 & BUSY != 0
-    }
-
-    /// Tasks queued when the owner (or the last rescuer) left.
-    pub fn hint(self) -> usize {
-        (self.0 >> HINT_SHIFT) as usize
-    }
-}
-
-impl<T: Queued> Guarded<T> {
+impl<T> Guarded<T> {
     /// Wraps `data`, owned by nobody yet.
     pub fn new(data: T) -> Self {
         Self {
-            beacon: AtomicU64::new(0),
+            busy: AtomicBool::new(false),
             rescuing: AtomicBool::new(false),
             claimed: AtomicBool::new(false),
-            data: UnsafeCell::new(data),
+            data,
         }
     }
 
@@ -138,18 +103,25 @@ impl<T: Queued> Guarded<T> {
         }
     }
 
-    /// The beacon now (for idle workers deciding whether to rescue).
+    /// Whether the owner is in its exclusive section now (for idle
+    /// workers deciding whether to rescue).
     #[inline]
-    pub fn sample(&self) -> Beacon {
-        Beacon(self.beacon.load(Ordering::Relaxed))
+    pub fn is_busy(&self) -> bool {
+        self.busy.load(Ordering::Relaxed)
     }
 
-    /// Takes the state from its owner, if the beacon still reads `seen` (the
-    /// owner has not entered its scheduler code since) and is not busy, and
-    /// no other rescuer holds it. Returns `None` otherwise, and always where
-    /// [`available`] is false.
-    pub fn try_rescue(&self, seen: Beacon) -> Option<RescueGuard<'_, T>> {
-        if seen.busy() || self.sample() != seen || !available() {
+    /// The state, for what any thread may do with it (the deque's
+    /// estimate of its length, say).
+    #[inline]
+    pub fn peek(&self) -> &T {
+        &self.data
+    }
+
+    /// Takes the rescuer's side, if the owner is not in its exclusive
+    /// section and no other rescuer holds it. Returns `None` otherwise,
+    /// and always where [`available`] is false.
+    pub fn try_rescue(&self) -> Option<RescueGuard<'_, T>> {
+        if self.is_busy() || !available() {
             return None;
         }
         if self
@@ -160,21 +132,14 @@ impl<T: Queued> Guarded<T> {
             return None;
         }
         // Pairs with the owner's light barrier: from here on, either we see
-        // its busy beacon, or it sees `rescuing` and waits.
-        if !heavy_barrier() {
+        // it busy, or it sees `rescuing` and waits.
+        // Acquire: the owner's writes before it left its last exclusive
+        // section are visible to us.
+        if !heavy_barrier() || self.busy.load(Ordering::Acquire) {
             self.rescuing.store(false, Ordering::Release);
             return None;
         }
-        // Acquire: the owner's (or last rescuer's) writes to the state
-        // before its beacon store are visible to us.
-        if self.beacon.load(Ordering::Acquire) != seen.0 {
-            self.rescuing.store(false, Ordering::Release);
-            return None;
-        }
-        Some(RescueGuard {
-            guarded: self,
-            seen,
-        })
+        Some(RescueGuard { guarded: self })
     }
 }
 
@@ -188,30 +153,33 @@ pub struct Owner<'a, T> {
     held: Cell<bool>,
 }
 
-impl<'a, T: Queued> Owner<'a, T> {
-    /// Enters the scheduler code: the state is the owner's until the guard
-    /// drops. Costs a plain store of the beacon, a compiler fence and a
-    /// plain load of `rescuing` (Acquire is a plain load on x86 and a
-    /// load-acquire on Arm).
+impl<'a, T> Owner<'a, T> {
+    /// The state, for what its owner may do outside a guard.
+    #[inline(always)]
+    pub fn data(&self) -> &'a T {
+        &self.guarded.data
+    }
+
+    /// Enters the exclusive section: no rescuer holds the state until the
+    /// guard drops. Costs a plain store, a compiler fence and a plain load
+    /// (Acquire is a plain load on x86 and a load-acquire on Arm).
     ///
     /// # Panics
     ///
-    /// In debug builds, if a guard from this owner is still alive: the
-    /// state would be reachable twice.
+    /// In debug builds, if a guard from this owner is still alive.
     #[inline(always)]
     pub fn enter(&self) -> OwnerGuard<'_, T> {
         let g = self.guarded;
         // Only the worker's own scheduler code enters, and none of it
         // enters again while it holds a guard (no user code runs under
-        // one): checked in debug builds. (A release check that loaded the
-        // beacon stored just before made fib with joins twice as slow.)
+        // one): checked in debug builds.
         if cfg!(debug_assertions) {
             assert!(
                 !self.held.replace(true),
                 "selvedge: a worker's scheduler state entered while already held"
             );
         }
-        g.beacon.store(BUSY, Ordering::Relaxed);
+        g.busy.store(true, Ordering::Relaxed);
         light_barrier();
         if g.rescuing.load(Ordering::Acquire) {
             wait_for_rescuer(&g.rescuing);
@@ -236,96 +204,65 @@ fn wait_for_rescuer(rescuing: &AtomicBool) {
     }
 }
 
-/// The owner's hold on its state, from [`Owner::enter`] to the drop.
+/// The owner's exclusive section, from [`Owner::enter`] to the drop.
 #[derive(Debug)]
-pub struct OwnerGuard<'o, T: Queued> {
+pub struct OwnerGuard<'o, T> {
     owner: &'o Owner<'o, T>,
 }
 
-impl<T: Queued> OwnerGuard<'_, T> {
-    /// Runs `f` on the state.
-    #[cfg_attr(not(loom), allow(dead_code))] // the loom models use it
+impl<'o, T> OwnerGuard<'o, T> {
+    /// The state, for what its owner may do with no rescuer around.
     #[inline(always)]
-    pub fn with<R>(&mut self, f: impl FnOnce(&mut T) -> R) -> R {
-        // SAFETY: this guard is the only one (`enter` refuses a second while
-        // it lives, and rescuers are excluded until it drops, module docs),
-        // and `&mut self` keeps `f` from reaching the guard again.
-        self.owner.guarded.data.with_mut(|p| f(unsafe { &mut *p }))
+    pub fn get(&self) -> &'o T {
+        self.owner.data()
     }
 
-    /// The state, for as long as the guard is borrowed.
-    #[cfg(not(loom))]
+    /// The owner's side (its methods are valid in the section too).
     #[inline(always)]
-    pub fn get(&mut self) -> &mut T {
-        // SAFETY: as in `with`: the borrow of the guard bounds the state's.
-        self.owner.guarded.data.with_mut(|p| unsafe { &mut *p })
+    pub fn owner(&self) -> &'o Owner<'o, T> {
+        self.owner
     }
 }
 
-impl<T: Queued> Drop for OwnerGuard<'_, T> {
+impl<T> Drop for OwnerGuard<'_, T> {
     #[inline(always)]
     fn drop(&mut self) {
-        let g = self.owner.guarded;
         if cfg!(debug_assertions) {
             self.owner.held.set(false);
         }
-        // SAFETY: as in `with`; the read ends before the beacon store below.
-        let hint = g.data.with(|p| unsafe { &*p }.queued()) as u64;
-        // Release: a rescuer that reads this beacon sees the state as we
-        // leave it.
-        g.beacon.store(hint << HINT_SHIFT, Ordering::Release);
+        // Release: a rescuer that reads this sees the state as we leave it.
+        self.owner.guarded.busy.store(false, Ordering::Release);
     }
 }
 
 /// A rescuer's hold on another worker's state, from [`Guarded::try_rescue`]
-/// to the drop.
+/// to the drop: the owner is outside its exclusive section and stays out.
 #[derive(Debug)]
-pub struct RescueGuard<'a, T: Queued> {
+pub struct RescueGuard<'a, T> {
     guarded: &'a Guarded<T>,
-    seen: Beacon,
 }
 
-impl<T: Queued> RescueGuard<'_, T> {
-    /// Runs `f` on the state.
-    #[cfg_attr(not(loom), allow(dead_code))] // the loom models use it
-    pub fn with<R>(&mut self, f: impl FnOnce(&mut T) -> R) -> R {
-        // SAFETY: `try_rescue` excluded the owner (module docs) and holds
-        // the try-lock against other rescuers until this guard drops.
-        self.guarded.data.with_mut(|p| f(unsafe { &mut *p }))
-    }
-
-    /// The state, for as long as the guard is borrowed.
-    #[cfg(not(loom))]
-    pub fn get(&mut self) -> &mut T {
-        // SAFETY: as in `with`.
-        self.guarded.data.with_mut(|p| unsafe { &mut *p })
+impl<'a, T> RescueGuard<'a, T> {
+    /// The state, for what a rescuer may do while its owner runs.
+    #[inline]
+    pub fn get(&self) -> &'a T {
+        &self.guarded.data
     }
 }
 
-impl<T: Queued> Drop for RescueGuard<'_, T> {
+impl<T> Drop for RescueGuard<'_, T> {
     fn drop(&mut self) {
-        let g = self.guarded;
-        // SAFETY: as in `with`.
-        let hint = g.data.with(|p| unsafe { &*p }.queued()) as u64;
-        // A fresh hint, so idle workers stop timing their parks for tasks
-        // that are gone. A CAS, never a store: the owner may have stored
-        // its busy beacon meanwhile (it then waits for us), and a store
-        // would clear that busy bit under the next rescuer.
-        let fresh = hint << HINT_SHIFT;
-        let _ = g
-            .beacon
-            .compare_exchange(self.seen.0, fresh, Ordering::Release, Ordering::Relaxed);
         // Release: the owner (waiting in `enter` or entering later) and the
         // next rescuer see our writes to the state.
-        g.rescuing.store(false, Ordering::Release);
+        self.guarded.rescuing.store(false, Ordering::Release);
     }
 }
 
 /// The owner's side of the pair: keeps the compiler from moving the load of
-/// `rescuing` above the beacon store. Sound only with the heavy barrier
+/// `rescuing` above the store of `busy`. Sound only with the heavy barrier
 /// (module docs).
 #[inline(always)]
-fn light_barrier() {
+pub fn light_barrier() {
     #[cfg(not(loom))]
     std::sync::atomic::compiler_fence(Ordering::SeqCst);
     #[cfg(loom)]
@@ -334,7 +271,7 @@ fn light_barrier() {
 
 /// The rescuer's side: a full barrier on every CPU running one of our
 /// threads. Returns false if it could not be issued.
-fn heavy_barrier() -> bool {
+pub fn heavy_barrier() -> bool {
     #[cfg(loom)]
     {
         fence(Ordering::SeqCst);

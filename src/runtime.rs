@@ -23,9 +23,10 @@ pub(crate) struct Shared {
     pub(crate) mailboxes: Box<[CachePadded<Mailbox>]>,
     pub(crate) replies: Box<[CachePadded<ReplySlot<Header>>]>,
     pub(crate) counters: Counters,
-    /// Each worker's deque, with the beacon through which an idle worker
+    /// Each worker's deque, with the rescue protocol through which an idle worker
     /// rescues its tasks while it is stuck in user code (`rescue.rs`).
-    pub(crate) beacons: Box<[CachePadded<crate::rescue::Guarded<crate::deque::Deque>>]>,
+    pub(crate) deques:
+        Box<[CachePadded<crate::rescue::Guarded<crate::deque::Deque<crate::task::TaskRef>>>]>,
     /// Tasks from outside the workers (and shared with parked workers).
     pub(crate) injector: SegQueue<TaskRef>,
     /// Signals fired where nothing else may be done (device callbacks).
@@ -284,8 +285,10 @@ impl Builder {
             counters: (0..n)
                 .map(|_| CachePadded::new(WorkerCounters::default()))
                 .collect(),
-            beacons: (0..n)
-                .map(|_| CachePadded::new(crate::rescue::Guarded::new(crate::deque::Deque::new())))
+            deques: (0..n)
+                .map(|_| {
+                    CachePadded::new(crate::rescue::Guarded::new(crate::deque::Deque::default()))
+                })
                 .collect(),
             injector: SegQueue::new(),
             inbox: Inbox::new(),

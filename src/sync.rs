@@ -5,8 +5,6 @@
 //! state between threads imports from here, never from `std::sync` directly.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::AtomicU64;
-#[cfg(loom)]
 pub(crate) use loom::sync::atomic::{
     fence, AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering,
 };

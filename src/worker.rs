@@ -8,11 +8,11 @@
 //! its own frame's children, then stealing) until the wait is over.
 
 use crate::completion::Completion;
-use crate::deque::Deque;
+use crate::deque::{Deque, Popped};
 use crate::handle::thread_waker;
 use crate::latch::CountLatch;
 use crate::loops::{self, LoopFrame};
-use crate::rescue::{self, Beacon, Guarded, Owner};
+use crate::rescue::{self, Guarded, Owner, OwnerGuard};
 use crate::runtime::Shared;
 use crate::steal::{Mailbox, Reply, StealPolicy, StealRequest, VictimSet};
 use crate::sync::Ordering;
@@ -54,15 +54,16 @@ pub(crate) enum Until<'a> {
 /// One worker of a runtime.
 ///
 /// Its deque lives in `Shared` (so an idle worker can rescue its tasks while
-/// this one is stuck in user code, see `rescue.rs`) and is reached only
-/// through `owner.enter()`, one guard at a time. The rest of its private
+/// this one is stuck in user code, see `rescue.rs` and `deque.rs`): pushes
+/// and pops take the deque's fast path through `owner`, everything else
+/// its exclusive section (`owner.enter()`). The rest of its private
 /// state is in `Cell`s: only this thread reaches the worker (through
 /// `CURRENT`), and a `Cell` cannot hand out a reference that user code
 /// could alias.
 pub(crate) struct Worker {
     pub(crate) index: usize,
     /// This worker's side of the rescue protocol on its deque.
-    owner: Owner<'static, Deque>,
+    owner: Owner<'static, Deque<TaskRef>>,
     pub(crate) shared: Arc<Shared>,
     waker: Waker,
     /// xorshift64 state, for picking victims.
@@ -84,9 +85,9 @@ pub(crate) struct Worker {
     /// links to the one it runs inside): what a steal request can split
     /// when the deque is empty.
     loop_top: Cell<*const LoopFrame>,
-    /// For rescue: each worker's beacon as this one last saw it, and since
-    /// when it reads so.
-    seen: Box<[Cell<(Beacon, u64, Instant)>]>,
+    /// For rescue: each worker's count of tasks run and of tasks queued as
+    /// this one last saw them, and since when they read so.
+    seen: Box<[Cell<(u64, usize, Instant)>]>,
 }
 
 /// What an idle worker's look at the other workers found.
@@ -113,11 +114,11 @@ impl Worker {
     /// Runs worker `index` of `shared` on this thread until shutdown.
     pub(crate) fn run(index: usize, shared: Arc<Shared>) {
         let seed = 0x9E37_79B9_7F4A_7C15u64 ^ ((index as u64 + 1) << 17);
-        let guarded: *const Guarded<Deque> = &*shared.beacons[index];
+        let guarded: *const Guarded<Deque<TaskRef>> = &*shared.deques[index];
         // SAFETY: the worker holds `shared`, which owns the deque's slot, for
         // as long as the owner exists (the owner has no drop glue that
         // reaches it, and `Shared` is never moved out of its `Arc`).
-        let guarded: &'static Guarded<Deque> = unsafe { &*guarded };
+        let guarded: &'static Guarded<Deque<TaskRef>> = unsafe { &*guarded };
         let now = Instant::now();
         let worker = Worker {
             index,
@@ -132,9 +133,9 @@ impl Worker {
             ready_surplus: Cell::new(false),
             loop_top: Cell::new(std::ptr::null()),
             seen: shared
-                .beacons
+                .deques
                 .iter()
-                .map(|b| Cell::new((b.sample(), 0, now)))
+                .map(|_| Cell::new((0, 0, now)))
                 .collect(),
             shared,
         };
@@ -218,24 +219,25 @@ impl Worker {
         self as *const Worker as usize
     }
 
-    /// The deque's current top position (one bracket).
+    /// The deque's current top position.
     #[inline]
     fn top(&self) -> u64 {
-        self.owner.enter().get().top()
+        self.owner.top()
     }
 
     /// Pushes a task spawned on this worker; returns its deque position.
     #[inline]
     pub(crate) fn push(&self, task: TaskRef) -> u64 {
-        let mut g = self.owner.enter();
-        let d = g.get();
-        let pos = d.push(task);
+        let pos = match self.owner.push(task) {
+            Ok(pos) => pos,
+            Err(task) => self.owner.enter().push(task),
+        };
         if !self.shared.mailboxes[self.index].is_empty() {
-            self.answer_with(d);
+            self.answer_requests();
         } else if self.shared.sleep.has_sleepers() {
             // Parked workers send no requests: without this a task spawned
             // before a long leaf would wait for it.
-            self.share_oldest(d);
+            self.share_oldest(&self.owner.enter());
         }
         pos
     }
@@ -254,14 +256,13 @@ impl Worker {
     /// many small tasks in a loop from feeding them one by one to another
     /// core.
     pub(crate) fn push_ready(&self, task: TaskRef) -> u64 {
-        let mut g = self.owner.enter();
-        let d = g.get();
+        let d = self.owner.enter();
         // Recorded before the push: once queued the task may be stolen.
         task.note_queued_at(self.id(), d.top());
         let pos = d.push(task);
         if !d.has_one() {
             if !self.shared.mailboxes[self.index].is_empty() {
-                self.answer_with(d);
+                self.answer_with(&d);
             } else {
                 self.ready_surplus.set(true);
             }
@@ -312,7 +313,10 @@ impl Worker {
     /// Takes back a task this worker pushed at `pos`, if no thief took it.
     #[inline]
     pub(crate) fn take_back(&self, pos: u64, block: NonNull<Header>) -> Option<TaskRef> {
-        self.owner.enter().get().take_at(pos, block)
+        let is_it = |t: &TaskRef| t.ptr() == block;
+        self.owner
+            .take_newest(pos, is_it)
+            .or_else(|| self.owner.enter().take_at(pos, is_it))
     }
 
     /// Counts a task about to run (from a queue, or in place by a join).
@@ -342,23 +346,22 @@ impl Worker {
     /// The end of a task that left requests or ready surplus to deal with.
     #[cold]
     fn after_task(&self) {
-        let mut g = self.owner.enter();
-        let d = g.get();
+        let d = self.owner.enter();
         // A lone task left here is what this worker runs next: thieves
         // wait for surplus (or for our next spawn) rather than take it and
         // leave us idle.
         if !self.shared.mailboxes[self.index].is_empty() && !d.has_one() {
-            self.answer_with(d);
+            self.answer_with(&d);
         }
         if self.ready_surplus.replace(false) && !d.is_empty() && !d.has_one() {
-            self.share_oldest(d);
+            self.share_oldest(&d);
         }
     }
 
     /// Moves the oldest task to the injector, unless the last one shared is
     /// still there, and wakes a parked worker for it if there is one.
     #[cold]
-    fn share_oldest(&self, d: &mut Deque) {
+    fn share_oldest(&self, d: &OwnerGuard<'_, Deque<TaskRef>>) {
         if !self.shared.injector.is_empty() {
             return; // the previous share is not taken yet
         }
@@ -373,14 +376,14 @@ impl Worker {
     /// Answers every waiting steal request (see `answer_with`).
     #[cold]
     pub(crate) fn answer_requests(&self) {
-        self.answer_with(self.owner.enter().get());
+        self.answer_with(&self.owner.enter());
     }
 
     /// Answers every waiting steal request: with the back of the oldest
     /// loop running here or a task from the old end of the deque,
     /// whichever is older, else by forwarding the request.
     #[cold]
-    fn answer_with(&self, d: &mut Deque) {
+    fn answer_with(&self, d: &OwnerGuard<'_, Deque<TaskRef>>) {
         let shared = &*self.shared;
         let mailbox = &shared.mailboxes[self.index];
         while let Some(req) = mailbox.take() {
@@ -487,8 +490,7 @@ impl Worker {
             }
             Reply::Work(mut list) => {
                 self.in_flight.set(false);
-                let mut g = self.owner.enter();
-                let d = g.get();
+                let d = self.owner.enter();
                 let mut n = 0u64;
                 while !list.is_null() {
                     // SAFETY: the list came through our reply slot.
@@ -527,9 +529,14 @@ impl Worker {
     /// Pops the newest task at or above `base`, with the deque's top after.
     #[inline]
     fn pop_above(&self, base: u64) -> Option<(TaskRef, u64)> {
-        let mut g = self.owner.enter();
-        let d = g.get();
-        d.pop_above(base).map(|t| (t, d.top()))
+        match self.owner.pop_above(base) {
+            Popped::Task(t) => Some((t, self.owner.top())),
+            Popped::Nothing => None,
+            Popped::Unsure => {
+                let d = self.owner.enter();
+                d.pop_above(base).map(|t| (t, d.top()))
+            }
+        }
     }
 
     /// Runs the actions of fired signals (device work that finished).
@@ -541,7 +548,7 @@ impl Worker {
     fn done(&self, until: &Until<'_>) -> bool {
         match until {
             Until::Shutdown => {
-                self.shared.shutdown.load(Ordering::Acquire) && self.owner.enter().get().is_empty()
+                self.shared.shutdown.load(Ordering::Acquire) && self.owner.enter().is_empty()
             }
             Until::Complete(c) => c.is_complete(),
             Until::Latch(latch) => latch.is_set(),
@@ -551,7 +558,7 @@ impl Worker {
     }
 
     fn quiescent(&self) -> bool {
-        self.owner.enter().get().is_empty()
+        self.owner.enter().is_empty()
             && !self.in_flight.get()
             && self
                 .shared
@@ -638,9 +645,8 @@ impl Worker {
         let shared = &*self.shared;
         let mut moved = 0usize;
         {
-            let mut g = self.owner.enter();
-            let d = g.get();
-            self.answer_with(d);
+            let d = self.owner.enter();
+            self.answer_with(&d);
             while let Some(task) = d.steal_one() {
                 shared.injector.push(task);
                 moved += 1;
@@ -654,8 +660,8 @@ impl Worker {
     }
 
     /// Looks at the other workers for tasks or requests stranded behind a
-    /// worker that stays out of its scheduler code (stuck in user code),
-    /// and rescues those that have stayed so for `RESCUE_AFTER`.
+    /// worker stuck in user code, and rescues those that made no progress
+    /// for `RESCUE_AFTER`.
     #[cold]
     fn rescue_scan(&self) -> Scan {
         let mut scan = Scan::default();
@@ -670,41 +676,45 @@ impl Worker {
             }
             // Progress: the owner counts every task it runs, in place too.
             let progress = shared.counters[v].tasks_run.load();
-            let b = shared.beacons[v].sample();
-            if b.busy() || (b.hint() == 0 && shared.mailboxes[v].is_empty()) {
-                seen.set((b, progress, now));
+            let queued = shared.deques[v].peek().queued_estimate();
+            if shared.deques[v].is_busy() || (queued == 0 && shared.mailboxes[v].is_empty()) {
+                seen.set((progress, queued, now));
                 continue;
             }
             scan.stranded = true;
-            let (old, old_progress, since) = seen.get();
-            if old != b || old_progress != progress {
-                seen.set((b, progress, now));
-            } else if now.duration_since(since) >= RESCUE_AFTER && self.rescue(v, b) {
+            let (old_progress, old_queued, since) = seen.get();
+            if old_progress != progress || old_queued != queued {
+                seen.set((progress, queued, now));
+            } else if now.duration_since(since) >= RESCUE_AFTER && self.rescue(v) {
                 scan.rescued = true;
-                seen.set((shared.beacons[v].sample(), progress, now));
+                let queued = shared.deques[v].peek().queued_estimate();
+                seen.set((progress, queued, now));
             }
         }
         scan
     }
 
-    /// Acts as worker `v`'s owner, if its beacon still reads `seen`: asks it
-    /// for work (if this worker has no request out) and answers every
-    /// request waiting in its mailbox from its deque. Loop parts running on
-    /// `v` are not split: that is `v`'s business when it comes back.
-    fn rescue(&self, v: usize, seen: Beacon) -> bool {
+    /// Acts as worker `v`'s owner, if it is not in its scheduler's
+    /// exclusive section: asks it for work (if this worker has no request
+    /// out) and answers every request waiting in its mailbox from the
+    /// bottom of its deque, while `v` may come back to the top at any
+    /// moment. Loop parts running on `v` are not split: that is `v`'s
+    /// business when it comes back.
+    fn rescue(&self, v: usize) -> bool {
         let shared = &*self.shared;
-        let Some(mut g) = shared.beacons[v].try_rescue(seen) else {
+        let Some(g) = shared.deques[v].try_rescue() else {
             return false;
         };
         shared.counters[self.index].rescues.bump();
-        let d = g.get();
-        if !self.in_flight.get() && !d.is_empty() {
+        if !self.in_flight.get() && g.get().queued_estimate() > 0 {
             // Served below, with the requests already waiting.
             self.post_request(v, VictimSet::only(self.index));
         }
         let mailbox = &shared.mailboxes[v];
         while let Some(req) = mailbox.take() {
-            self.reply(req, take_for(d, req.half), v);
+            let mut list = std::ptr::null_mut();
+            let n = g.steal(req.half, |t| list = t.into_list(list));
+            self.reply(req, (n > 0).then_some((list, n)), v);
         }
         true
     }
@@ -762,10 +772,14 @@ impl Worker {
     }
 }
 
-/// One task or half the deque, as a thief asked.
-fn take_for(d: &mut Deque, half: bool) -> Option<(*mut Header, usize)> {
+/// One task or half the deque, as a thief asked, linked oldest first.
+fn take_for(d: &OwnerGuard<'_, Deque<TaskRef>>, half: bool) -> Option<(*mut Header, usize)> {
     if half {
-        d.steal_half()
+        let mut list = std::ptr::null_mut();
+        // Newest first, each prepended: the list runs oldest first, and the
+        // thief, pushing in list order, keeps the victim's order.
+        let n = d.steal_half(|t| list = t.into_list(list));
+        (n > 0).then_some((list, n))
     } else {
         d.steal_one()
             .map(|t| (t.into_list(std::ptr::null_mut()), 1))
