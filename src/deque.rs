@@ -297,6 +297,7 @@ impl<T> OwnerGuard<'_, Deque<T>> {
 
     /// Takes the task at `pos` if it is still there and `is_it` says it is
     /// the one.
+    #[inline]
     pub fn take_at(&self, pos: u64, is_it: impl FnOnce(&T) -> bool) -> Option<T> {
         let d = self.get();
         let (bottom, top) = self.bounds();
@@ -310,8 +311,15 @@ impl<T> OwnerGuard<'_, Deque<T>> {
         if index == bottom {
             // The oldest slot (joins in spawn order): move the bottom past
             // it and past holes, so thieves' halves count real tasks.
-            self.skip_holes_at_bottom();
-            self.compact();
+            let mut b = bottom + 1;
+            // SAFETY: as above.
+            while b < top && unsafe { d.slot(b, |s| s.is_none()) } {
+                b += 1;
+            }
+            d.bottom.store(b, Ordering::Relaxed);
+            if b >= top || (b >= 64 && b * 2 >= top) {
+                self.compact();
+            }
         } else if index + 1 == top {
             // The newest slot: lower the top past it and any holes under
             // it, so joins in spawn order do not leave the deque growing.
@@ -323,17 +331,6 @@ impl<T> OwnerGuard<'_, Deque<T>> {
             d.top.store(t, Ordering::Release);
         }
         found
-    }
-
-    /// Moves the bottom past holes.
-    fn skip_holes_at_bottom(&self) {
-        let d = self.get();
-        let (mut bottom, top) = self.bounds();
-        // SAFETY: the exclusive section.
-        while bottom < top && unsafe { d.slot(bottom, |s| s.is_none()) } {
-            bottom += 1;
-        }
-        d.bottom.store(bottom, Ordering::Relaxed);
     }
 
     /// Takes the oldest task, for a thief.
@@ -375,6 +372,7 @@ impl<T> OwnerGuard<'_, Deque<T>> {
 
     /// Drops the slots thieves emptied once they are most of the array, so
     /// memory stays proportional to live tasks.
+    #[cold]
     fn compact(&self) {
         let (bottom, top) = self.bounds();
         if bottom >= top {
@@ -394,38 +392,38 @@ impl<T> OwnerGuard<'_, Deque<T>> {
             self.shift_down(bottom.min(top));
             return;
         }
-        let mut grown = empty_slots(d.capacity() * 2);
-        for (i, slot) in grown.iter_mut().enumerate().take(top).skip(bottom) {
-            // SAFETY: the exclusive section.
-            let item = unsafe { d.slot(i, Option::take) };
-            slot.with_mut(|p| {
-                // SAFETY: `grown` is ours alone until it is installed.
-                unsafe { *p = item };
-            });
-        }
-        // SAFETY: the exclusive section, and no reference into the old
-        // array outlives this statement.
-        d.slots.with_mut(|s| unsafe { *s = grown });
+        let capacity = d.capacity() * 2;
+        self.with_array(|slots| {
+            let mut grown = Vec::with_capacity(capacity);
+            grown.extend(std::mem::take(slots).into_vec());
+            grown.resize_with(capacity, || UnsafeCell::new(None));
+            *slots = grown.into_boxed_slice();
+        });
     }
 
-    /// Moves slots `[by, top)` to `[0, top - by)`; positions stay the same
-    /// (the offset grows by `by`).
+    /// Moves slots `[by, top)` to `[0, top - by)` (the slots under `by`
+    /// are empty); positions stay the same (the offset grows by `by`).
     fn shift_down(&self, by: usize) {
         if by == 0 {
             return;
         }
         let d = self.get();
         let (bottom, top) = self.bounds();
-        for i in by.max(bottom)..top {
-            // SAFETY: the exclusive section.
-            let item = unsafe { d.slot(i, Option::take) };
-            // SAFETY: as above; `i - by` < `i`, emptied or moved already.
-            unsafe { d.slot(i - by, |s| *s = item) };
+        if bottom < top {
+            self.with_array(|slots| slots[..top].rotate_left(by));
         }
         d.bottom.store(bottom.saturating_sub(by), Ordering::Relaxed);
         d.top.store(top - by, Ordering::Release);
         // SAFETY: only the owner's thread touches `offset`.
         d.offset.with_mut(|p| unsafe { *p += by as u64 });
+    }
+
+    /// Runs `f` on the slot array, to move or replace slots wholesale.
+    fn with_array<R>(&self, f: impl FnOnce(&mut Box<[UnsafeCell<Option<T>>]>) -> R) -> R {
+        // SAFETY: the exclusive section: no rescuer reads the array, the
+        // owner's fast path is not running (we are on its thread), and `f`
+        // cannot reach the deque again (it is given the array only).
+        self.get().slots.with_mut(|s| f(unsafe { &mut *s }))
     }
 }
 
