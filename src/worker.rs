@@ -313,10 +313,17 @@ impl Worker {
     /// Takes back a task this worker pushed at `pos`, if no thief took it.
     #[inline]
     pub(crate) fn take_back(&self, pos: u64, block: NonNull<Header>) -> Option<TaskRef> {
-        let is_it = |t: &TaskRef| t.ptr() == block;
-        self.owner
-            .take_newest(pos, is_it)
-            .or_else(|| self.owner.enter().take_at(pos, is_it))
+        match self.owner.take_newest(pos, |t| t.ptr() == block) {
+            Some(task) => Some(task),
+            None => self.take_back_buried(pos, block),
+        }
+    }
+
+    /// `take_back` for a task that is not the newest (or was stolen).
+    #[cold]
+    #[inline(never)]
+    fn take_back_buried(&self, pos: u64, block: NonNull<Header>) -> Option<TaskRef> {
+        self.owner.enter().take_at(pos, |t| t.ptr() == block)
     }
 
     /// Counts a task about to run (from a queue, or in place by a join).
