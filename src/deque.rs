@@ -53,6 +53,12 @@ pub struct Deque<T> {
     slots: UnsafeCell<Box<[UnsafeCell<Option<T>>]>>,
     /// Absolute position of `slots[0]`. The owner's thread only.
     offset: UnsafeCell<u64>,
+    /// How many holes there may be between `bottom` and `top` (taken from
+    /// the middle in the exclusive section; a rescuer may take some
+    /// without telling, so this may be more than there are). The owner's
+    /// thread only. While it is zero the fast path need not look for
+    /// holes under the slot it takes.
+    holes: UnsafeCell<usize>,
 }
 
 // SAFETY: the slots hold `T`s that move between threads (`T: Send`); who
@@ -95,6 +101,7 @@ impl<T> Deque<T> {
             bottom: AtomicUsize::new(0),
             slots: UnsafeCell::new(empty_slots(capacity.max(1))),
             offset: UnsafeCell::new(0),
+            holes: UnsafeCell::new(0),
         }
     }
 
@@ -136,6 +143,54 @@ impl<T> Deque<T> {
     fn offset(&self) -> u64 {
         // SAFETY: only the owner's thread reads or writes `offset`.
         self.offset.with(|p| unsafe { *p })
+    }
+
+    /// How many holes there may be (the owner's thread only).
+    #[inline(always)]
+    fn holes(&self) -> usize {
+        // SAFETY: only the owner's thread reads or writes `holes`.
+        self.holes.with(|p| unsafe { *p })
+    }
+
+    /// Records `added` holes made and `removed` holes gone (the owner's
+    /// thread only).
+    #[inline(always)]
+    fn count_holes(&self, added: usize, removed: usize) {
+        // SAFETY: only the owner's thread reads or writes `holes`.
+        self.holes
+            .with_mut(|p| unsafe { *p = (*p + added).saturating_sub(removed) });
+    }
+
+    /// Pops the holes right under the top, as the owner, so that taking
+    /// tasks back in any order leaves no holes behind to grow the deque.
+    /// Claims as many slots as there may be holes at once (one barrier),
+    /// then gives back those above the first task it finds.
+    #[cold]
+    fn trim_holes(&self) {
+        let top = self.top.load(Ordering::Relaxed);
+        let bottom = self.bottom.load(Ordering::Relaxed);
+        let claim = self.holes().min(top.saturating_sub(bottom));
+        if claim == 0 {
+            return;
+        }
+        let low = top - claim;
+        // As in `claim_newest`, for `claim` slots at once.
+        self.top.store(low, Ordering::Release);
+        rescue::light_barrier();
+        if self.bottom.load(Ordering::Relaxed) > low {
+            self.top.store(top, Ordering::Release);
+            return;
+        }
+        let mut new_top = top;
+        // SAFETY: we are the owner, and the claim made slots `low..top`
+        // ours.
+        while new_top > low && unsafe { self.slot(new_top - 1, |s| s.is_none()) } {
+            new_top -= 1;
+        }
+        self.count_holes(0, top - new_top);
+        if new_top != low {
+            self.top.store(new_top, Ordering::Release);
+        }
     }
 
     /// The fast pop of the newest slot (at index `top - 1`), on the
@@ -206,6 +261,7 @@ impl<T> Owner<'_, Deque<T>> {
                 return Popped::Task(item);
             }
             // A hole: it stays popped; look under it.
+            d.count_holes(0, 1);
         }
     }
 
@@ -224,6 +280,8 @@ impl<T> Owner<'_, Deque<T>> {
         let found = unsafe { d.slot(t, |s| s.take_if(|item| is_it(item))) };
         if found.is_none() {
             d.top.store(top, Ordering::Release);
+        } else if d.holes() > 0 {
+            d.trim_holes();
         }
         found
     }
@@ -297,7 +355,7 @@ impl<T> OwnerGuard<'_, Deque<T>> {
 
     /// Takes the task at `pos` if it is still there and `is_it` says it is
     /// the one.
-    #[inline]
+    #[inline(always)]
     pub fn take_at(&self, pos: u64, is_it: impl FnOnce(&T) -> bool) -> Option<T> {
         let d = self.get();
         let (bottom, top) = self.bounds();
@@ -316,6 +374,7 @@ impl<T> OwnerGuard<'_, Deque<T>> {
             while b < top && unsafe { d.slot(b, |s| s.is_none()) } {
                 b += 1;
             }
+            d.count_holes(0, b - bottom - 1);
             d.bottom.store(b, Ordering::Relaxed);
             if b >= top || (b >= 64 && b * 2 >= top) {
                 self.compact();
@@ -328,7 +387,10 @@ impl<T> OwnerGuard<'_, Deque<T>> {
             while t > bottom && unsafe { d.slot(t - 1, |s| s.is_none()) } {
                 t -= 1;
             }
+            d.count_holes(0, index - t);
             d.top.store(t, Ordering::Release);
+        } else {
+            d.count_holes(1, 0);
         }
         found
     }
@@ -336,13 +398,15 @@ impl<T> OwnerGuard<'_, Deque<T>> {
     /// Takes the oldest task, for a thief.
     pub fn steal_one(&self) -> Option<T> {
         let d = self.get();
-        let (mut bottom, top) = self.bounds();
+        let (start, top) = self.bounds();
+        let mut bottom = start;
         let mut found = None;
         while found.is_none() && bottom < top {
             // SAFETY: the exclusive section.
             found = unsafe { d.slot(bottom, Option::take) };
             bottom += 1;
         }
+        d.count_holes(0, bottom - start - usize::from(found.is_some()));
         d.bottom.store(bottom, Ordering::Relaxed);
         self.compact();
         found
@@ -352,7 +416,8 @@ impl<T> OwnerGuard<'_, Deque<T>> {
     /// handing them to `give` newest first; returns how many.
     pub fn steal_half(&self, mut give: impl FnMut(T)) -> usize {
         let d = self.get();
-        let (mut bottom, top) = self.bounds();
+        let (start, top) = self.bounds();
+        let mut bottom = start;
         let mut count = 0;
         while count == 0 && bottom < top {
             let n = (top - bottom).div_ceil(2);
@@ -365,6 +430,7 @@ impl<T> OwnerGuard<'_, Deque<T>> {
             }
             bottom += n;
         }
+        d.count_holes(0, bottom - start - count);
         d.bottom.store(bottom, Ordering::Relaxed);
         self.compact();
         count
@@ -376,6 +442,9 @@ impl<T> OwnerGuard<'_, Deque<T>> {
     fn compact(&self) {
         let (bottom, top) = self.bounds();
         if bottom >= top {
+            // Empty: no holes either (a rescuer may have taken some).
+            let d = self.get();
+            d.count_holes(0, d.holes());
             self.shift_down(top);
         } else if bottom >= 64 && bottom * 2 >= top {
             self.shift_down(bottom);
@@ -545,6 +614,23 @@ mod tests {
         assert_eq!(o.take_newest(b, |&x| x == 2), Some(2));
         assert_eq!(o.take_newest(a, |&x| x == 1), Some(1));
         assert!(o.enter().is_empty());
+    }
+
+    #[test]
+    fn tasks_taken_back_out_of_order_leave_no_holes_behind() {
+        let g = Guarded::new(Deque::with_capacity(8));
+        let o = g.claim();
+        // An older task stays at the bottom throughout.
+        o.push(0).unwrap();
+        for round in 0..1000 {
+            let a = o.push(1).unwrap();
+            let b = o.push(2).unwrap();
+            // Spawn order: the older one first, from the middle.
+            assert_eq!(o.enter().take_at(a, |&x| x == 1), Some(1));
+            assert_eq!(o.take_newest(b, |&x| x == 2), Some(2));
+            assert_eq!(o.top(), a, "round {round}: a hole stayed under the top");
+        }
+        assert!(matches!(o.pop_above(0), Popped::Task(0)));
     }
 
     #[test]

@@ -226,20 +226,34 @@ impl Worker {
     }
 
     /// Pushes a task spawned on this worker; returns its deque position.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push(&self, task: TaskRef) -> u64 {
         let pos = match self.owner.push(task) {
             Ok(pos) => pos,
-            Err(task) => self.owner.enter().push(task),
+            Err(task) => self.push_growing(task),
         };
         if !self.shared.mailboxes[self.index].is_empty() {
             self.answer_requests();
         } else if self.shared.sleep.has_sleepers() {
             // Parked workers send no requests: without this a task spawned
             // before a long leaf would wait for it.
-            self.share_oldest(&self.owner.enter());
+            self.share_with_sleepers();
         }
         pos
+    }
+
+    /// `push` when the deque's array is full.
+    #[cold]
+    #[inline(never)]
+    fn push_growing(&self, task: TaskRef) -> u64 {
+        self.owner.enter().push(task)
+    }
+
+    /// Shares the oldest task with a parked worker (see `share_oldest`).
+    #[cold]
+    #[inline(never)]
+    fn share_with_sleepers(&self) {
+        self.share_oldest(&self.owner.enter());
     }
 
     /// Pushes a delayed task made ready by a fulfill on this worker.
@@ -534,16 +548,22 @@ impl Worker {
     }
 
     /// Pops the newest task at or above `base`, with the deque's top after.
-    #[inline]
+    #[inline(always)]
     fn pop_above(&self, base: u64) -> Option<(TaskRef, u64)> {
         match self.owner.pop_above(base) {
             Popped::Task(t) => Some((t, self.owner.top())),
             Popped::Nothing => None,
-            Popped::Unsure => {
-                let d = self.owner.enter();
-                d.pop_above(base).map(|t| (t, d.top()))
-            }
+            Popped::Unsure => self.pop_above_exclusive(base),
         }
+    }
+
+    /// `pop_above` when the fast path could not tell: an empty deque, or a
+    /// rescuer taking from it.
+    #[cold]
+    #[inline(never)]
+    fn pop_above_exclusive(&self, base: u64) -> Option<(TaskRef, u64)> {
+        let d = self.owner.enter();
+        d.pop_above(base).map(|t| (t, d.top()))
     }
 
     /// Runs the actions of fired signals (device work that finished).
