@@ -801,20 +801,20 @@ impl Parked {
     /// (the caller holds its lock).
     fn sweep(shard: &Shard, reg: &mut Registry) {
         shard.settled.store(0, Ordering::Relaxed);
-        let mut kept = Vec::with_capacity(reg.nodes.len());
-        for node in reg.nodes.drain(..) {
-            if node.claim().is_claimed() {
-                // Settled: the registry has nothing more to do with it.
-                // SAFETY: the registry's reference; the claim was won by
-                // the protocol side, which took the task and will drop
-                // (or dropped) the waiter before its release.
-                unsafe { node.release() };
-            } else {
-                kept.push(node);
+        // In place: a sweep allocates nothing.
+        reg.nodes.retain(|node| {
+            if !node.claim().is_claimed() {
+                return true;
             }
-        }
-        reg.sweep_at = (2 * kept.len()).max(MIN_SWEEP);
-        reg.nodes = kept;
+            // Settled: the registry has nothing more to do with it.
+            // SAFETY: the registry's reference, released once (the node
+            // leaves the registry); the claim was won by the protocol
+            // side, which took the task and will drop (or dropped) the
+            // waiter before its release.
+            unsafe { Node(node.0).release() };
+            false
+        });
+        reg.sweep_at = (2 * reg.nodes.len()).max(MIN_SWEEP);
         shard.len.store(reg.nodes.len(), Ordering::Relaxed);
     }
 
