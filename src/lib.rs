@@ -2,7 +2,8 @@
 //!
 //! Nested task parallelism with dataflow dependencies, in the style of the
 //! Nim runtime [Weave]: a *work-requesting* scheduler in which every worker
-//! owns a private deque (no atomics on the owner's path), idle workers send
+//! owns a deque that only it serves (no atomic read-modify-write and no
+//! fence on the owner's path), idle workers send
 //! steal requests to random victims' mailboxes, and victims answer at task
 //! boundaries with one task or half their deque, whichever the thief's
 //! adaptive policy asks for.
