@@ -768,9 +768,5 @@ mod tests {
             "of {tasks} tasks and {} rescues, taken other than once: {wrong:?}",
             rescues.load(Ordering::Relaxed)
         );
-        eprintln!(
-            "DEBUG {tasks} tasks {} rescues",
-            rescues.load(Ordering::Relaxed)
-        );
     }
 }

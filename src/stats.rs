@@ -96,9 +96,10 @@ pub struct WorkerStats {
     /// Parallel loops this worker split to answer a thief or wake an idle
     /// worker.
     pub loop_splits: u64,
-    /// Times this worker, idle, took the place of a worker stuck in user
-    /// code (a blocking call) to hand out its queued tasks and answer the
-    /// steal requests waiting for it.
+    /// Times this worker, idle, took queued tasks from a worker stuck in
+    /// user code (a blocking call) and handed them out. (It also answers
+    /// the steal requests waiting for such a worker; a rescue that found
+    /// no task to hand out is not counted.)
     pub rescues: u64,
 }
 

@@ -732,16 +732,20 @@ impl Worker {
         let Some(g) = shared.deques[v].try_rescue() else {
             return false;
         };
-        shared.counters[self.index].rescues.bump();
         if !self.in_flight.get() && g.get().queued_estimate() > 0 {
             // Served below, with the requests already waiting.
             self.post_request(v, VictimSet::only(self.index));
         }
         let mailbox = &shared.mailboxes[v];
+        let mut moved = 0;
         while let Some(req) = mailbox.take() {
             let mut list = std::ptr::null_mut();
             let n = g.steal(req.half, |t| list = t.into_list(list));
+            moved += n;
             self.reply(req, (n > 0).then_some((list, n)), v);
+        }
+        if moved > 0 {
+            shared.counters[self.index].rescues.bump();
         }
         true
     }
