@@ -14,7 +14,7 @@ use crate::error::Cancellation;
 use crate::event::{Claim, Dep, Group, Outcome, Waiter};
 use crate::handle::JoinHandle;
 use crate::runtime::{global_runtime, Shared};
-use crate::sync::{lock, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell};
+use crate::sync::{lock, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell};
 use crate::task::{self, TaskRef};
 use crate::worker::Worker;
 use crossbeam_utils::CachePadded;
@@ -643,9 +643,10 @@ struct Delayed {
     waiter: ManuallyDrop<Waiter>,
     claim: Claim,
     owned: UnsafeCell<MaybeUninit<(TaskRef, Arc<Shared>)>>,
-    /// The registry shard the node goes to if it parks (fixed when the
-    /// node is made, so the settling side knows it whatever the timing).
-    shard: usize,
+    /// The node's slot in its runtime's registry, which holds the
+    /// registry's reference (see [`Parked`]). Written once, before the
+    /// node is handed to the protocol.
+    slot: *const AtomicPtr<Delayed>,
 }
 
 /// A node pointer that may sit in a runtime's registry.
@@ -665,11 +666,11 @@ impl Node {
         unsafe { &*ptr::addr_of!((*self.0.as_ptr()).claim) }
     }
 
-    /// The registry shard the node belongs to.
-    fn shard(&self) -> usize {
-        // SAFETY: as in `claim`; the shard is written when the node is
-        // made and only read afterwards.
-        unsafe { ptr::addr_of!((*self.0.as_ptr()).shard).read() }
+    /// The node's registry slot.
+    fn slot(&self) -> *const AtomicPtr<Delayed> {
+        // SAFETY: as in `claim`; the slot is written before the node is
+        // handed to anyone and only read afterwards.
+        unsafe { ptr::addr_of!((*self.0.as_ptr()).slot).read() }
     }
 
     /// Takes the task and its runtime out of a node whose claim the caller
@@ -701,52 +702,92 @@ impl Node {
     }
 }
 
-/// A runtime's delayed tasks that parked on a promise: the counts behind
+/// A runtime's delayed tasks that wait on promises: the counts behind
 /// [`crate::RuntimeStats::tasks_waiting_on_dependencies`], and a registry
 /// of their nodes, so that dropping the runtime can cancel the ones that
 /// can never run (see [`Parked::reclaim`]).
+///
+/// The registry holds one of a node's two references (see [`Claim`]) in a
+/// *slot*: an atomic pointer at a fixed address, which the node knows.
+/// Whoever empties the slot with a swap owns that reference and releases
+/// it: the side that settles the node, as soon as it has won the node's
+/// claim (so a node goes back to the allocator as soon as its task is
+/// taken, not at some later sweep), or the runtime's reclaim, which swaps
+/// every slot before it claims the node. Exactly one swap finds the node.
+/// The settling side touches the slot only after winning the claim, when
+/// it holds the runtime (and so the registry) alive; reclaim claims only
+/// after its swap, so a settling side that lost the claim never needs the
+/// slot.
 pub(crate) struct Parked {
-    /// Registered nodes, one shard per worker and one for other threads, so
-    /// workers parking tasks at once do not share a lock.
-    shards: Box<[CachePadded<Shard>]>,
+    /// One shard per worker and one for other threads, so workers making
+    /// delayed tasks at once do not share a lock.
+    shards: Box<[CachePadded<Mutex<Slab>>]>,
     /// Parks minus releases counted on threads that are not workers of the
     /// runtime (wrapping). Workers count in their own counters.
     foreign: AtomicU64,
 }
 
-/// One shard of the registry.
+/// Slots in chunks that never move: a node keeps its slot's address.
 #[derive(Default)]
-struct Shard {
-    registry: Mutex<Registry>,
-    /// Nodes settled since the last sweep (perhaps never registered):
-    /// when they reach half the registry, the settling thread sweeps, so
-    /// settled nodes go back to the pool soon instead of staying until
-    /// the next registrations (a chain of a thousand delayed tasks ran
-    /// two to four times slower holding them).
-    settled: AtomicUsize,
-    /// The registry's length at its last change, for that test.
-    len: AtomicUsize,
+struct Slab {
+    chunks: Vec<Box<[AtomicPtr<Delayed>]>>,
+    /// Indices of slots known to be empty. Emptied slots (swapped by the
+    /// settling side) are found again by a scan when this runs out.
+    free: Vec<usize>,
 }
 
-#[derive(Default)]
-struct Registry {
-    /// Nodes that parked; the ones since claimed by their outcome are
-    /// swept out lazily.
-    nodes: Vec<Node>,
-    /// The length at which `register` sweeps next: twice what the last
-    /// sweep kept, so sweeping costs O(1) per registration and at most
-    /// about half the registry is settled nodes waiting for it.
-    sweep_at: usize,
-}
+/// Slots per chunk.
+const CHUNK: usize = 64;
 
-/// The least `Registry::sweep_at`.
-const MIN_SWEEP: usize = 64;
+impl Slab {
+    fn slot(&self, index: usize) -> &AtomicPtr<Delayed> {
+        &self.chunks[index / CHUNK][index % CHUNK]
+    }
+
+    /// Stores `node` in a free slot and returns the slot.
+    fn insert(&mut self, node: NonNull<Delayed>) -> *const AtomicPtr<Delayed> {
+        if self.free.is_empty() {
+            self.refill();
+        }
+        let index = self.free.pop().expect("refill leaves a free slot");
+        let slot = self.slot(index);
+        // Release: whoever swaps the node out reads a fully made node.
+        slot.store(node.as_ptr(), Ordering::Release);
+        slot
+    }
+
+    /// Finds the slots emptied since the last scan; doubles the slots when
+    /// fewer than half are empty, so scans cost O(1) per insertion.
+    #[cold]
+    fn refill(&mut self) {
+        let capacity = self.chunks.len() * CHUNK;
+        let chunks = &self.chunks;
+        self.free.extend((0..capacity).filter(|&i| {
+            chunks[i / CHUNK][i % CHUNK]
+                .load(Ordering::Relaxed)
+                .is_null()
+        }));
+        if self.free.len() * 2 <= capacity {
+            // Double the slots (one chunk at least): the next scan comes
+            // after as many insertions as this one read slots.
+            let added = capacity.max(CHUNK);
+            for _ in 0..added / CHUNK {
+                self.chunks.push(
+                    (0..CHUNK)
+                        .map(|_| AtomicPtr::new(ptr::null_mut()))
+                        .collect(),
+                );
+            }
+            self.free.extend((capacity..capacity + added).rev());
+        }
+    }
+}
 
 impl Parked {
     pub(crate) fn new(workers: usize) -> Self {
         Self {
             shards: (0..=workers)
-                .map(|_| CachePadded::new(Shard::default()))
+                .map(|_| CachePadded::new(Mutex::new(Slab::default())))
                 .collect(),
             foreign: AtomicU64::new(0),
         }
@@ -778,57 +819,26 @@ impl Parked {
         }
     }
 
-    /// The shard a node made on this thread goes to.
-    fn shard_here(&self, runtime: &Shared) -> usize {
-        match Worker::current() {
+    /// Puts `node` (whose registry reference the slot takes) in the shard
+    /// of the calling thread; returns its slot.
+    fn register(&self, runtime: &Shared, node: NonNull<Delayed>) -> *const AtomicPtr<Delayed> {
+        let shard = match Worker::current() {
             Some(w) if ptr::eq(&*w.shared, runtime) => w.index,
             _ => self.shards.len() - 1,
-        }
+        };
+        lock(&self.shards[shard]).insert(node)
     }
 
-    /// Adds `node` (which holds a registry reference for us) to its shard.
-    fn register(&self, node: Node) {
-        let shard = &self.shards[node.shard()];
-        let mut reg = lock(&shard.registry);
-        if reg.nodes.len() >= reg.sweep_at {
-            Self::sweep(shard, &mut reg);
-        }
-        reg.nodes.push(node);
-        shard.len.store(reg.nodes.len(), Ordering::Relaxed);
-    }
-
-    /// Releases the registry's reference on the settled nodes of a shard
-    /// (the caller holds its lock).
-    fn sweep(shard: &Shard, reg: &mut Registry) {
-        shard.settled.store(0, Ordering::Relaxed);
-        // In place: a sweep allocates nothing.
-        reg.nodes.retain(|node| {
-            if !node.claim().is_claimed() {
-                return true;
-            }
-            // Settled: the registry has nothing more to do with it.
-            // SAFETY: the registry's reference, released once (the node
-            // leaves the registry); the claim was won by the protocol
-            // side, which took the task and will drop (or dropped) the
-            // waiter before its release.
-            unsafe { Node(node.0).release() };
-            false
-        });
-        reg.sweep_at = (2 * reg.nodes.len()).max(MIN_SWEEP);
-        shard.len.store(reg.nodes.len(), Ordering::Relaxed);
-    }
-
-    /// Counts a node of shard `index` settled; once half the shard is,
-    /// sweeps it (unless another thread holds its lock: then later).
-    fn note_settled(&self, index: usize) {
-        let shard = &self.shards[index];
-        let settled = shard.settled.fetch_add(1, Ordering::Relaxed) + 1;
-        if settled < MIN_SWEEP / 2 || settled * 2 < shard.len.load(Ordering::Relaxed) {
-            return;
-        }
-        if let Ok(mut reg) = shard.registry.try_lock() {
-            Self::sweep(shard, &mut reg);
-        }
+    /// Takes the registry's reference out of `slot` if it is still there.
+    ///
+    /// # Safety
+    /// `slot` is a node's slot in this runtime's registry, and the caller
+    /// keeps the runtime alive.
+    unsafe fn leave(slot: *const AtomicPtr<Delayed>) -> Option<Node> {
+        // SAFETY: slots live as long as the runtime (the caller's promise).
+        let slot = unsafe { &*slot };
+        // Acquire: pairs with the Release store in `Slab::insert`.
+        NonNull::new(slot.swap(ptr::null_mut(), Ordering::Acquire)).map(Node)
     }
 
     /// Cancels every registered task still parked, once the runtime's
@@ -845,8 +855,12 @@ impl Parked {
     pub(crate) fn reclaim(&self) {
         let mut claimed = Vec::new();
         for shard in self.shards.iter() {
-            let nodes = std::mem::take(&mut lock(&shard.registry).nodes);
-            for node in nodes {
+            let slab = lock(shard);
+            for i in 0..slab.chunks.len() * CHUNK {
+                // SAFETY: a slot of ours; we are part of the runtime.
+                let Some(node) = (unsafe { Self::leave(slab.slot(i)) }) else {
+                    continue;
+                };
                 if node.claim().claim() {
                     // SAFETY: we won the claim and hold the registry's
                     // reference.
@@ -867,12 +881,17 @@ impl Parked {
 impl Drop for Parked {
     fn drop(&mut self) {
         for shard in self.shards.iter() {
-            for node in std::mem::take(&mut lock(&shard.registry).nodes) {
-                // An unclaimed node holds its runtime alive, so by the time
-                // the runtime's registry goes every node left was claimed.
-                debug_assert!(node.claim().is_claimed());
-                // SAFETY: the registry's reference.
-                unsafe { node.release() };
+            let slab = lock(shard);
+            for i in 0..slab.chunks.len() * CHUNK {
+                // SAFETY: a slot of ours.
+                if let Some(node) = unsafe { Self::leave(slab.slot(i)) } {
+                    // None is left: an unclaimed node holds its runtime
+                    // alive, and the side that won the claim empties the
+                    // slot while it holds the runtime (or the reclaim did).
+                    debug_assert!(node.claim().is_claimed());
+                    // SAFETY: the registry's reference.
+                    unsafe { node.release() };
+                }
             }
         }
     }
@@ -912,9 +931,13 @@ pub(crate) fn delay(
             waiter: ManuallyDrop::new(waiter),
             claim: Claim::new(),
             owned: UnsafeCell::new(MaybeUninit::new((task, runtime.clone()))),
-            shard: runtime.parked.shard_here(runtime),
+            slot: ptr::null(),
         })
     };
+    let slot = runtime.parked.register(runtime, node);
+    // SAFETY: the node is ours alone until `Waiter::start` below (the
+    // registry only stores its address before then).
+    unsafe { ptr::addr_of_mut!((*node.as_ptr()).slot).write(slot) };
     // Counted before it can be released, so the count never goes below the
     // truth for long.
     Parked::count(runtime, true);
@@ -922,13 +945,8 @@ pub(crate) fn delay(
     // SAFETY: we own the fresh node, which stays allocated until `settle`
     // takes it back (and until the registry's reference goes, which we
     // hold until `register` or the release below).
-    match unsafe { Waiter::start(w) } {
-        None => runtime.parked.register(Node(node)),
-        Some(outcome) => {
-            settle(outcome);
-            // SAFETY: the registry's reference, never registered.
-            unsafe { Node(node).release() };
-        }
+    if let Some(outcome) = unsafe { Waiter::start(w) } {
+        settle(outcome);
     }
     Placement::Elsewhere
 }
@@ -962,13 +980,18 @@ unsafe fn take_node(w: NonNull<Waiter>) -> Option<(TaskRef, Arc<Shared>)> {
         // SAFETY: we won the claim and hold the protocol's reference.
         unsafe { node.take() }
     });
-    let shard = node.shard();
+    if let Some((_, runtime)) = &owned {
+        // The registry's reference too, unless the reclaim took it first.
+        // SAFETY: the node's slot; we hold its runtime.
+        if let Some(registry) = unsafe { Parked::leave(node.slot()) } {
+            // SAFETY: the registry's reference, which the swap gave us;
+            // ours keeps the node allocated until the release below.
+            unsafe { registry.release() };
+        }
+        Parked::count(runtime, false);
+    }
     // SAFETY: the protocol's reference, after its last use.
     unsafe { node.release() };
-    if let Some((_, runtime)) = &owned {
-        Parked::count(runtime, false);
-        runtime.parked.note_settled(shard);
-    }
     owned
 }
 

@@ -8,12 +8,12 @@
 #![cfg(loom)]
 
 use loom::cell::UnsafeCell;
-use loom::sync::atomic::{AtomicUsize, Ordering};
+use loom::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::support::model;
 use selvedge::protocols::{Claim, Dep, Group, Outcome, Waiter};
-use std::ptr::NonNull;
+use std::ptr::{self, NonNull};
 
 /// A raw pointer that may cross to a model thread.
 #[derive(Clone, Copy)]
@@ -258,7 +258,10 @@ fn take_task(node: &Node) -> Option<u64> {
 }
 
 /// One party lets go of the node; the last frees it.
-fn release(node: NonNull<Node>, freed: &AtomicUsize) {
+/// `released` counts the releases: a node has two references, so a third
+/// release is a bug even where the count wraps without a free.
+fn release(node: NonNull<Node>, freed: &AtomicUsize, released: &AtomicUsize) {
+    released.fetch_add(1, Ordering::SeqCst);
     // SAFETY: the caller holds one of the node's references.
     if unsafe { node.as_ref() }.claim.release() {
         // SAFETY: the last reference: nobody else touches the node.
@@ -271,13 +274,17 @@ fn release(node: NonNull<Node>, freed: &AtomicUsize) {
 
 #[test]
 fn reclaim_races_fulfill() {
-    // A runtime's drop reclaims a parked task (claims it and takes its
-    // task) while another thread fulfills the promise it waits on (the
-    // protocol settles it ready and tries to claim it too). Exactly one
-    // side gets the task, and the node is freed once, after both let go.
+    // A runtime's drop reclaims a parked task (empties its registry slot,
+    // then claims it and takes its task) while another thread fulfills the
+    // promise it waits on (the protocol settles it ready, tries to claim it
+    // too and, if it wins, empties the registry slot to release the
+    // registry's reference at once). Exactly one side gets the task, one
+    // swap finds the node in the slot, and the node is freed once, after
+    // both references are gone.
     model(|| {
         let g = Group::new(1);
         let freed = Arc::new(AtomicUsize::new(0));
+        let released = Arc::new(AtomicUsize::new(0));
         let winners = Arc::new(AtomicUsize::new(0));
         // SAFETY: we hold the creating handle.
         let dep = unsafe { Group::dep(g, 0) };
@@ -286,8 +293,16 @@ fn reclaim_races_fulfill() {
             claim: Claim::new(),
             task: UnsafeCell::new(Some(7)),
         })));
+        // The registry's slot, holding the registry's reference (stored
+        // before the node is handed to the protocol, as `delay` does).
+        let slot = Arc::new(AtomicPtr::new(node.as_ptr()));
         let settle = {
-            let (freed, winners) = (freed.clone(), winners.clone());
+            let (freed, released, winners, slot) = (
+                freed.clone(),
+                released.clone(),
+                winners.clone(),
+                slot.clone(),
+            );
             let node = Shared(node);
             move |outcome: Outcome| {
                 let Outcome::Ready(w) = outcome else {
@@ -299,8 +314,13 @@ fn reclaim_races_fulfill() {
                 if n.claim.claim() {
                     assert_eq!(take_task(n), Some(7));
                     winners.fetch_add(1, Ordering::SeqCst);
+                    // As `take_node` does: the registry's reference too,
+                    // unless the reclaim swapped it out first.
+                    if !slot.swap(ptr::null_mut(), Ordering::Acquire).is_null() {
+                        release(node.0, &freed, &released);
+                    }
                 }
-                release(node.0, &freed);
+                release(node.0, &freed, &released);
             }
         };
         // SAFETY: we own the fresh node; it stays allocated (loom never
@@ -316,8 +336,9 @@ fn reclaim_races_fulfill() {
                 }
             })
         };
-        // The registry's side, as `Parked::reclaim` does it.
-        {
+        // The registry's side, as `Parked::reclaim` does it: the swap
+        // first, the claim after.
+        if !slot.swap(ptr::null_mut(), Ordering::Acquire).is_null() {
             // SAFETY: the registry's reference keeps the node allocated;
             // only the claim is touched until the task is won.
             let n = unsafe { node.as_ref() };
@@ -325,10 +346,15 @@ fn reclaim_races_fulfill() {
                 assert_eq!(take_task(n), Some(7));
                 winners.fetch_add(1, Ordering::SeqCst);
             }
-            release(node, &freed);
+            release(node, &freed, &released);
         }
         fulfiller.join().unwrap();
         assert_eq!(winners.load(Ordering::SeqCst), 1, "one side takes the task");
         assert_eq!(freed.load(Ordering::SeqCst), 1, "the node is freed once");
+        assert_eq!(
+            released.load(Ordering::SeqCst),
+            2,
+            "each reference released once"
+        );
     });
 }
