@@ -799,20 +799,33 @@ impl Parked {
         self.foreign.load(Ordering::Relaxed)
     }
 
+    /// The index of the calling thread's worker if it is one of
+    /// `runtime`'s.
+    fn worker_here(runtime: &Shared) -> Option<usize> {
+        Worker::current()
+            .filter(|w| ptr::eq(&*w.shared, runtime))
+            .map(|w| w.index)
+    }
+
     /// Counts a task parking (`+1`) or released (`-1`) on the calling
     /// thread: in the worker's own counters on a worker of `runtime`, else
     /// in the shared count.
     fn count(runtime: &Shared, parked: bool) {
-        match Worker::current() {
-            Some(w) if ptr::eq(&*w.shared, runtime) => {
-                let c = &runtime.counters[w.index];
+        Self::count_at(runtime, Self::worker_here(runtime), parked);
+    }
+
+    /// `count`, with `worker_here` already known.
+    fn count_at(runtime: &Shared, here: Option<usize>, parked: bool) {
+        match here {
+            Some(index) => {
+                let c = &runtime.counters[index];
                 if parked {
                     c.dependency_parks.bump();
                 } else {
                     c.dependency_releases.bump();
                 }
             }
-            _ => {
+            None => {
                 let delta = if parked { 1 } else { u64::MAX };
                 runtime.parked.foreign.fetch_add(delta, Ordering::Relaxed);
             }
@@ -820,12 +833,9 @@ impl Parked {
     }
 
     /// Puts `node` (whose registry reference the slot takes) in the shard
-    /// of the calling thread; returns its slot.
-    fn register(&self, runtime: &Shared, node: NonNull<Delayed>) -> *const AtomicPtr<Delayed> {
-        let shard = match Worker::current() {
-            Some(w) if ptr::eq(&*w.shared, runtime) => w.index,
-            _ => self.shards.len() - 1,
-        };
+    /// of worker `here`, or the shard of other threads; returns its slot.
+    fn register(&self, here: Option<usize>, node: NonNull<Delayed>) -> *const AtomicPtr<Delayed> {
+        let shard = here.unwrap_or(self.shards.len() - 1);
         lock(&self.shards[shard]).insert(node)
     }
 
@@ -934,13 +944,14 @@ pub(crate) fn delay(
             slot: ptr::null(),
         })
     };
-    let slot = runtime.parked.register(runtime, node);
+    let here = Parked::worker_here(runtime);
+    let slot = runtime.parked.register(here, node);
     // SAFETY: the node is ours alone until `Waiter::start` below (the
     // registry only stores its address before then).
     unsafe { ptr::addr_of_mut!((*node.as_ptr()).slot).write(slot) };
     // Counted before it can be released, so the count never goes below the
     // truth for long.
-    Parked::count(runtime, true);
+    Parked::count_at(runtime, here, true);
     let w = node.cast::<Waiter>();
     // SAFETY: we own the fresh node, which stays allocated until `settle`
     // takes it back (and until the registry's reference goes, which we
