@@ -89,13 +89,6 @@ impl<R: Unpark> CountLatch<R> {
         self.count.load(Ordering::Acquire) == 0
     }
 
-    /// Whether `runtime` is the latch's runtime (an address comparison).
-    pub fn belongs_to(&self, runtime: &Arc<R>) -> bool {
-        // SAFETY: `target` is only written at creation.
-        let ours = self.target.with(|t| unsafe { (*t).runtime });
-        std::ptr::eq(ours, Arc::as_ptr(runtime))
-    }
-
     /// Releases the owner's own count. Returns whether the latch is set
     /// (then the owner need not wait).
     #[inline]
@@ -136,6 +129,28 @@ impl<R: Unpark> CountLatch<R> {
                 }
                 drop(keep);
             }
+        }
+    }
+
+    /// Releases one count from a worker of the latch's own runtime: the
+    /// last one wakes the owner. The caller's worker keeps the runtime
+    /// alive, so this needs neither the thread-local lookup nor the
+    /// keep-alive of [`CountLatch::decrement`].
+    ///
+    /// # Safety
+    /// As for `decrement`, and the calling thread is a worker of the
+    /// latch's runtime.
+    #[inline]
+    pub unsafe fn decrement_on_worker(latch: *const Self) {
+        // SAFETY: the caller's count keeps the latch alive until the
+        // decrement below.
+        let latch = unsafe { &*latch };
+        // SAFETY: `target` is only written at creation.
+        let target = latch.target.with(|t| unsafe { *t });
+        if latch.count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // SAFETY: the calling worker holds a reference to its runtime,
+            // which is the latch's (caller).
+            unsafe { &*target.runtime }.unpark(target.owner);
         }
     }
 

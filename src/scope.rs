@@ -137,11 +137,13 @@ impl<'scope> Scope<'scope> {
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(scope))) {
                 scope.record_panic(p);
             }
-            // SAFETY: this task holds a count, released once, here.
-            unsafe { Scope::finish_task(scope) };
+            // SAFETY: this task holds a count, released once, here; it runs
+            // on a worker of the scope's runtime (it is queued there, and a
+            // plain spawned task is never cancelled while its scope waits).
+            unsafe { CountLatch::decrement_on_worker(&raw const scope.latch) };
         });
         match Worker::current() {
-            Some(w) if self.latch.belongs_to(&w.shared) => {
+            Some(w) if Arc::ptr_eq(&w.shared, self.runtime()) => {
                 w.push(task);
             }
             _ => self.runtime().inject(task),

@@ -666,55 +666,48 @@ impl<F: FnOnce() -> R, R> StackJob<F, R> {
     /// is still in place (`as_task`'s contract), and the caller owns the
     /// task (it was not taken back).
     unsafe fn run(header: NonNull<Header>) {
-        // SAFETY: `header` points to the whole, live job (caller); it is
-        // only shared: its cells are written through `UnsafeCell`.
-        let job = unsafe { header.cast::<Self>().as_ref() };
+        // A raw pointer, not a reference: the joiner may free the job as
+        // soon as the latch is released below, while this frame still runs.
+        let job = header.cast::<Self>().as_ptr().cast_const();
         // SAFETY: the closure was initialized by `new` and is read once:
         // the owner of the task runs it, and `run_here` is not called for a
-        // task that was not taken back.
-        let f = unsafe { (*job.f.get()).assume_init_read() };
+        // task that was not taken back; the job is live (caller).
+        let f = unsafe { (*(*job).f.get()).assume_init_read() };
         let result = catch_unwind(AssertUnwindSafe(f));
         // The job lives in the joiner's frame, and the joiner waits for
         // the latch: unwinding from here would leave it waiting forever.
-        abort_on_unwind(|| {
-            // SAFETY: the runner alone writes the result, once, before it
-            // releases the latch; the joiner reads it only after.
-            unsafe { (*job.result.get()).write(result) };
-            // SAFETY: the runner holds the latch's one count; nothing of
-            // the job is touched after the release.
-            unsafe { job.finish() };
-        });
-    }
-
-    /// Releases the latch: the joiner may return, and free the job, at
-    /// once.
-    ///
-    /// # Safety
-    /// Called once, by the job's runner or canceller, as its last touch.
-    unsafe fn finish(&self) {
-        let current = Worker::current().map(|w| &w.shared);
-        // SAFETY: per the caller; the latch is live until this decrement.
-        unsafe { CountLatch::decrement(&self.latch, current) };
+        let guard = AbortIfPanic::new();
+        // SAFETY: the runner alone writes the result, once, before it
+        // releases the latch; the joiner reads it only after.
+        unsafe { (*(*job).result.get()).write(result) };
+        // SAFETY: the runner holds the latch's one count, and runs on a
+        // worker of the joiner's runtime (stack jobs are only ever pushed
+        // on a worker's deque and taken by its runtime's workers); nothing
+        // of the job is touched after the release.
+        unsafe { CountLatch::decrement_on_worker(&raw const (*job).latch) };
+        guard.disarm();
     }
 
     /// # Safety
     /// As for `run`.
     unsafe fn cancel(header: NonNull<Header>, why: Cancellation) {
-        // SAFETY: `header` points to the whole, live job (caller), and is
-        // only shared.
-        let job = unsafe { header.cast::<Self>().as_ref() };
+        // A raw pointer, as in `run`: the job may be freed at the release.
+        let job = header.cast::<Self>().as_ptr().cast_const();
         // SAFETY: the closure was initialized by `new` and is read once,
-        // by the task's owner (a task taken back is not cancelled).
-        let f = unsafe { (*job.f.get()).assume_init_read() };
+        // by the task's owner (a task taken back is not cancelled); the
+        // job is live (caller).
+        let f = unsafe { (*(*job).f.get()).assume_init_read() };
         drop_or_report("the destructor of a cancelled task's closure", f);
-        abort_on_unwind(|| {
-            // SAFETY: the task's owner alone writes the result, once,
-            // before it releases the latch; the joiner reads it only after.
-            unsafe { (*job.result.get()).write(Err(Box::new(Cancelled(why)))) };
-            // SAFETY: the canceller holds the latch's one count, as the
-            // runner would; nothing of the job is touched afterwards.
-            unsafe { job.finish() };
-        });
+        let guard = AbortIfPanic::new();
+        // SAFETY: the task's owner alone writes the result, once, before
+        // it releases the latch; the joiner reads it only after.
+        unsafe { (*(*job).result.get()).write(Err(Box::new(Cancelled(why)))) };
+        let current = Worker::current().map(|w| &w.shared);
+        // SAFETY: the canceller holds the latch's one count, as the runner
+        // would; nothing of the job is touched afterwards. (It may run on
+        // any thread, hence the general decrement.)
+        unsafe { CountLatch::decrement(&raw const (*job).latch, current) };
+        guard.disarm();
     }
 
     /// Never called: a stack job has no `JoinHandle`; its joiner takes it
