@@ -709,11 +709,11 @@ impl Node {
 ///
 /// The registry holds one of a node's two references (see [`Claim`]) in a
 /// *slot*: an atomic pointer at a fixed address, which the node knows.
-/// Whoever empties the slot with a swap owns that reference and releases
-/// it: the side that settles the node, as soon as it has won the node's
-/// claim (so a node goes back to the allocator as soon as its task is
-/// taken, not at some later sweep), or the runtime's reclaim, which swaps
-/// every slot before it claims the node. Exactly one swap finds the node.
+/// Whoever empties the slot with a swap owns that reference: the side
+/// that settles the node, as soon as it has won the node's claim (it then
+/// holds both references and frees the node at once), or the runtime's
+/// reclaim, which swaps every slot before it claims the node and releases
+/// the reference after. Exactly one swap finds the node.
 /// The settling side touches the slot only after winning the claim, when
 /// it holds the runtime (and so the registry) alive; reclaim claims only
 /// after its swap, so a settling side that lost the claim never needs the
@@ -954,8 +954,8 @@ pub(crate) fn delay(
     Parked::count_at(runtime, here, true);
     let w = node.cast::<Waiter>();
     // SAFETY: we own the fresh node, which stays allocated until `settle`
-    // takes it back (and until the registry's reference goes, which we
-    // hold until `register` or the release below).
+    // takes it back (and until the registry's reference goes: `register`
+    // above gave it to the node's slot).
     if let Some(outcome) = unsafe { Waiter::start(w) } {
         settle(outcome);
     }
@@ -992,14 +992,17 @@ unsafe fn take_node(w: NonNull<Waiter>) -> Option<(TaskRef, Arc<Shared>)> {
         unsafe { node.take() }
     });
     if let Some((_, runtime)) = &owned {
+        Parked::count(runtime, false);
         // The registry's reference too, unless the reclaim took it first.
         // SAFETY: the node's slot; we hold its runtime.
-        if let Some(registry) = unsafe { Parked::leave(node.slot()) } {
-            // SAFETY: the registry's reference, which the swap gave us;
-            // ours keeps the node allocated until the release below.
-            unsafe { registry.release() };
+        if unsafe { Parked::leave(node.slot()) }.is_some() {
+            // Both references are ours: nobody else can reach the node
+            // (the reclaim finds its slot empty), so it is freed without
+            // the two releases' atomic operations.
+            // SAFETY: the waiter was dropped and the task taken above.
+            unsafe { task::free_raw(node.0) };
+            return owned;
         }
-        Parked::count(runtime, false);
     }
     // SAFETY: the protocol's reference, after its last use.
     unsafe { node.release() };

@@ -315,9 +315,13 @@ fn reclaim_races_fulfill() {
                     assert_eq!(take_task(n), Some(7));
                     winners.fetch_add(1, Ordering::SeqCst);
                     // As `take_node` does: the registry's reference too,
-                    // unless the reclaim swapped it out first.
+                    // unless the reclaim swapped it out first; holding
+                    // both, it frees the node without releasing either.
                     if !slot.swap(ptr::null_mut(), Ordering::Acquire).is_null() {
-                        release(node.0, &freed, &released);
+                        released.fetch_add(2, Ordering::SeqCst);
+                        n.task.with_mut(|t| unsafe { *t = None });
+                        freed.fetch_add(1, Ordering::SeqCst);
+                        return;
                     }
                 }
                 release(node.0, &freed, &released);
