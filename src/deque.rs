@@ -174,11 +174,7 @@ impl<T> Deque<T> {
             return;
         }
         let low = top - claim;
-        // As in `claim_newest`, for `claim` slots at once.
-        self.top.store(low, Ordering::Release);
-        rescue::light_barrier();
-        if self.bottom.load(Ordering::Relaxed) > low {
-            self.top.store(top, Ordering::Release);
+        if !self.claim_down_to(top, low) {
             return;
         }
         let mut new_top = top;
@@ -200,15 +196,24 @@ impl<T> Deque<T> {
     #[inline(always)]
     fn claim_newest(&self, top: usize) -> Option<usize> {
         let t = top.checked_sub(1)?;
+        self.claim_down_to(top, t).then_some(t)
+    }
+
+    /// Makes slots `low..top` the owner's (on its thread, `top` being the
+    /// current top): lowers `top` to `low`, issues the light barrier and
+    /// loads `bottom`. Returns false, with `top` restored, if a rescuer
+    /// may be taking from that far up.
+    #[inline(always)]
+    fn claim_down_to(&self, top: usize, low: usize) -> bool {
         // Release: a rescuer that reads this value of `top` sees the
         // owner's earlier slot writes (every store of `top` releases).
-        self.top.store(t, Ordering::Release);
+        self.top.store(low, Ordering::Release);
         rescue::light_barrier();
-        if self.bottom.load(Ordering::Relaxed) > t {
+        if self.bottom.load(Ordering::Relaxed) > low {
             self.top.store(top, Ordering::Release);
-            return None;
+            return false;
         }
-        Some(t)
+        true
     }
 }
 
@@ -288,13 +293,13 @@ impl<T> Owner<'_, Deque<T>> {
 }
 
 /// The owner's exclusive section: no rescuer holds the deque, so every
-/// answer is exact.
+/// answer is exact. (The fast path's methods, through `owner()`, are
+/// valid here too.)
 impl<T> OwnerGuard<'_, Deque<T>> {
     /// Absolute position one past the newest slot.
     #[inline]
     pub fn top(&self) -> u64 {
-        let d = self.get();
-        d.offset() + d.top.load(Ordering::Relaxed) as u64
+        self.owner().top()
     }
 
     fn bounds(&self) -> (usize, usize) {
@@ -333,20 +338,15 @@ impl<T> OwnerGuard<'_, Deque<T>> {
         if d.top.load(Ordering::Relaxed) >= d.capacity() {
             self.make_room();
         }
-        match self.owner_side().push(item) {
+        match self.owner().push(item) {
             Ok(pos) => pos,
             Err(_) => unreachable!("selvedge: the deque has room after make_room"),
         }
     }
 
-    /// The fast path's methods are valid in the exclusive section too.
-    fn owner_side(&self) -> &Owner<'_, Deque<T>> {
-        self.owner()
-    }
-
     /// Pops the newest task at or above position `base` (exact).
     pub fn pop_above(&self, base: u64) -> Option<T> {
-        match self.owner_side().pop_above(base) {
+        match self.owner().pop_above(base) {
             Popped::Task(item) => Some(item),
             // With no rescuer around, `Unsure` is an empty deque.
             Popped::Nothing | Popped::Unsure => None,

@@ -348,13 +348,13 @@ impl Worker {
         self.shared.counters[self.index].tasks_run.set(n);
     }
 
-    /// Runs one task as a new frame whose children start at `top`, then
-    /// answers pending steal requests.
+    /// Runs one task as a new frame (its children start at the deque's
+    /// top), then answers pending steal requests.
     #[inline]
-    fn execute(&self, task: TaskRef, top: u64) {
+    fn execute(&self, task: TaskRef) {
         // Counted before running, so whoever joins the task sees it counted.
         self.count_task_run();
-        let saved = self.frame_base.replace(top);
+        let saved = self.frame_base.replace(self.top());
         let root = self.in_root.replace(false);
         task.run();
         self.in_root.set(root);
@@ -501,8 +501,8 @@ impl Worker {
     }
 
     /// Collects the answer to our request: stolen tasks go on our deque and
-    /// the newest is returned to run, with the deque's top.
-    fn take_reply(&self) -> Option<(TaskRef, u64)> {
+    /// the newest is returned to run.
+    fn take_reply(&self) -> Option<TaskRef> {
         match self.shared.replies[self.index].take() {
             Reply::Pending => None,
             Reply::Declined => {
@@ -524,14 +524,14 @@ impl Worker {
                 policy.record_theft(n, self.tasks_run.get());
                 self.policy.set(policy);
                 self.shared.counters[self.index].tasks_stolen.add(n);
-                d.pop_above(0).map(|t| (t, d.top()))
+                d.pop_above(0)
             }
         }
     }
 
     /// Work that arrives from outside the deque: fired signals (whose
     /// actions queue their ready tasks here), the injector, then our reply.
-    fn find_outside_work(&self) -> Option<(TaskRef, u64)> {
+    fn find_outside_work(&self) -> Option<TaskRef> {
         if !self.shared.mailboxes[self.index].is_empty() {
             self.answer_requests();
         }
@@ -542,16 +542,16 @@ impl Worker {
             }
         }
         if let Some(task) = self.shared.injector.pop() {
-            return Some((task, self.top()));
+            return Some(task);
         }
         self.take_reply()
     }
 
-    /// Pops the newest task at or above `base`, with the deque's top after.
+    /// Pops the newest task at or above `base`.
     #[inline(always)]
-    fn pop_above(&self, base: u64) -> Option<(TaskRef, u64)> {
+    fn pop_above(&self, base: u64) -> Option<TaskRef> {
         match self.owner.pop_above(base) {
-            Popped::Task(t) => Some((t, self.owner.top())),
+            Popped::Task(t) => Some(t),
             Popped::Nothing => None,
             Popped::Unsure => self.pop_above_exclusive(base),
         }
@@ -561,9 +561,8 @@ impl Worker {
     /// rescuer taking from it.
     #[cold]
     #[inline(never)]
-    fn pop_above_exclusive(&self, base: u64) -> Option<(TaskRef, u64)> {
-        let d = self.owner.enter();
-        d.pop_above(base).map(|t| (t, d.top()))
+    fn pop_above_exclusive(&self, base: u64) -> Option<TaskRef> {
+        self.owner.enter().pop_above(base)
     }
 
     /// Runs the actions of fired signals (device work that finished).
@@ -613,13 +612,13 @@ impl Worker {
             if self.done(&until) {
                 return;
             }
-            if let Some((task, top)) = self.pop_above(base) {
-                self.execute(task, top);
+            if let Some(task) = self.pop_above(base) {
+                self.execute(task);
                 rounds = 0;
                 continue;
             }
-            if let Some((task, top)) = self.find_outside_work() {
-                self.execute(task, top);
+            if let Some(task) = self.find_outside_work() {
+                self.execute(task);
                 rounds = 0;
                 continue;
             }
@@ -634,8 +633,8 @@ impl Worker {
                 std::hint::spin_loop();
             } else if rounds < PARK_AFTER {
                 std::thread::yield_now();
-            } else if let Some((task, top)) = self.older_work(&until) {
-                self.execute(task, top);
+            } else if let Some(task) = self.older_work(&until) {
+                self.execute(task);
                 rounds = SPIN_ROUNDS;
             } else {
                 self.park(&until);
@@ -656,7 +655,7 @@ impl Worker {
     /// needs. Running it here nests it on the waiter's stack, as rayon's
     /// joins do with any local task.
     #[cold]
-    fn older_work(&self, until: &Until<'_>) -> Option<(TaskRef, u64)> {
+    fn older_work(&self, until: &Until<'_>) -> Option<TaskRef> {
         match until {
             Until::Complete(_) | Until::Latch(_) => self.pop_above(0),
             Until::Shutdown | Until::Quiescent => None,
