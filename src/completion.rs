@@ -119,9 +119,8 @@ impl Completion {
             // excluded above.
             if let Some(w) = unsafe { &*w } {
                 // The waker is user code. A panic must neither kill the
-                // runner nor skip RUNNER_GONE below (the block would leak,
-                // and a stack job's joiner would wait for it forever): it
-                // is reported, and the handle finds the result complete
+                // runner nor skip RUNNER_GONE below (the block would leak):
+                // it is reported, and the handle finds the result complete
                 // when it looks again.
                 crate::unwind::catch_and_report("a waker's wake", || w.wake_by_ref());
             }

@@ -213,16 +213,10 @@ impl JoinError {
 impl fmt::Display for JoinError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.repr {
-            JoinErrorRepr::Panic(p) => {
-                let msg = p
-                    .downcast_ref::<&str>()
-                    .copied()
-                    .or_else(|| p.downcast_ref::<String>().map(String::as_str));
-                match msg {
-                    Some(m) => write!(f, "task panicked: {m}"),
-                    None => f.write_str("task panicked"),
-                }
-            }
+            JoinErrorRepr::Panic(p) => match crate::unwind::panic_message(&**p) {
+                Some(m) => write!(f, "task panicked: {m}"),
+                None => f.write_str("task panicked"),
+            },
             JoinErrorRepr::Cancelled(why) => write!(f, "task cancelled: {why}"),
         }
     }

@@ -141,13 +141,18 @@ pub(crate) fn report(what: &str, payload: Box<dyn Any + Send>) {
     }
 }
 
-/// Prints the line of [`report`].
-fn note(what: &str, payload: &(dyn Any + Send)) {
-    let message = payload
+/// The message of a panic payload, when it is a string (as `panic!`
+/// makes it).
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> Option<&str> {
+    payload
         .downcast_ref::<&str>()
         .copied()
         .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("Box<dyn Any>");
+}
+
+/// Prints the line of [`report`].
+fn note(what: &str, payload: &(dyn Any + Send)) {
+    let message = panic_message(payload).unwrap_or("Box<dyn Any>");
     let _ = writeln!(
         std::io::stderr().lock(),
         "selvedge: {what} panicked ({message}); the panic was caught and \
