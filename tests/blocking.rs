@@ -52,15 +52,24 @@ fn a_child_starts_while_its_parent_sleeps() {
         let rt = runtime(4);
         rt.run(|| {
             let woke = Arc::new(AtomicBool::new(false));
-            let w = woke.clone();
-            // The child records whether its parent was still asleep.
-            let h = spawn(move || !w.load(Ordering::SeqCst));
+            // Each child records whether its parent was still asleep. More
+            // than one: a spawn hands only the oldest task straight to a
+            // parked worker, so the later ones wait for a rescue.
+            let hs: Vec<_> = (0..8)
+                .map(|_| {
+                    let w = woke.clone();
+                    spawn(move || !w.load(Ordering::SeqCst))
+                })
+                .collect();
             std::thread::sleep(Duration::from_secs(2));
             woke.store(true, Ordering::SeqCst);
-            h.join()
+            hs.into_iter().map(|h| h.join()).collect::<Vec<_>>()
         })
     });
-    assert!(started_in_time, "the child waited for its parent's sleep");
+    assert!(
+        started_in_time.iter().all(|&b| b),
+        "children waited for their parent's sleep: {started_in_time:?}"
+    );
 }
 
 #[test]
@@ -92,18 +101,23 @@ fn a_task_blocked_on_a_mutex_held_by_a_thread_waiting_for_its_children() {
 fn block_in_place_hands_queued_work_away() {
     let (sum, handed) = watchdog("block_in_place", || {
         let rt = runtime(2);
-        let out = rt.run(|| {
+        rt.run(|| {
             let hs: Vec<_> = (0..16u64).map(|i| spawn(move || i)).collect();
             let (tx, rx) = mpsc::channel();
             std::thread::spawn(move || {
                 let _ = tx.send(hs.into_iter().map(|h| h.join()).sum::<u64>());
             });
-            block_in_place(|| rx.recv().unwrap())
-        });
-        // No task had to be rescued: they were handed over before the task
-        // blocked. (An idle worker may still answer, for the blocked one, a
-        // steal request that came later: that moves no task.)
-        (out, rt.stats().total().rescues == 0)
+            block_in_place(|| {
+                // Counted from the hand-off on (a rescue before it, while
+                // this task was still spawning, is not block_in_place's):
+                // no task had to be rescued while it blocked. (An idle
+                // worker may still answer, for the blocked one, a steal
+                // request that came later: that moves no task.)
+                let rescues = rt.stats().total().rescues;
+                let sum = rx.recv().unwrap();
+                (sum, rt.stats().total().rescues == rescues)
+            })
+        })
     });
     assert_eq!(sum, 120);
     assert!(handed, "block_in_place left work to be rescued");
