@@ -151,15 +151,14 @@ fn stats_count_parked_tasks_exactly_when_quiescent() {
 
 /// Delayed tasks that parked and then ran give their memory back while the
 /// runtime lives: the registry that lets the runtime's drop reclaim parked
-/// tasks lets go of settled ones soon after they settle, not only when
-/// more tasks park (it used to keep all of them, 20,000 here, until then).
+/// tasks lets go of each one as it settles, not only when more tasks park
+/// (it once kept all of them, 20,000 here, until then).
 #[test]
 fn settled_delayed_tasks_do_not_stay_registered() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     const TASKS: usize = 20_000;
     let rt = Runtime::builder().num_threads(2).build().unwrap();
-    // Warm up the workers (a few tasks only: a second batch as large as
-    // the first would sweep the first one's nodes on its own).
+    // Warm up the workers (a few tasks only).
     let warm = Promise::new();
     let hs: Vec<_> = (0..64)
         .map(|_| rt.submit_delayed([warm.dep()], || ()))
@@ -175,7 +174,8 @@ fn settled_delayed_tasks_do_not_stay_registered() {
     gate.fulfill();
     hs.into_iter().for_each(JoinHandle::join);
     rt.sync_root();
-    // The registry's own vector may keep its capacity: 8 bytes a task.
+    // The registry's slots and free list keep their capacity: about 16
+    // bytes a task.
     let grown = LIVE_BYTES.load(Ordering::SeqCst) - before;
     // Each parked task's node is a 256-byte block: keeping them all would
     // be about 5 MB.
