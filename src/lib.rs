@@ -77,66 +77,38 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-#[cfg(not(loom))]
-mod affinity;
-mod completion;
-mod deque;
-mod event;
-mod gate;
+// The layers, lowest first; each imports only from those before it
+// (`.ci/check-layers` checks it). See `docs/ARCHITECTURE.md`.
+mod core;
+mod dataflow;
 #[cfg(all(feature = "cuda", not(loom)))]
 pub mod gpu;
-mod inbox;
-mod latch;
-mod merge;
-mod park;
-mod rescue;
-#[cfg(not(loom))]
-mod send_ptr;
-mod steal;
-mod sync;
-mod unwind;
-
-#[cfg(not(loom))]
-mod blocking;
-#[cfg(not(loom))]
-mod error;
-#[cfg(not(loom))]
-mod handle;
-#[cfg(not(loom))]
 mod loops;
 #[cfg(not(loom))]
-mod promise;
-#[cfg(not(loom))]
-mod runtime;
-#[cfg(not(loom))]
-mod scope;
-#[cfg(not(loom))]
-mod stats;
-#[cfg(not(loom))]
-mod task;
-#[cfg(not(loom))]
-mod worker;
+mod structured;
 
 #[cfg(not(loom))]
-pub use blocking::block_in_place;
+pub use crate::core::blocking::block_in_place;
 #[cfg(not(loom))]
-pub use error::{BuildError, JoinError};
+pub use crate::core::error::{BuildError, JoinError};
 #[cfg(not(loom))]
-pub use event::Dep;
+pub use crate::core::handle::{JoinHandle, TryJoin};
 #[cfg(not(loom))]
-pub use handle::{JoinHandle, TryJoin};
+pub use crate::core::registry::{
+    current_num_threads, global_runtime, spawn, sync_root, Builder, Runtime,
+};
 #[cfg(not(loom))]
-pub use loops::{
+pub use crate::core::stats::{RuntimeStats, WorkerStats};
+#[cfg(not(loom))]
+pub use crate::dataflow::event::Dep;
+#[cfg(not(loom))]
+pub use crate::dataflow::promise::{spawn_delayed, LoopPromise, Promise};
+#[cfg(not(loom))]
+pub use crate::loops::{
     par_chunks_mut, par_iter_mut, parallel_for, ParChunksMut, ParIterMut, ParallelFor,
 };
 #[cfg(not(loom))]
-pub use promise::{spawn_delayed, LoopPromise, Promise};
-#[cfg(not(loom))]
-pub use runtime::{current_num_threads, global_runtime, spawn, sync_root, Builder, Runtime};
-#[cfg(not(loom))]
-pub use scope::{join, scope, Scope};
-#[cfg(not(loom))]
-pub use stats::{RuntimeStats, WorkerStats};
+pub use crate::structured::scope::{join, scope, Scope};
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]
@@ -148,14 +120,14 @@ pub struct ReadmeDoctests;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod protocols {
-    pub use crate::completion::{Completion, Release};
-    pub use crate::deque::{Deque, Popped};
-    pub use crate::event::{Claim, Dep, Group, Outcome, Waiter};
-    pub use crate::gate::Gate;
-    pub use crate::inbox::{Inbox, SignalRef};
-    pub use crate::latch::{CountLatch, Unpark};
-    pub use crate::merge::{deposit, split, Out};
-    pub use crate::park::Sleep;
-    pub use crate::rescue::{Guarded, Owner, OwnerGuard, RescueGuard};
-    pub use crate::steal::{Mailbox, Reply, ReplySlot, StealRequest, VictimSet};
+    pub use crate::core::deque::{Deque, Popped};
+    pub use crate::core::gate::Gate;
+    pub use crate::core::join_slot::{JoinSlot, Release};
+    pub use crate::core::latch::{CountLatch, Unpark};
+    pub use crate::core::park::Sleep;
+    pub use crate::core::rescue::{Guarded, Owner, OwnerGuard, RescueGuard};
+    pub use crate::core::signal::{SignalInbox, SignalRef};
+    pub use crate::core::steal::{Mailbox, Reply, ReplySlot, StealRequest, VictimSet};
+    pub use crate::dataflow::event::{Claim, Dep, Group, Outcome, Waiter};
+    pub use crate::loops::merge::{deposit, split, Out};
 }

@@ -1,4 +1,4 @@
-//! The signal inbox (`selvedge::protocols::Inbox`): device callbacks fire
+//! The signal inbox (`selvedge::protocols::SignalInbox`): device callbacks fire
 //! pre-allocated signals by pushing them onto an intrusive stack, and
 //! workers drain it and run the signals' actions. In every interleaving
 //! each action must run exactly once, on the draining thread, after
@@ -13,7 +13,7 @@ use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::support::model;
-use selvedge::protocols::{Inbox, SignalRef};
+use selvedge::protocols::{SignalInbox, SignalRef};
 
 /// What a device writes before its callback fires (its output).
 struct Output(UnsafeCell<u32>);
@@ -31,7 +31,7 @@ impl Drop for Dropped {
 #[test]
 fn every_fired_signal_runs_once_after_its_firers_writes() {
     model(|| {
-        let inbox = Arc::new(Inbox::new());
+        let inbox = Arc::new(SignalInbox::new());
         let ran = Arc::new(AtomicUsize::new(0));
         let outputs: Vec<Arc<Output>> = (0..2)
             .map(|_| Arc::new(Output(UnsafeCell::new(0))))
@@ -78,7 +78,7 @@ fn every_fired_signal_runs_once_after_its_firers_writes() {
 #[test]
 fn a_signal_abandoned_while_it_fires_runs_or_is_handed_back_once() {
     model(|| {
-        let inbox = Arc::new(Inbox::new());
+        let inbox = Arc::new(SignalInbox::new());
         let ran = Arc::new(AtomicUsize::new(0));
         let dropped = Arc::new(AtomicUsize::new(0));
         let action = {

@@ -1,4 +1,4 @@
-//! The join slot (`Completion`): a runner publishing a result races a handle
+//! The join slot (`JoinSlot`): a runner publishing a result races a handle
 //! that joins (registering a waker and parking), awaits with changing
 //! wakers, or detaches. Every interleaving must read the result only after
 //! it was written, wake the joiner, and free the block exactly once, never
@@ -10,11 +10,11 @@ use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::support::{model, thread_waker};
-use selvedge::protocols::{Completion, Release};
+use selvedge::protocols::{JoinSlot, Release};
 
 /// A stand-in for a task block: the join state and the result storage.
 struct Block {
-    completion: Completion,
+    completion: JoinSlot,
     result: UnsafeCell<Option<u64>>,
     frees: AtomicUsize,
 }
@@ -22,7 +22,7 @@ struct Block {
 impl Block {
     fn new() -> Arc<Self> {
         Arc::new(Self {
-            completion: Completion::new(),
+            completion: JoinSlot::new(),
             result: UnsafeCell::new(None),
             frees: AtomicUsize::new(0),
         })

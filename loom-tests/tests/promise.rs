@@ -17,9 +17,9 @@ use std::ptr::{self, NonNull};
 
 /// A raw pointer that may cross to a model thread.
 #[derive(Clone, Copy)]
-struct Shared<T>(NonNull<T>);
+struct Registry<T>(NonNull<T>);
 // SAFETY: the protocol under test synchronises every access.
-unsafe impl<T> Send for Shared<T> {}
+unsafe impl<T> Send for Registry<T> {}
 
 /// What the model's tasks did.
 #[derive(Default)]
@@ -86,7 +86,7 @@ fn park_races_fulfill() {
         // SAFETY: we hold the creating handle.
         let w = waiter(vec![unsafe { Group::dep(g, 0) }]);
         let producer = {
-            let (g, data, settle) = (Shared(g), data.clone(), settle.clone());
+            let (g, data, settle) = (Registry(g), data.clone(), settle.clone());
             thread::spawn(move || {
                 data.write(42);
                 // SAFETY: this thread owns the group's only handle.
@@ -123,7 +123,7 @@ fn two_dependencies_fulfilled_concurrently_while_parking() {
         // SAFETY: as above.
         let w = waiter(unsafe { vec![Group::dep(g, 2), Group::dep(g, 1)] });
         let fulfiller = |event: usize, d: &Arc<Produced>, v: u64| {
-            let (g, d, settle) = (Shared(g), d.clone(), settle.clone());
+            let (g, d, settle) = (Registry(g), d.clone(), settle.clone());
             thread::spawn(move || {
                 d.write(v);
                 // SAFETY: this thread owns one handle.
@@ -159,7 +159,7 @@ fn last_handle_dropped_while_another_fulfills() {
         // SAFETY: as above.
         start(waiter(vec![unsafe { Group::dep(g, 0) }]), settle.clone());
         let fulfiller = {
-            let (g, data, settle) = (Shared(g), data.clone(), settle.clone());
+            let (g, data, settle) = (Registry(g), data.clone(), settle.clone());
             thread::spawn(move || {
                 data.write(5);
                 // SAFETY: this thread owns one of the two handles.
@@ -196,7 +196,7 @@ fn broken_while_parking_cancels_exactly_once() {
         let w = waiter(unsafe { vec![Group::dep(g, 1), Group::dep(g, 2)] });
         let droppers: Vec<_> = (0..2)
             .map(|_| {
-                let (g, settle) = (Shared(g), settle.clone());
+                let (g, settle) = (Registry(g), settle.clone());
                 // SAFETY: each thread owns one handle.
                 thread::spawn(move || unsafe { Group::release_handle(g.0, settle) })
             })
@@ -226,7 +226,7 @@ fn last_reference_frees_once() {
         start(waiter(vec![d1.clone()]), settle.clone());
         let t1 = thread::spawn(move || drop(d1));
         let t2 = {
-            let (g, settle) = (Shared(g), settle.clone());
+            let (g, settle) = (Registry(g), settle.clone());
             // SAFETY: this thread owns the only handle.
             thread::spawn(move || unsafe { Group::release_handle(g.0, settle) })
         };
@@ -303,7 +303,7 @@ fn reclaim_races_fulfill() {
                 winners.clone(),
                 slot.clone(),
             );
-            let node = Shared(node);
+            let node = Registry(node);
             move |outcome: Outcome| {
                 let Outcome::Ready(w) = outcome else {
                     panic!("fulfilled, not cancelled")
@@ -331,7 +331,7 @@ fn reclaim_races_fulfill() {
         // frees it) and we do not touch the waiter after it parked.
         assert!(unsafe { Waiter::start(node.cast()) }.is_none());
         let fulfiller = {
-            let (g, settle) = (Shared(g), settle.clone());
+            let (g, settle) = (Registry(g), settle.clone());
             thread::spawn(move || {
                 // SAFETY: this thread owns the only handle.
                 unsafe {

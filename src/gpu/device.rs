@@ -2,10 +2,10 @@
 //! worker, the registry of completions in flight and its watchdog.
 
 use super::GpuError;
-use crate::inbox::{Action, SignalRef};
-use crate::runtime::{fire_signal, global_runtime, Runtime, Shared};
-use crate::sync::lock;
-use crate::worker::Worker;
+use crate::core::registry::{fire_signal, global_runtime, Registry, Runtime};
+use crate::core::signal::{Action, SignalRef};
+use crate::core::sync::lock;
+use crate::core::worker::Worker;
 use cudarc::cublas::CudaBlas;
 use cudarc::driver::{
     sys, CudaContext, CudaStream, DevicePtr, DeviceRepr, DriverError, PinnedHostSlice,
@@ -117,7 +117,7 @@ pub(super) struct DeviceInner {
     /// One per worker of `runtime`, indexed by worker.
     lanes: Box<[GpuStream]>,
     /// Signals whose host function is enqueued and has not yet run: what
-    /// the watchdog abandons when the device fails. Shared with the
+    /// the watchdog abandons when the device fails. Registry with the
     /// signals' actions, which take themselves out of it even while the
     /// device is being dropped.
     in_flight: Arc<Mutex<InFlight>>,
@@ -125,7 +125,7 @@ pub(super) struct DeviceInner {
     failed: OnceLock<DriverError>,
     watchdog: OnceLock<std::thread::Thread>,
     /// Last: dropped after the streams were synchronized.
-    runtime: Arc<Shared>,
+    runtime: Arc<Registry>,
 }
 
 #[derive(Default)]
@@ -169,7 +169,7 @@ impl Device {
         Self::open_for(runtime.shared().clone(), ordinal)
     }
 
-    fn open_for(runtime: Arc<Shared>, ordinal: usize) -> Result<Device, GpuError> {
+    fn open_for(runtime: Arc<Registry>, ordinal: usize) -> Result<Device, GpuError> {
         // cudarc panics on first use when a library is missing: probe first.
         // SAFETY: only tries to load the library (and unloads it).
         if !unsafe { sys::is_culib_present() } {
@@ -274,7 +274,7 @@ impl DeviceInner {
         &self.lanes[index]
     }
 
-    pub(super) fn runtime(&self) -> &Arc<Shared> {
+    pub(super) fn runtime(&self) -> &Arc<Registry> {
         &self.runtime
     }
 

@@ -2,10 +2,10 @@
 //! device.
 
 use super::{Device, GpuError, GpuStream};
-use crate::error::JoinError;
-use crate::event::Dep;
-use crate::handle::JoinHandle;
-use crate::promise::{self, Promise};
+use crate::core::error::JoinError;
+use crate::core::handle::JoinHandle;
+use crate::dataflow::event::Dep;
+use crate::dataflow::promise::{self, Promise};
 use cudarc::driver::CudaEvent;
 use std::sync::{Arc, OnceLock};
 

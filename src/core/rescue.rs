@@ -54,7 +54,7 @@
 //! refuses it), [`available`] is false and rescue never happens: the owner's
 //! compiler fence alone would not be a barrier, so nothing may rely on it.
 
-use crate::sync::{fence, AtomicBool, Ordering};
+use crate::core::sync::{fence, AtomicBool, Ordering};
 use std::cell::Cell;
 
 /// One worker's state, with the flag and the try-lock through which
@@ -199,7 +199,7 @@ fn wait_for_rescuer(rescuing: &AtomicBool) {
         if spins < 64 {
             std::hint::spin_loop();
         } else {
-            crate::sync::thread::yield_now();
+            crate::core::sync::thread::yield_now();
         }
     }
 }

@@ -10,13 +10,13 @@
 //! runtime's injector (waking a parked worker). A cancelled task's closure
 //! is dropped unrun and its handle reports why.
 
-use crate::error::Cancellation;
-use crate::event::{Claim, Dep, Group, Outcome, Waiter};
-use crate::handle::JoinHandle;
-use crate::runtime::{global_runtime, Shared};
-use crate::sync::{lock, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell};
-use crate::task::{self, TaskRef};
-use crate::worker::Worker;
+use crate::core::error::Cancellation;
+use crate::core::handle::JoinHandle;
+use crate::core::registry::{global_runtime, Registry};
+use crate::core::sync::{lock, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell};
+use crate::core::task::{self, TaskRef};
+use crate::core::worker::Worker;
+use crate::dataflow::event::{Claim, Dep, Group, Outcome, Waiter};
 use crossbeam_utils::CachePadded;
 use std::cell::{Cell, RefCell};
 use std::mem::{ManuallyDrop, MaybeUninit};
@@ -642,7 +642,7 @@ impl std::fmt::Debug for LoopPromise {
 struct Delayed {
     waiter: ManuallyDrop<Waiter>,
     claim: Claim,
-    owned: UnsafeCell<MaybeUninit<(TaskRef, Arc<Shared>)>>,
+    owned: UnsafeCell<MaybeUninit<(TaskRef, Arc<Registry>)>>,
     /// The node's slot in its runtime's registry, which holds the
     /// registry's reference (see [`Parked`]). Written once, before the
     /// node is handed to the protocol.
@@ -678,7 +678,7 @@ impl Node {
     ///
     /// # Safety
     /// The caller won the node's claim and holds a reference on it.
-    unsafe fn take(&self) -> (TaskRef, Arc<Shared>) {
+    unsafe fn take(&self) -> (TaskRef, Arc<Registry>) {
         // SAFETY: the caller's reference keeps the node allocated.
         let owned = unsafe { &*ptr::addr_of!((*self.0.as_ptr()).owned) };
         owned.with_mut(|o| {
@@ -801,7 +801,7 @@ impl Parked {
 
     /// The index of the calling thread's worker if it is one of
     /// `runtime`'s.
-    fn worker_here(runtime: &Shared) -> Option<usize> {
+    fn worker_here(runtime: &Registry) -> Option<usize> {
         Worker::current()
             .filter(|w| ptr::eq(&*w.shared, runtime))
             .map(|w| w.index)
@@ -810,12 +810,12 @@ impl Parked {
     /// Counts a task parking (`+1`) or released (`-1`) on the calling
     /// thread: in the worker's own counters on a worker of `runtime`, else
     /// in the shared count.
-    fn count(runtime: &Shared, parked: bool) {
+    fn count(runtime: &Registry, parked: bool) {
         Self::count_at(runtime, Self::worker_here(runtime), parked);
     }
 
     /// `count`, with `worker_here` already known.
-    fn count_at(runtime: &Shared, here: Option<usize>, parked: bool) {
+    fn count_at(runtime: &Registry, here: Option<usize>, parked: bool) {
         match here {
             Some(index) => {
                 let c = &runtime.counters[index];
@@ -918,7 +918,7 @@ pub(crate) enum Placement {
 /// Makes `task` (of `runtime`) wait for `deps`, or schedules it at once
 /// when there are none left to wait for.
 pub(crate) fn delay(
-    runtime: &Arc<Shared>,
+    runtime: &Arc<Registry>,
     task: TaskRef,
     deps: impl IntoIterator<Item = Dep>,
 ) -> Placement {
@@ -964,7 +964,7 @@ pub(crate) fn delay(
 
 /// Runs a task made ready by a fulfill where it was fulfilled, when that
 /// is a worker of its runtime; otherwise injects it.
-fn schedule(task: TaskRef, runtime: &Arc<Shared>) {
+fn schedule(task: TaskRef, runtime: &Arc<Registry>) {
     match Worker::current() {
         Some(w) if Arc::ptr_eq(&w.shared, runtime) => {
             w.push_ready(task);
@@ -980,7 +980,7 @@ fn schedule(task: TaskRef, runtime: &Arc<Shared>) {
 /// # Safety
 /// `w` must come from an [`Outcome`], which hands over the protocol's side
 /// of the `Delayed` node.
-unsafe fn take_node(w: NonNull<Waiter>) -> Option<(TaskRef, Arc<Shared>)> {
+unsafe fn take_node(w: NonNull<Waiter>) -> Option<(TaskRef, Arc<Registry>)> {
     let node = Node(w.cast::<Delayed>());
     // Release the dependencies now: the promises can be freed before the
     // task even runs.
@@ -1142,7 +1142,7 @@ where
 /// `Runtime::submit_delayed` share. When the task is ready at once and
 /// lands on the calling worker's deque, the handle records where, so
 /// `join` can take it back.
-pub(crate) fn submit_delayed<D, F, T>(runtime: &Arc<Shared>, deps: D, f: F) -> JoinHandle<T>
+pub(crate) fn submit_delayed<D, F, T>(runtime: &Arc<Registry>, deps: D, f: F) -> JoinHandle<T>
 where
     D: IntoIterator<Item = Dep>,
     F: FnOnce() -> T + Send + 'static,

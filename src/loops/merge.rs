@@ -14,7 +14,7 @@
 //! `None` travels in place of a value whose computation panicked (the
 //! loop resumes the panic and discards the result anyway).
 
-use crate::sync::{AtomicUsize, Ordering, UnsafeCell};
+use crate::core::sync::{AtomicUsize, Ordering, UnsafeCell};
 
 /// Where a part's value goes: one side of a join node, or the root.
 pub struct Out<T> {
@@ -114,7 +114,7 @@ pub unsafe fn deposit<T>(
             // unwind out of this deposit, or the parent would never get
             // its side and the loop would wait for it forever.
             (l, r) => {
-                crate::unwind::drop_or_report(
+                crate::core::unwind::drop_or_report(
                     "the destructor of a reduction's accumulator",
                     (l, r),
                 );

@@ -11,13 +11,13 @@
 //! the free list of whichever worker frees them; foreign threads use the
 //! global allocator.
 
-use crate::completion::{Completion, Release};
-use crate::error::{Cancellation, Cancelled};
-use crate::latch::CountLatch;
-use crate::runtime::Shared;
-use crate::sync::{AtomicU64, AtomicUsize, Ordering};
-use crate::unwind::{abort_on_unwind, catch_and_report, drop_or_report, AbortIfPanic};
-use crate::worker::Worker;
+use crate::core::error::{Cancellation, Cancelled};
+use crate::core::join_slot::{JoinSlot, Release};
+use crate::core::latch::CountLatch;
+use crate::core::registry::Registry;
+use crate::core::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::core::unwind::{abort_on_unwind, catch_and_report, drop_or_report, AbortIfPanic};
+use crate::core::worker::{Worker, WorkerAddress};
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::cell::{Cell, UnsafeCell};
 use std::mem::{align_of, size_of, MaybeUninit};
@@ -55,9 +55,9 @@ pub(crate) struct Header {
     /// Link for batches of stolen tasks (and the pool's free list); touched
     /// only by whoever owns the task at the time.
     next: Cell<*mut Header>,
-    completion: Completion,
+    completion: JoinSlot,
     /// Where a delayed task was queued when a fulfill made it ready (the
-    /// worker's id and deque position; 0 before), so its handle's `join`
+    /// worker's address and deque position; 0 before), so its handle's `join`
     /// on that worker can take it back and run it in place. Written once,
     /// before the push, by the worker that queues it; a handle trusts it
     /// only on that same worker, and `take_back` checks the slot anyway.
@@ -71,7 +71,7 @@ impl Header {
         Self {
             vtable,
             next: Cell::new(ptr::null_mut()),
-            completion: Completion::new(),
+            completion: JoinSlot::new(),
             ready_worker: AtomicUsize::new(0),
             ready_pos: AtomicU64::new(0),
         }
@@ -128,11 +128,11 @@ impl TaskRef {
 
     /// Records that worker `worker` is about to queue this task at `pos`
     /// (see `Header::ready_worker`).
-    pub(crate) fn note_queued_at(&self, worker: usize, pos: u64) {
+    pub(crate) fn note_queued_at(&self, worker: WorkerAddress, pos: u64) {
         // SAFETY: we own the task.
         let h = unsafe { self.0.as_ref() };
         h.ready_pos.store(pos, Ordering::Relaxed);
-        h.ready_worker.store(worker, Ordering::Relaxed);
+        h.ready_worker.store(worker.to_word(), Ordering::Relaxed);
     }
 
     /// Links `self` in front of `next` (a batch for a thief).
@@ -356,7 +356,7 @@ where
 /// # Safety
 /// `block` must be live (the handle side keeps it so until it releases).
 #[inline]
-pub(crate) unsafe fn completion<'a>(block: NonNull<Header>) -> &'a Completion {
+pub(crate) unsafe fn completion<'a>(block: NonNull<Header>) -> &'a JoinSlot {
     // SAFETY: the header is live (caller) and its completion is only ever
     // shared, never borrowed mutably, until the block is freed.
     unsafe { &(*block.as_ptr()).completion }
@@ -383,17 +383,17 @@ pub(crate) unsafe fn run_inline_for_handle<T>(task: TaskRef) -> std::thread::Res
     unsafe { out.assume_init() }
 }
 
-/// Where the task was queued when it became ready: `(worker id, position)`,
-/// or worker 0 when it was not queued that way.
+/// Where the task was queued when it became ready: the worker and the
+/// position on its deque; no worker when it was not queued that way.
 ///
 /// # Safety
 /// `block` must be live (its handle keeps it so).
 #[inline]
-pub(crate) unsafe fn queued_at(block: NonNull<Header>) -> (usize, u64) {
+pub(crate) unsafe fn queued_at(block: NonNull<Header>) -> (Option<WorkerAddress>, u64) {
     // SAFETY: live (caller); only atomics are read through it.
     let h = unsafe { block.as_ref() };
     (
-        h.ready_worker.load(Ordering::Relaxed),
+        WorkerAddress::from_word(h.ready_worker.load(Ordering::Relaxed)),
         h.ready_pos.load(Ordering::Relaxed),
     )
 }
@@ -599,7 +599,7 @@ pub(crate) struct StackJob<F, R> {
     header: Header,
     /// One count, released by whoever runs or cancels the job (not used
     /// when the joiner takes the job back): the joiner waits on it.
-    latch: CountLatch<Shared>,
+    latch: CountLatch<Registry>,
     f: UnsafeCell<MaybeUninit<F>>,
     result: UnsafeCell<MaybeUninit<std::thread::Result<R>>>,
 }
@@ -612,7 +612,7 @@ impl<F: FnOnce() -> R, R> StackJob<F, R> {
     };
 
     /// A job joined by worker `owner` of `runtime`.
-    pub(crate) fn new(f: F, owner: usize, runtime: &Arc<Shared>) -> Self {
+    pub(crate) fn new(f: F, owner: usize, runtime: &Arc<Registry>) -> Self {
         Self {
             header: Header::new(&Self::VTABLE),
             latch: CountLatch::new(owner, runtime),
@@ -720,7 +720,7 @@ impl<F: FnOnce() -> R, R> StackJob<F, R> {
 
 impl<F, R> StackJob<F, R> {
     /// Set once the job ran (or was cancelled) on another thread.
-    pub(crate) fn latch(&self) -> &CountLatch<Shared> {
+    pub(crate) fn latch(&self) -> &CountLatch<Registry> {
         &self.latch
     }
 }

@@ -1,14 +1,14 @@
 //! Structured parallelism that may borrow: `scope` and fork-join `join`.
 
-use crate::event::Dep;
-use crate::latch::CountLatch;
-use crate::promise;
-use crate::runtime::{on_worker, Shared};
-use crate::send_ptr::SendPtr;
-use crate::sync::{lock, Mutex};
-use crate::task::{self, StackJob};
-use crate::unwind;
-use crate::worker::{Until, Worker};
+use crate::core::latch::CountLatch;
+use crate::core::registry::{on_worker, Registry};
+use crate::core::send_ptr::SendPtr;
+use crate::core::sync::{lock, Mutex};
+use crate::core::task::{self, StackJob};
+use crate::core::unwind;
+use crate::core::worker::{Until, Worker};
+use crate::dataflow::event::Dep;
+use crate::dataflow::promise;
 use std::any::Any;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -29,16 +29,16 @@ use std::sync::Arc;
 pub struct Scope<'scope> {
     /// Unfinished tasks, plus one for the scope's own body; the owner
     /// worker waits on it.
-    latch: CountLatch<Shared>,
+    latch: CountLatch<Registry>,
     /// The owner worker's handle on its runtime (the worker outlives the
     /// scope, which it is running).
-    runtime: *const Arc<Shared>,
+    runtime: *const Arc<Registry>,
     panic: Mutex<Option<Box<dyn Any + Send>>>,
     /// Invariant in `'scope`, as std's scoped threads.
     _borrows: PhantomData<&'scope mut &'scope ()>,
 }
 
-// SAFETY: `runtime` points to the owner worker's `Arc<Shared>`, which lives
+// SAFETY: `runtime` points to the owner worker's `Arc<Registry>`, which lives
 // for the whole scope and is only read; everything else is Sync.
 unsafe impl Sync for Scope<'_> {}
 // SAFETY: as above.
@@ -180,15 +180,15 @@ impl<'scope> Scope<'scope> {
         promise::delay(self.runtime(), task, deps);
     }
 
-    fn runtime(&self) -> &Arc<Shared> {
-        // SAFETY: the owner worker keeps its `Arc<Shared>` for the scope's
+    fn runtime(&self) -> &Arc<Registry> {
+        // SAFETY: the owner worker keeps its `Arc<Registry>` for the scope's
         // whole life, and tasks of the scope only run within it.
         unsafe { &*self.runtime }
     }
 
     /// A detached task running `f` that the scope counts until it ran or
     /// was dropped unrun (cancelled).
-    fn new_task<F>(&self, f: F) -> crate::task::TaskRef
+    fn new_task<F>(&self, f: F) -> crate::core::task::TaskRef
     where
         F: FnOnce(&Scope<'scope>) + Send + 'scope,
     {
@@ -255,7 +255,7 @@ impl Drop for ScopeMember<'_, '_> {
             // A member is dropped unrun only when its task is cancelled,
             // which says why.
             let why = task::cancellation_in_progress()
-                .unwrap_or(crate::error::Cancellation::DependencyDropped);
+                .unwrap_or(crate::core::error::Cancellation::DependencyDropped);
             self.scope().record_panic(Box::new(format!(
                 "selvedge: a task of this scope was cancelled: {why}"
             )));

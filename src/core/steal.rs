@@ -8,7 +8,7 @@
 //! [`Reply::Declined`] into the slot. So every request ends in the thief's
 //! slot exactly once, with tasks or without.
 
-use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
+use crate::core::sync::{AtomicPtr, AtomicUsize, Ordering};
 
 /// Most workers a runtime may have: the width of [`VictimSet`].
 pub const MAX_WORKERS: usize = 256;
@@ -145,7 +145,7 @@ pub struct Mailbox {
     #[cfg(not(loom))]
     queue: crossbeam_queue::ArrayQueue<StealRequest>,
     #[cfg(loom)]
-    queue: crate::sync::Mutex<std::collections::VecDeque<StealRequest>>,
+    queue: crate::core::sync::Mutex<std::collections::VecDeque<StealRequest>>,
     waiting: AtomicUsize,
 }
 
@@ -156,7 +156,9 @@ impl Mailbox {
             #[cfg(not(loom))]
             queue: crossbeam_queue::ArrayQueue::new(workers.max(1)),
             #[cfg(loom)]
-            queue: crate::sync::Mutex::new(std::collections::VecDeque::with_capacity(workers)),
+            queue: crate::core::sync::Mutex::new(std::collections::VecDeque::with_capacity(
+                workers,
+            )),
             waiting: AtomicUsize::new(0),
         }
     }
@@ -171,7 +173,7 @@ impl Mailbox {
             unreachable!("mailbox overflow: more requests in flight than workers");
         }
         #[cfg(loom)]
-        crate::sync::lock(&self.queue).push_back(req);
+        crate::core::sync::lock(&self.queue).push_back(req);
     }
 
     /// Takes the oldest request.
@@ -180,7 +182,7 @@ impl Mailbox {
         #[cfg(not(loom))]
         let req = self.queue.pop();
         #[cfg(loom)]
-        let req = crate::sync::lock(&self.queue).pop_front();
+        let req = crate::core::sync::lock(&self.queue).pop_front();
         if req.is_some() {
             self.waiting.fetch_sub(1, Ordering::Relaxed);
         }
@@ -200,7 +202,7 @@ impl Mailbox {
         #[cfg(not(loom))]
         return self.queue.is_empty();
         #[cfg(loom)]
-        return crate::sync::lock(&self.queue).is_empty();
+        return crate::core::sync::lock(&self.queue).is_empty();
     }
 }
 

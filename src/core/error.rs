@@ -213,7 +213,7 @@ impl JoinError {
 impl fmt::Display for JoinError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.repr {
-            JoinErrorRepr::Panic(p) => match crate::unwind::panic_message(&**p) {
+            JoinErrorRepr::Panic(p) => match crate::core::unwind::panic_message(&**p) {
                 Some(m) => write!(f, "task panicked: {m}"),
                 None => f.write_str("task panicked"),
             },

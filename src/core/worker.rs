@@ -7,21 +7,20 @@
 //! A worker waiting for a join or a scope runs the same loop (restricted to
 //! its own frame's children, then stealing) until the wait is over.
 
-use crate::completion::Completion;
-use crate::deque::{Deque, Popped};
-use crate::handle::thread_waker;
-use crate::latch::CountLatch;
-use crate::loops::{self, LoopFrame};
-use crate::rescue::{self, Guarded, Owner, OwnerGuard};
-use crate::runtime::Shared;
-use crate::steal::{Mailbox, Reply, StealPolicy, StealRequest, VictimSet};
-use crate::sync::Ordering;
-use crate::task::{Header, TaskRef};
-use crate::unwind::AbortIfPanic;
+use crate::core::deque::{Deque, Popped};
+use crate::core::join_slot::JoinSlot;
+use crate::core::latch::CountLatch;
+use crate::core::registry::Registry;
+use crate::core::rescue::{self, Guarded, Owner, OwnerGuard};
+use crate::core::split::{self, LoopFrame};
+use crate::core::steal::{Mailbox, Reply, StealPolicy, StealRequest, VictimSet};
+use crate::core::sync::Ordering;
+use crate::core::task::{Header, TaskRef};
+use crate::core::unwind::AbortIfPanic;
 use std::cell::Cell;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::task::Waker;
+use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
 /// Failed rounds spent spinning before yielding the CPU.
@@ -39,21 +38,44 @@ thread_local! {
     static CURRENT: Cell<*const Worker> = const { Cell::new(std::ptr::null()) };
 }
 
+/// Which worker queued a task: the worker's address, never zero, so an
+/// `Option<WorkerAddress>` is one word, and a task block can store "no
+/// worker" (a task that went to the injector) as 0.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) struct WorkerAddress(std::num::NonZeroUsize);
+
+impl WorkerAddress {
+    fn of(worker: &Worker) -> Self {
+        let address = std::num::NonZeroUsize::new(worker as *const Worker as usize);
+        Self(address.expect("a reference is never null"))
+    }
+
+    /// The address stored as a word (see [`WorkerAddress::from_word`]).
+    pub(crate) fn to_word(self) -> usize {
+        self.0.get()
+    }
+
+    /// The address stored by [`WorkerAddress::to_word`], or `None` for 0.
+    pub(crate) fn from_word(word: usize) -> Option<Self> {
+        std::num::NonZeroUsize::new(word).map(Self)
+    }
+}
+
 /// What a worker waits for in [`Worker::wait_until`].
 pub(crate) enum Until<'a> {
     /// The runtime shuts down (the worker's main loop).
     Shutdown,
     /// A joined task completes.
-    Complete(&'a Completion),
+    Complete(&'a JoinSlot),
     /// A count latch (a scope's unfinished tasks, a loop's parts) is set.
-    Latch(&'a CountLatch<Shared>),
+    Latch(&'a CountLatch<Registry>),
     /// The whole runtime is quiescent (`sync_root`).
     Quiescent,
 }
 
 /// One worker of a runtime.
 ///
-/// Its deque lives in `Shared` (so an idle worker can rescue its tasks while
+/// Its deque lives in `Registry` (so an idle worker can rescue its tasks while
 /// this one is stuck in user code, see `rescue.rs` and `deque.rs`): pushes
 /// and pops take the deque's fast path through `owner`, everything else
 /// its exclusive section (`owner.enter()`). The rest of its private
@@ -64,7 +86,7 @@ pub(crate) struct Worker {
     pub(crate) index: usize,
     /// This worker's side of the rescue protocol on its deque.
     owner: Owner<'static, Deque<TaskRef>>,
-    pub(crate) shared: Arc<Shared>,
+    pub(crate) shared: Arc<Registry>,
     waker: Waker,
     /// xorshift64 state, for picking victims.
     rng: Cell<u64>,
@@ -112,12 +134,12 @@ impl Worker {
     }
 
     /// Runs worker `index` of `shared` on this thread until shutdown.
-    pub(crate) fn run(index: usize, shared: Arc<Shared>) {
+    pub(crate) fn run(index: usize, shared: Arc<Registry>) {
         let seed = 0x9E37_79B9_7F4A_7C15u64 ^ ((index as u64 + 1) << 17);
         let guarded: *const Guarded<Deque<TaskRef>> = &*shared.deques[index];
         // SAFETY: the worker holds `shared`, which owns the deque's slot, for
         // as long as the owner exists (the owner has no drop glue that
-        // reaches it, and `Shared` is never moved out of its `Arc`).
+        // reaches it, and `Registry` is never moved out of its `Arc`).
         let guarded: &'static Guarded<Deque<TaskRef>> = unsafe { &*guarded };
         let now = Instant::now();
         let worker = Worker {
@@ -203,7 +225,7 @@ impl Worker {
                  for the other to finish. Call it from one of them, or from outside the runtime"
             );
         }
-        struct Leave<'a>(&'a crate::sync::AtomicUsize);
+        struct Leave<'a>(&'a crate::core::sync::AtomicUsize);
         impl Drop for Leave<'_> {
             fn drop(&mut self) {
                 self.0.fetch_sub(1, Ordering::AcqRel);
@@ -213,10 +235,11 @@ impl Worker {
         self.wait_until(Until::Quiescent);
     }
 
-    /// Identity of this worker, stored in handles to find their task again.
+    /// This worker's address, which handles and task blocks keep to find a
+    /// task this worker queued.
     #[inline]
-    pub(crate) fn id(&self) -> usize {
-        self as *const Worker as usize
+    pub(crate) fn address(&self) -> WorkerAddress {
+        WorkerAddress::of(self)
     }
 
     /// The deque's current top position.
@@ -272,7 +295,7 @@ impl Worker {
     pub(crate) fn push_ready(&self, task: TaskRef) -> u64 {
         let d = self.owner.enter();
         // Recorded before the push: once queued the task may be stolen.
-        task.note_queued_at(self.id(), d.top());
+        task.note_queued_at(self.address(), d.top());
         let pos = d.push(task);
         if !d.has_one() {
             if !self.shared.mailboxes[self.index].is_empty() {
@@ -317,7 +340,7 @@ impl Worker {
         if !self.shared.injector.is_empty() {
             return; // the previous share is not taken yet
         }
-        if let Some(task) = loops::split_for_sleeper(frame) {
+        if let Some(task) = split::split_for_sleeper(frame) {
             self.shared.counters[self.index].loop_splits.bump();
             self.shared.injector.push(task);
             self.shared.sleep.wake_any();
@@ -413,7 +436,7 @@ impl Worker {
             // iterations fulfilled, say), but after older tasks. This
             // thief and the others still waiting share the loop.
             let thieves = 1 + mailbox.waiting().min(shared.num_threads());
-            let from_loop = loops::pick_for_thieves(self.loop_top.get(), thieves)
+            let from_loop = split::pick_for_thieves(self.loop_top.get(), thieves)
                 .filter(|(f, _)| d.oldest().is_none_or(|pos| !f.is_younger_than(pos)));
             let work = if let Some((frame, give)) = from_loop {
                 shared.counters[self.index].loop_splits.bump();
@@ -813,5 +836,23 @@ fn take_for(d: &OwnerGuard<'_, Deque<TaskRef>>, half: bool) -> Option<(*mut Head
     } else {
         d.steal_one()
             .map(|t| (t.into_list(std::ptr::null_mut()), 1))
+    }
+}
+
+/// A waker that unparks a thread: a foreign thread blocked in `join`, or a
+/// worker parked in one.
+struct ThreadUnparker(std::thread::Thread);
+
+/// A waker that unparks `thread`.
+pub(crate) fn thread_waker(thread: std::thread::Thread) -> Waker {
+    Waker::from(Arc::new(ThreadUnparker(thread)))
+}
+
+impl Wake for ThreadUnparker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
     }
 }

@@ -12,7 +12,7 @@
 //! round-robin from where the previous pinned runtime of the process
 //! stopped, so two small pinned runtimes do not share their first CPU.
 
-use crate::sync::{AtomicUsize, Ordering};
+use crate::core::sync::{AtomicUsize, Ordering};
 use std::io;
 use std::thread::JoinHandle;
 

@@ -17,7 +17,7 @@
 // The loom models use only the reporting half.
 #![cfg_attr(loom, allow(dead_code))]
 
-use crate::sync::{lock, Mutex};
+use crate::core::sync::{lock, Mutex};
 use std::any::Any;
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe, Location};

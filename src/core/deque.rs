@@ -36,8 +36,8 @@
 //! never does, so a rescuer reads a stable slot array. The loom model
 //! `loom-tests/tests/rescue.rs` fails when either barrier is taken out.
 
-use crate::rescue::{self, Owner, OwnerGuard, RescueGuard};
-use crate::sync::{AtomicUsize, Ordering, UnsafeCell};
+use crate::core::rescue::{self, Owner, OwnerGuard, RescueGuard};
+use crate::core::sync::{AtomicUsize, Ordering, UnsafeCell};
 
 /// Capacity of a new deque (it doubles when full).
 const INITIAL_CAPACITY: usize = 256;
@@ -553,7 +553,7 @@ impl<T> RescueGuard<'_, Deque<T>> {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::rescue::Guarded;
+    use crate::core::rescue::Guarded;
 
     fn ids(g: &OwnerGuard<'_, Deque<u32>>) -> Vec<u32> {
         let mut out = Vec::new();
@@ -661,7 +661,7 @@ mod tests {
 
     #[test]
     fn a_rescuer_takes_from_the_bottom_while_the_owner_pops_the_top() {
-        if !crate::rescue::available() {
+        if !crate::core::rescue::available() {
             return;
         }
         let g = Guarded::new(Deque::default());
@@ -689,8 +689,8 @@ mod tests {
     /// ordering is weakened.)
     #[test]
     fn rescuers_and_a_busy_owner_take_every_task_once() {
-        use crate::sync::{thread, Arc, AtomicBool, AtomicU8, AtomicUsize};
-        if !crate::rescue::available() {
+        use crate::core::sync::{thread, Arc, AtomicBool, AtomicU8, AtomicUsize};
+        if !crate::core::rescue::available() {
             return;
         }
         const MAX_TASKS: usize = 1 << 20;

@@ -13,7 +13,7 @@
 //! tail of an inner loop).
 //!
 //! A reduction gives each part its own accumulator. A split puts a join
-//! node ([`crate::merge`]) between the part that keeps the front and the
+//! node ([`crate::loops::merge`]) between the part that keeps the front and the
 //! part that takes the back; whichever of the two finishes second merges
 //! them (left before right, so the merge order is the index order) and
 //! passes the result up, so the whole reduction merges on the workers that
@@ -29,17 +29,18 @@
 //! loop's caller waits (working) until it reaches zero; a spawned loop's
 //! last part fulfills the promise its handle waits on.
 
-use crate::event::Dep;
-use crate::handle::JoinHandle;
-use crate::latch::CountLatch;
-use crate::merge::{self, Out};
-use crate::promise::{self, LoopDeps, LoopPromise, Promise};
-use crate::runtime::{global_runtime, on_worker, Shared};
-use crate::send_ptr::SendPtr;
-use crate::sync::{lock, AtomicBool, AtomicUsize, Mutex, Ordering, UnsafeCell};
-use crate::task::{self, TaskRef};
-use crate::unwind;
-use crate::worker::{Until, Worker};
+use crate::core::handle::JoinHandle;
+use crate::core::latch::CountLatch;
+use crate::core::registry::{global_runtime, on_worker, Registry};
+use crate::core::send_ptr::SendPtr;
+use crate::core::split::LoopFrame;
+use crate::core::sync::{lock, AtomicBool, AtomicUsize, Mutex, Ordering, UnsafeCell};
+use crate::core::task::{self, TaskRef};
+use crate::core::unwind;
+use crate::core::worker::{Until, Worker};
+use crate::dataflow::event::Dep;
+use crate::dataflow::promise::{self, LoopDeps, LoopPromise, Promise};
+use crate::loops::merge::{self, Out};
 use std::any::Any;
 use std::cell::Cell;
 use std::marker::PhantomData;
@@ -332,7 +333,7 @@ impl<'p> ParallelFor<'p> {
             None => global_runtime().shared(),
         };
         let done = Promise::new();
-        let job = Arc::new(Job {
+        let job = Arc::new(LoopJob {
             body: ForEach(f),
             start: self.range.start,
             stride: self.stride,
@@ -353,14 +354,14 @@ impl<'p> ParallelFor<'p> {
         });
         drop(done);
         // The parts hold this reference together, and the last one to
-        // finish releases it (see `Job::finish_part`): the job lives until
+        // finish releases it (see `LoopJob::finish_part`): the job lives until
         // every part finished even when the handle task is cancelled first
         // (a runtime's drop cancels every parked task, in any order).
         let job = Arc::into_raw(job);
         match self.len() {
             // SAFETY: the parts' reference keeps the job alive until this,
             // the only part, finishes.
-            0 if self.deps.is_empty() => unsafe { Job::finish_part(job) },
+            0 if self.deps.is_empty() => unsafe { LoopJob::finish_part(job) },
             // An empty loop with dependencies still completes only after
             // them (or reports them broken).
             n => {
@@ -385,7 +386,7 @@ impl<'p> ParallelFor<'p> {
             each,
         } = self;
         on_worker(|w| {
-            let job = Job {
+            let job = LoopJob {
                 body,
                 start: range.start,
                 stride,
@@ -890,7 +891,7 @@ impl<B: Body> Body for &B {
 // One running loop.
 
 /// What every part of one loop shares.
-struct Job<B: Body> {
+struct LoopJob<B: Body> {
     body: B,
     /// Iteration `k` runs index `start + k * stride`.
     start: usize,
@@ -911,7 +912,7 @@ struct Job<B: Body> {
 /// who learns that the last one finished.
 enum Finish {
     /// A caller blocked in `for_each`/`reduce`, waiting on the latch.
-    Wake(CountLatch<Shared>),
+    Wake(CountLatch<Registry>),
     /// A spawned loop's handle, parked on the promise `done` (taken by the
     /// last part). The handle task keeps the job alive until then, so the
     /// count needs no latch.
@@ -939,11 +940,11 @@ impl Finish {
 // after the count of parts reaches zero (acquire/release on the count);
 // the promise in `Finish::Fulfill` is taken only by the part that brings
 // the count to zero.
-unsafe impl<B: Body> Sync for Job<B> {}
+unsafe impl<B: Body> Sync for LoopJob<B> {}
 // SAFETY: as above; a spawned loop's body is also Send.
-unsafe impl<B: Body + Send> Send for Job<B> {}
+unsafe impl<B: Body + Send> Send for LoopJob<B> {}
 
-impl<B: Body> Job<B> {
+impl<B: Body> LoopJob<B> {
     fn record_panic(&self, payload: Box<dyn Any + Send>) {
         // The flag is read only after every part finished, which orders
         // this store before that read.
@@ -1005,7 +1006,7 @@ impl<B: Body> Job<B> {
                 let current = Worker::current().map(|w| &w.shared);
                 // SAFETY: our part holds a count; the latch touches nothing
                 // of the job after its decrement (the owner may return and
-                // free the job at once, see `crate::latch`).
+                // free the job at once, see `crate::core::latch`).
                 unsafe { CountLatch::decrement(latch, current) };
             }
             Finish::Fulfill { pending, done } => {
@@ -1027,10 +1028,10 @@ impl<B: Body> Job<B> {
     }
 }
 
-/// Hands a finished part's accumulator to `out` (see [`crate::merge`]); a
+/// Hands a finished part's accumulator to `out` (see [`crate::loops::merge`]); a
 /// merge that panics is recorded and passes `None` up; the value that
 /// reaches the root is the loop's result.
-fn deposit<B: Body>(job: &Job<B>, out: Out<B::Acc>, value: Option<B::Acc>) {
+fn deposit<B: Body>(job: &LoopJob<B>, out: Out<B::Acc>, value: Option<B::Acc>) {
     if !B::MERGES {
         return;
     }
@@ -1054,143 +1055,11 @@ fn deposit<B: Body>(job: &Job<B>, out: Out<B::Acc>, value: Option<B::Acc>) {
 // ---------------------------------------------------------------------------
 // Parts and their frames.
 
-/// A running loop part, as the worker sees it: the iterations it has not
-/// started yet, and how to split them off. Lives on the stack of the part.
-pub(crate) struct LoopFrame {
-    /// The first iteration the running part has not claimed: splits give
-    /// away only from here on. The hot loop claims a block of iterations
-    /// at a time (see `run_iterations`).
-    next: Cell<usize>,
-    /// The first iteration not yet started (at most `next`): where the
-    /// part resumes after a panicking iteration.
-    resume: Cell<usize>,
-    /// One past the last iteration of this part (lowered by splits).
-    stop: Cell<usize>,
-    /// The loop part this one runs inside, on the same worker.
-    older: Cell<*const LoopFrame>,
-    /// The part is between two iterations (at its mailbox check), not in
-    /// the middle of one.
-    polling: Cell<bool>,
-    /// The part is computing an accumulator (`identity`), before the
-    /// iterations it would fold into it: it gives none away meanwhile.
-    starting: Cell<bool>,
-    /// The worker's deque top when the part started: queued tasks at or
-    /// above it are younger than the loop, those below older.
-    deque_top: Cell<u64>,
-    /// The whole part this frame is a field of (a `PartFrame<B>`), with
-    /// the provenance of the whole: `split` reaches the job through it.
-    part: Cell<*const ()>,
-    /// Makes a part of the job for iterations `[from, to)`, which the frame
-    /// has just given up, from the frame's `part`.
-    split: unsafe fn(*const (), usize, usize) -> TaskRef,
-}
-
-impl LoopFrame {
-    pub(crate) fn older(&self) -> *const LoopFrame {
-        self.older.get()
-    }
-
-    /// Links the frame under `older` as it starts, the worker's deque top
-    /// being `deque_top`.
-    pub(crate) fn start(&self, older: *const LoopFrame, deque_top: u64) {
-        self.older.set(older);
-        self.deque_top.set(deque_top);
-    }
-
-    /// Whether this loop started after a task queued at `position`: then
-    /// that task is the older work, and a thief should get it first.
-    pub(crate) fn is_younger_than(&self, position: u64) -> bool {
-        position < self.deque_top.get()
-    }
-
-    /// How many iterations to give one of `thieves` thieves: an equal
-    /// share with this worker when it is between iterations; when it is in
-    /// the middle of one (a long outer iteration), an equal share of the
-    /// unstarted ones among the thieves and it, rounded up, so that even a
-    /// last unstarted iteration goes to an idle worker.
-    ///
-    /// A part computing its accumulator gives nothing: a thief would have
-    /// to compute one too, and when `identity` runs a loop of its own (it
-    /// answers thieves from there), every part split off meanwhile would
-    /// start with the same long `identity` and be split in turn, down to
-    /// parts of one iteration each. The thief gets that inner loop's
-    /// iterations instead, which is the work holding this part up.
-    fn share_for(&self, thieves: usize) -> usize {
-        if self.starting.get() {
-            return 0;
-        }
-        let unstarted = self.stop.get().saturating_sub(self.next.get());
-        if self.polling.get() {
-            unstarted / (thieves + 1)
-        } else {
-            unstarted.div_ceil(thieves + 1)
-        }
-    }
-
-    /// Computes the part's accumulator with `identity`, the part marked as
-    /// starting meanwhile (see `share_for`), even if `identity` unwinds.
-    fn while_starting<R>(&self, identity: impl FnOnce() -> R) -> R {
-        struct Started<'a>(&'a Cell<bool>);
-        impl Drop for Started<'_> {
-            fn drop(&mut self) {
-                self.0.set(false);
-            }
-        }
-        self.starting.set(true);
-        let _started = Started(&self.starting);
-        identity()
-    }
-
-    /// Gives up the last `give` iterations as a new part.
-    pub(crate) fn split_back(&self, give: usize) -> TaskRef {
-        let to = self.stop.get();
-        let from = to - give;
-        self.stop.set(from);
-        // SAFETY: `split` belongs to the type of the frame's `part`, which
-        // is live while the frame is, and the iterations `[from, to)` were
-        // unstarted and are now given up.
-        unsafe { (self.split)(self.part.get(), from, to) }
-    }
-}
-
-/// For a steal request: the oldest loop part on the worker's stack (from
-/// `top` down) that has iterations to give one of `thieves` thieves, and
-/// how many.
-pub(crate) fn pick_for_thieves<'f>(
-    top: *const LoopFrame,
-    thieves: usize,
-) -> Option<(&'f LoopFrame, usize)> {
-    let mut chosen = None;
-    let mut frame = top;
-    // SAFETY: the worker's loop frames are live: each is unregistered
-    // before its part's stack frame ends.
-    while let Some(f) = unsafe { frame.as_ref() } {
-        let give = f.share_for(thieves);
-        if give > 0 {
-            chosen = Some((f, give));
-        }
-        frame = f.older();
-    }
-    chosen
-}
-
-/// For a sleeping worker, as `frame`'s part starts: half of the oldest
-/// loop part on this worker that has iterations to give (as a thief's
-/// request would get), `frame`'s own if no older one has.
-pub(crate) fn split_for_sleeper(frame: &LoopFrame) -> Option<TaskRef> {
-    // The starting part is between iterations; older ones are in the
-    // middle of one (the iteration that started this loop).
-    frame.polling.set(true);
-    let chosen = pick_for_thieves(frame, 1);
-    frame.polling.set(false);
-    chosen.map(|(f, give)| f.split_back(give))
-}
-
 /// A loop frame with what its part needs to split: the job and where its
 /// accumulator goes.
 struct PartFrame<'j, B: Body> {
     frame: LoopFrame,
-    job: &'j Job<B>,
+    job: &'j LoopJob<B>,
     out: Cell<Out<B::Acc>>,
 }
 
@@ -1219,23 +1088,13 @@ unsafe fn split_part<B: Body>(part: *const (), from: usize, to: usize) -> TaskRe
 /// Runs iterations `[from, to)` of `job` on `w` as one part, splittable by
 /// thieves, and deposits its accumulator into `out`. The caller counts the
 /// part finished.
-fn run_part<B: Body>(job: &Job<B>, w: &Worker, from: usize, to: usize, out: Out<B::Acc>) {
+fn run_part<B: Body>(job: &LoopJob<B>, w: &Worker, from: usize, to: usize, out: Out<B::Acc>) {
     let part = PartFrame {
-        frame: LoopFrame {
-            next: Cell::new(from),
-            resume: Cell::new(from),
-            stop: Cell::new(to),
-            older: Cell::new(std::ptr::null()),
-            polling: Cell::new(false),
-            starting: Cell::new(false),
-            deque_top: Cell::new(0),
-            part: Cell::new(std::ptr::null()),
-            split: split_part::<B>,
-        },
+        frame: LoopFrame::new(from, to, split_part::<B>),
         job,
         out: Cell::new(out),
     };
-    part.frame.part.set(std::ptr::from_ref(&part).cast::<()>());
+    part.frame.set_part(std::ptr::from_ref(&part).cast::<()>());
     w.enter_loop(&part.frame);
     if w.shared.sleep.has_sleepers() {
         w.share_loop(&part.frame);
@@ -1627,18 +1486,18 @@ fn cancelled_message(start: usize, stride: usize, mut parts: Vec<Range<usize>>) 
 /// Dropped unrun (its promise broken, or its runtime shut down), it still
 /// counts itself finished and reports the cancellation as the loop's panic.
 struct Part<B: Body> {
-    job: *const Job<B>,
+    job: *const LoopJob<B>,
     from: usize,
     to: usize,
     out: Out<B::Acc>,
     ran: bool,
 }
 
-// SAFETY: a part only reaches its job through `&Job<B>`, which is Sync.
+// SAFETY: a part only reaches its job through `&LoopJob<B>`, which is Sync.
 unsafe impl<B: Body> Send for Part<B> {}
 
 impl<B: Body> Part<B> {
-    fn new(job: *const Job<B>, from: usize, to: usize, out: Out<B::Acc>) -> Self {
+    fn new(job: *const LoopJob<B>, from: usize, to: usize, out: Out<B::Acc>) -> Self {
         Self {
             job,
             from,
@@ -1658,7 +1517,7 @@ impl<B: Body> Part<B> {
             let job = unsafe { &*part.job };
             run_part(job, w, part.from, part.to, part.out);
             // SAFETY: this part is finished, once.
-            unsafe { Job::finish_part(part.job) };
+            unsafe { LoopJob::finish_part(part.job) };
         })
     }
 }
@@ -1679,6 +1538,6 @@ impl<B: Body> Drop for Part<B> {
         }
         deposit(job, self.out, None);
         // SAFETY: this part is finished, once.
-        unsafe { Job::finish_part(self.job) };
+        unsafe { LoopJob::finish_part(self.job) };
     }
 }

@@ -53,7 +53,7 @@ pub(crate) use loom::cell::UnsafeCell;
 
 /// Locks a mutex, ignoring poisoning: the data behind our mutexes stays
 /// consistent whatever panicked, because user code never runs under them.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> crate::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> crate::core::sync::MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
         Err(poisoned) => poisoned.into_inner(),

@@ -19,7 +19,7 @@
 //! is how a runtime knows it is quiescent (`sync_root`, shutdown), and the
 //! mutex makes "all committed and all still asleep" a stable observation.
 
-use crate::sync::{fence, lock, thread, AtomicU8, AtomicUsize, Condvar, Mutex, Ordering};
+use crate::core::sync::{fence, lock, thread, AtomicU8, AtomicUsize, Condvar, Mutex, Ordering};
 use crossbeam_utils::CachePadded;
 
 const AWAKE: u8 = 0;

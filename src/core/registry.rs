@@ -1,36 +1,39 @@
 //! The runtime: its threads, what they share, and the ways in.
 
-use crate::affinity;
-use crate::error::{BuildError, Cancellation, JoinError};
-use crate::event::Dep;
-use crate::gate::Gate;
-use crate::handle::JoinHandle;
-use crate::inbox::{Action, Inbox, SignalRef};
-use crate::park::Sleep;
-use crate::promise;
-use crate::stats::{Counters, RuntimeStats, WorkerCounters};
-use crate::steal::{Mailbox, ReplySlot, MAX_WORKERS};
-use crate::sync::{AtomicBool, AtomicUsize, Ordering};
-use crate::task::{self, BlockPool, Header, TaskRef};
-use crate::worker::Worker;
+use crate::core::affinity;
+use crate::core::error::{BuildError, Cancellation, JoinError};
+use crate::core::gate::Gate;
+use crate::core::handle::JoinHandle;
+use crate::core::park::Sleep;
+use crate::core::signal::{Action, SignalInbox, SignalRef};
+use crate::core::stats::{Counters, RuntimeStats, WorkerCounters};
+use crate::core::steal::{Mailbox, ReplySlot, MAX_WORKERS};
+use crate::core::sync::{AtomicBool, AtomicUsize, Ordering};
+use crate::core::task::{self, BlockPool, Header, TaskRef};
+use crate::core::worker::Worker;
+use crate::dataflow::event::Dep;
+use crate::dataflow::promise;
 use crossbeam_queue::SegQueue;
 use crossbeam_utils::CachePadded;
 use std::sync::{mpsc, Arc, OnceLock};
 
 /// What a runtime's workers share.
-pub(crate) struct Shared {
+pub(crate) struct Registry {
     pub(crate) sleep: Sleep,
     pub(crate) mailboxes: Box<[CachePadded<Mailbox>]>,
     pub(crate) replies: Box<[CachePadded<ReplySlot<Header>>]>,
     pub(crate) counters: Counters,
     /// Each worker's deque, with the rescue protocol through which an idle worker
     /// rescues its tasks while it is stuck in user code (`rescue.rs`).
-    pub(crate) deques:
-        Box<[CachePadded<crate::rescue::Guarded<crate::deque::Deque<crate::task::TaskRef>>>]>,
+    pub(crate) deques: Box<
+        [CachePadded<
+            crate::core::rescue::Guarded<crate::core::deque::Deque<crate::core::task::TaskRef>>,
+        >],
+    >,
     /// Tasks from outside the workers (and shared with parked workers).
     pub(crate) injector: SegQueue<TaskRef>,
     /// Signals fired where nothing else may be done (device callbacks).
-    pub(crate) inbox: Inbox,
+    pub(crate) inbox: SignalInbox,
     pub(crate) shutdown: AtomicBool,
     /// Shut when the runtime's drop begins: from then on, delayed tasks made
     /// ready outside the workers are cancelled rather than queued.
@@ -42,7 +45,7 @@ pub(crate) struct Shared {
     pub(crate) root_syncs: AtomicUsize,
 }
 
-impl Shared {
+impl Registry {
     pub(crate) fn num_threads(&self) -> usize {
         self.sleep.workers()
     }
@@ -64,7 +67,7 @@ impl Shared {
     /// [`fire_signal`] is called (see `inbox.rs`).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn signal(&self, action: Action) -> SignalRef {
-        self.inbox.signal(action, (self as *const Shared).cast())
+        self.inbox.signal(action, (self as *const Registry).cast())
     }
 
     /// Queues a task from anywhere and wakes a parked worker for it.
@@ -89,13 +92,13 @@ impl Shared {
     }
 }
 
-impl crate::latch::Unpark for Shared {
+impl crate::core::latch::Unpark for Registry {
     fn unpark(&self, worker: usize) {
         self.sleep.unpark(worker);
     }
 }
 
-impl Drop for Shared {
+impl Drop for Registry {
     /// The gate keeps tasks out of a shut-down runtime; should one be left
     /// anyway, its handle learns so instead of waiting forever.
     fn drop(&mut self) {
@@ -242,7 +245,7 @@ impl Builder {
         let mut threads = Vec::with_capacity(n);
         let mut senders = Vec::with_capacity(n);
         for index in 0..n {
-            let (tx, rx) = mpsc::channel::<Arc<Shared>>();
+            let (tx, rx) = mpsc::channel::<Arc<Registry>>();
             let mut b = std::thread::Builder::new().name(format!("{name}-{index}"));
             if let Some(size) = self.stack_size {
                 b = b.stack_size(size);
@@ -278,7 +281,7 @@ impl Builder {
                 });
             }
         }
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Registry {
             sleep: Sleep::new(threads.iter().map(|t| t.thread().clone()).collect()),
             mailboxes: (0..n).map(|_| CachePadded::new(Mailbox::new(n))).collect(),
             replies: (0..n).map(|_| CachePadded::new(ReplySlot::new())).collect(),
@@ -287,11 +290,13 @@ impl Builder {
                 .collect(),
             deques: (0..n)
                 .map(|_| {
-                    CachePadded::new(crate::rescue::Guarded::new(crate::deque::Deque::default()))
+                    CachePadded::new(crate::core::rescue::Guarded::new(
+                        crate::core::deque::Deque::default(),
+                    ))
                 })
                 .collect(),
             injector: SegQueue::new(),
-            inbox: Inbox::new(),
+            inbox: SignalInbox::new(),
             shutdown: AtomicBool::new(false),
             ready_gate: Gate::new(),
             parked: promise::Parked::new(n),
@@ -341,7 +346,7 @@ fn resolve_num_threads(
 /// Stops worker threads that are still waiting for their runtime (the
 /// build failed): closing their channels makes them exit.
 fn stop_unstarted(
-    senders: Vec<mpsc::Sender<Arc<Shared>>>,
+    senders: Vec<mpsc::Sender<Arc<Registry>>>,
     threads: Vec<std::thread::JoinHandle<()>>,
 ) {
     drop(senders);
@@ -371,7 +376,7 @@ fn stop_unstarted(
 /// # Ok::<(), selvedge::BuildError>(())
 /// ```
 pub struct Runtime {
-    shared: Arc<Shared>,
+    shared: Arc<Registry>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
@@ -451,7 +456,7 @@ impl Runtime {
         self.shared.inject(task);
         // A panic out of the wait itself (not `f`'s, which comes back as a
         // result) would free what `f` borrows while a worker runs it.
-        let result = crate::unwind::abort_on_unwind(|| handle.join_result());
+        let result = crate::core::unwind::abort_on_unwind(|| handle.join_result());
         match result {
             Ok(value) => value,
             Err(payload) => JoinError::from_payload(payload).resume(),
@@ -479,7 +484,7 @@ impl Runtime {
     }
 
     /// The runtime's shared state (for loops spawned from outside it).
-    pub(crate) fn shared(&self) -> &Arc<Shared> {
+    pub(crate) fn shared(&self) -> &Arc<Registry> {
         &self.shared
     }
 
@@ -557,7 +562,7 @@ impl Runtime {
     }
 }
 
-fn shut_down(shared: Arc<Shared>, threads: Vec<std::thread::JoinHandle<()>>) {
+fn shut_down(shared: Arc<Registry>, threads: Vec<std::thread::JoinHandle<()>>) {
     shared.ready_gate.close();
     shared.sleep.wait_quiescent(|| shared.outside_idle());
     shared.shutdown.store(true, Ordering::SeqCst);
@@ -668,18 +673,18 @@ pub fn current_num_threads() -> usize {
     }
 }
 
-/// Fires `signal` (made by [`Shared::signal`]) and wakes a worker of its
+/// Fires `signal` (made by [`Registry::signal`]) and wakes a worker of its
 /// runtime to run its action: no allocation, no lock, no user code, so it
 /// may be called from a CUDA host callback.
 ///
 /// # Safety
-/// `signal` is live and not fired before, and its runtime's `Shared` stays
+/// `signal` is live and not fired before, and its runtime's `Registry` stays
 /// alive until this returns (whoever makes signals holds a reference to it
 /// until every signal it made has fired or been abandoned).
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) unsafe fn fire_signal(signal: SignalRef) {
     // SAFETY: read before firing: the signal may be freed right after.
-    let shared = unsafe { &*signal.context().cast::<Shared>() };
+    let shared = unsafe { &*signal.context().cast::<Registry>() };
     // SAFETY: per the caller.
     unsafe { shared.inbox.fire(signal) };
     shared.sleep.wake_any();

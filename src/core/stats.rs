@@ -4,7 +4,7 @@
 //! store (no read-modify-write), on a cache line of its own, so counting
 //! costs a task nothing shared.
 
-use crate::sync::{AtomicU64, Ordering};
+use crate::core::sync::{AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 
 /// A counter with one writer.

@@ -1,6 +1,6 @@
 //! Telling the runtime that a task is about to block.
 
-use crate::worker::Worker;
+use crate::core::worker::Worker;
 
 /// Runs `f`, which may block (a channel, a lock, a sleep, I/O, another
 /// runtime's `block_on`), after handing the calling worker's queued tasks

@@ -20,7 +20,7 @@
 //! sees `RUNNER_GONE` and frees without a read-modify-write). A task joined
 //! while still in its owner's deque never touches this state at all.
 
-use crate::sync::{AtomicUsize, Ordering, UnsafeCell};
+use crate::core::sync::{AtomicUsize, Ordering, UnsafeCell};
 use std::task::Waker;
 
 const COMPLETE: usize = 1;
@@ -28,7 +28,7 @@ const WAITER: usize = 2;
 const HANDLE_GONE: usize = 4;
 const RUNNER_GONE: usize = 8;
 const RESULT_TAKEN: usize = 16;
-/// Set by [`Completion::poison`] in the loom models: the block was freed.
+/// Set by [`JoinSlot::poison`] in the loom models: the block was freed.
 #[cfg(loom)]
 const POISONED: usize = 1 << 31;
 
@@ -39,8 +39,8 @@ fn check_live(_state: usize) {
     assert!(_state & POISONED == 0, "join slot used after it was freed");
 }
 
-/// What the caller of [`Completion::complete`] or
-/// [`Completion::release_handle`] must do with the block afterwards.
+/// What the caller of [`JoinSlot::complete`] or
+/// [`JoinSlot::release_handle`] must do with the block afterwards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Release {
     /// The other party still uses the block: leave it alone.
@@ -55,18 +55,18 @@ pub enum Release {
 
 /// The shared state of one task between its runner and its handle.
 #[derive(Debug)]
-pub struct Completion {
+pub struct JoinSlot {
     state: AtomicUsize,
     waker: UnsafeCell<Option<Waker>>,
 }
 
-impl Default for Completion {
+impl Default for JoinSlot {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Completion {
+impl JoinSlot {
     /// A completion with a live handle and a runner to come.
     pub fn new() -> Self {
         Self {
@@ -122,7 +122,7 @@ impl Completion {
                 // runner nor skip RUNNER_GONE below (the block would leak):
                 // it is reported, and the handle finds the result complete
                 // when it looks again.
-                crate::unwind::catch_and_report("a waker's wake", || w.wake_by_ref());
+                crate::core::unwind::catch_and_report("a waker's wake", || w.wake_by_ref());
             }
         });
         let prev = self.state.fetch_or(RUNNER_GONE, Ordering::AcqRel);

@@ -10,7 +10,7 @@
 //! the queuer's push to finish (and its quiescence check then sees the task),
 //! or the queuer sees the gate shut and cancels its task. Never neither.
 
-use crate::sync::{fence, AtomicBool, AtomicUsize, Ordering};
+use crate::core::sync::{fence, AtomicBool, AtomicUsize, Ordering};
 
 /// See the module documentation.
 #[derive(Debug, Default)]
@@ -51,7 +51,7 @@ impl Gate {
         fence(Ordering::SeqCst);
         while self.inside.load(Ordering::SeqCst) != 0 {
             // A queuer inside is a few instructions from leaving.
-            crate::sync::thread::yield_now();
+            crate::core::sync::thread::yield_now();
         }
     }
 }

@@ -2,7 +2,7 @@
 //! walk that moves a task from one event to the next, and the reference
 //! counts that decide when an event is broken and when it is freed.
 //!
-//! An [`Event`] is an ephemeral MPSC channel: one atomic word that is either
+//! An [`PromiseCell`] is an ephemeral MPSC channel: one atomic word that is either
 //! *open* (null, or the head of an intrusive stack of parked [`Waiter`]s) or
 //! *closed* (the `FULFILLED` or `BROKEN` marker). Parking pushes a waiter
 //! with a CAS that fails once the event is closed; closing swaps the marker
@@ -24,7 +24,7 @@
 //! last ref goes, the group is freed. Both counts use one read-modify-write
 //! per release (no separate load-then-decrement, which is racy).
 
-use crate::sync::{AtomicPtr, AtomicUsize, Ordering, UnsafeCell};
+use crate::core::sync::{AtomicPtr, AtomicUsize, Ordering, UnsafeCell};
 use std::collections::TryReserveError;
 use std::ptr::{self, NonNull};
 
@@ -64,11 +64,11 @@ enum Park {
 
 /// One dependency target: a closable stack of parked waiters.
 #[derive(Debug)]
-pub struct Event {
+pub struct PromiseCell {
     head: AtomicPtr<Waiter>,
 }
 
-impl Event {
+impl PromiseCell {
     fn new() -> Self {
         Self {
             head: AtomicPtr::new(ptr::null_mut()),
@@ -178,8 +178,8 @@ pub struct Group {
     /// Everything that keeps the group alive: handles and deps.
     refs: AtomicUsize,
     len: usize,
-    first: Event,
-    rest: Box<[Event]>,
+    first: PromiseCell,
+    rest: Box<[PromiseCell]>,
 }
 
 impl Group {
@@ -194,19 +194,19 @@ impl Group {
     pub fn try_new(len: usize) -> Result<NonNull<Group>, TryReserveError> {
         let mut rest = Vec::new();
         rest.try_reserve_exact(len.saturating_sub(1))?;
-        rest.extend((1..len).map(|_| Event::new()));
+        rest.extend((1..len).map(|_| PromiseCell::new()));
         let group = Box::new(Group {
             handles: AtomicUsize::new(1),
             refs: AtomicUsize::new(1),
             len,
-            first: Event::new(),
+            first: PromiseCell::new(),
             rest: rest.into_boxed_slice(),
         });
         Ok(NonNull::from(Box::leak(group)))
     }
 
-    /// Event `i`; `i` must be below [`Group::len`].
-    pub fn event(&self, i: usize) -> &Event {
+    /// PromiseCell `i`; `i` must be below [`Group::len`].
+    pub fn event(&self, i: usize) -> &PromiseCell {
         match i {
             0 => &self.first,
             _ => &self.rest[i - 1],
@@ -264,7 +264,7 @@ impl Group {
         }
         // Every other party's last use happened before its release, and
         // this acquire orders them before the free (as `Arc`'s drop).
-        crate::sync::fence(Ordering::Acquire);
+        crate::core::sync::fence(Ordering::Acquire);
         #[cfg(not(loom))]
         // SAFETY: the last ref is gone; the group came from `Box::leak`.
         drop(unsafe { Box::from_raw(this.as_ptr()) });
@@ -350,7 +350,7 @@ impl Group {
 /// ```
 pub struct Dep {
     group: NonNull<Group>,
-    event: NonNull<Event>,
+    event: NonNull<PromiseCell>,
 }
 
 // SAFETY: a Dep only touches the group through atomics, and its ref keeps
@@ -378,7 +378,7 @@ impl Dep {
         self.group
     }
 
-    fn event(&self) -> &Event {
+    fn event(&self) -> &PromiseCell {
         // SAFETY: our ref keeps the group, and so the event, alive.
         unsafe { self.event.as_ref() }
     }
@@ -628,7 +628,7 @@ impl Claim {
         if old & !CLAIMED != CLAIM_REF {
             return false;
         }
-        crate::sync::fence(Ordering::Acquire);
+        crate::core::sync::fence(Ordering::Acquire);
         true
     }
 }

@@ -6,7 +6,7 @@
 //! So the work is split. Before the work is enqueued, a worker allocates a
 //! [`Signal`] holding the action to run (fulfilling the promise). The
 //! callback only *fires* it: one compare-and-swap on its state and a
-//! lock-free push onto the runtime's [`Inbox`], an intrusive stack (the
+//! lock-free push onto the runtime's [`SignalInbox`], an intrusive stack (the
 //! signal is its own node, so nothing is allocated). A worker looking for
 //! work drains the inbox and runs the actions; the caller of `fire` wakes
 //! one. A signal whose callback will never come (the device failed) is
@@ -23,7 +23,7 @@
 // Fired only by device callbacks (and the loom models).
 #![cfg_attr(not(any(loom, feature = "cuda")), allow(dead_code))]
 
-use crate::sync::{AtomicPtr, AtomicU8, AtomicUsize, Ordering, UnsafeCell};
+use crate::core::sync::{AtomicPtr, AtomicU8, AtomicUsize, Ordering, UnsafeCell};
 use std::ptr;
 
 /// What a fired signal runs on a worker.
@@ -86,19 +86,19 @@ impl SignalRef {
 }
 
 /// The runtime's stack of fired signals, drained by workers.
-pub struct Inbox {
+pub struct SignalInbox {
     head: AtomicPtr<Signal>,
     /// Signals made and not yet run or abandoned.
     pending: AtomicUsize,
 }
 
-impl Default for Inbox {
+impl Default for SignalInbox {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Inbox {
+impl SignalInbox {
     /// An empty inbox.
     pub fn new() -> Self {
         Self {
@@ -124,7 +124,7 @@ impl Inbox {
     /// wakes a worker. The signal may be freed as soon as this returns.
     ///
     /// # Safety
-    /// `signal` came from this inbox's [`Inbox::signal`] and was not fired
+    /// `signal` came from this inbox's [`SignalInbox::signal`] and was not fired
     /// before.
     pub unsafe fn fire(&self, signal: SignalRef) {
         let s = signal.0;
@@ -246,7 +246,7 @@ impl Inbox {
                 // SAFETY: the firing thread won the state, so the action is
                 // this thread's to take.
                 if let Some(action) = node.action.with_mut(|a| unsafe { (*a).take() }) {
-                    crate::unwind::catch_and_report("a signal's action", action);
+                    crate::core::unwind::catch_and_report("a signal's action", action);
                     ran += 1;
                 }
                 self.pending.fetch_sub(1, Ordering::SeqCst);
@@ -257,7 +257,7 @@ impl Inbox {
     }
 }
 
-impl Drop for Inbox {
+impl Drop for SignalInbox {
     /// Signals fired after the workers left still run their actions here.
     fn drop(&mut self) {
         self.drain();
@@ -268,7 +268,7 @@ impl Drop for Inbox {
 /// foreign threads while the workers park and wake.
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use crate::runtime::fire_signal;
+    use crate::core::registry::fire_signal;
     use crate::{Promise, Runtime};
     use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
     use std::sync::{mpsc, Arc};
@@ -338,10 +338,10 @@ mod tests {
 
     #[test]
     fn a_panicking_action_neither_unwinds_out_of_the_drain_nor_strands_the_others() {
-        use crate::inbox::Inbox;
+        use crate::core::signal::SignalInbox;
         // The drain itself: the middle action panics, with a payload whose
         // destructor panics.
-        let inbox = Inbox::new();
+        let inbox = SignalInbox::new();
         let ran = Arc::new(AtomicUsize::new(0));
         let make = |panics: bool| {
             let ran = ran.clone();

@@ -1,7 +1,7 @@
 //! The count latch: how a worker waiting for a scope, a loop or a `join`
 //! learns that the last of the things it waits for finished.
 //!
-//! The owner (a worker, waiting in [`crate::worker::Until::Latch`]) holds
+//! The owner (a worker, waiting in [`crate::core::worker::Until::Latch`]) holds
 //! the latch in its own stack frame. Every task or loop part it waits for
 //! holds one count. The last decrement wakes the owner, which may then
 //! return at once, freeing the latch with its frame, and the runtime may
@@ -23,7 +23,7 @@
 //!
 //! loom model: `loom-tests/tests/latch.rs`.
 
-use crate::sync::{Arc, AtomicUsize, Ordering, UnsafeCell};
+use crate::core::sync::{Arc, AtomicUsize, Ordering, UnsafeCell};
 
 /// What a latch's runtime must do for it: wake a waiting worker.
 pub trait Unpark {

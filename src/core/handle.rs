@@ -1,15 +1,14 @@
 //! `JoinHandle`: the owned result slot of a spawned task.
 
-use crate::completion::Completion;
-use crate::error::JoinError;
-use crate::task::{self, Header, TaskRef};
-use crate::worker::{Until, Worker};
+use crate::core::error::JoinError;
+use crate::core::join_slot::JoinSlot;
+use crate::core::task::{self, Header, TaskRef};
+use crate::core::worker::{thread_waker, Until, Worker, WorkerAddress};
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
 use std::ptr::NonNull;
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker};
 
 /// An owned permission to join a task: wait for it and take its result.
 ///
@@ -28,8 +27,9 @@ use std::task::{Context, Poll, Wake, Waker};
 pub struct JoinHandle<T> {
     block: Option<NonNull<Header>>,
     /// The worker whose deque received the task, and where, so `join` can
-    /// take it back without searching; 0 when it went to the injector.
-    origin: usize,
+    /// take it back without searching; `None` when it went elsewhere (the
+    /// injector, or parked on promises).
+    origin: Option<WorkerAddress>,
     pos: u64,
     _result: PhantomData<T>,
 }
@@ -48,24 +48,6 @@ impl<T> std::fmt::Debug for JoinHandle<T> {
     }
 }
 
-/// A waker that unparks a thread: a foreign thread blocked in `join`, or a
-/// worker parked in one.
-struct ThreadUnparker(std::thread::Thread);
-
-/// A waker that unparks `thread`.
-pub(crate) fn thread_waker(thread: std::thread::Thread) -> Waker {
-    Waker::from(Arc::new(ThreadUnparker(thread)))
-}
-
-impl Wake for ThreadUnparker {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
-    }
-}
-
 thread_local! {
     static THREAD_WAKER: Waker = thread_waker(std::thread::current());
 }
@@ -80,7 +62,7 @@ impl<T> JoinHandle<T> {
     pub(crate) unsafe fn new(task: &TaskRef) -> Self {
         Self {
             block: Some(task.ptr()),
-            origin: 0,
+            origin: None,
             pos: 0,
             _result: PhantomData,
         }
@@ -89,12 +71,12 @@ impl<T> JoinHandle<T> {
     /// Records that `worker` pushed the task at deque position `pos`.
     #[inline]
     pub(crate) fn at(mut self, worker: &Worker, pos: u64) -> Self {
-        self.origin = worker.id();
+        self.origin = Some(worker.address());
         self.pos = pos;
         self
     }
 
-    fn completion(&self) -> &Completion {
+    fn completion(&self) -> &JoinSlot {
         let block = self.block.expect("JoinHandle used after completion");
         // SAFETY: the handle keeps the block alive until it releases it.
         unsafe { task::completion(block) }
@@ -165,7 +147,7 @@ impl<T> JoinHandle<T> {
         let block = self.block.take().expect("JoinHandle used after completion");
         let worker = Worker::current();
         if let Some(w) = worker {
-            let (origin, pos) = if self.origin != 0 {
+            let (origin, pos) = if self.origin.is_some() {
                 (self.origin, self.pos)
             } else {
                 // A delayed task: queued where its last dependency was
@@ -173,7 +155,7 @@ impl<T> JoinHandle<T> {
                 // SAFETY: the handle keeps the block alive.
                 unsafe { task::queued_at(block) }
             };
-            if origin == w.id() {
+            if origin == Some(w.address()) {
                 if let Some(task) = w.take_back(pos, block) {
                     w.count_task_run();
                     // SAFETY: the task is ours, of result type T, and never

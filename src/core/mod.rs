@@ -1,0 +1,34 @@
+//! The scheduler: tasks, workers, their deques and the protocols between
+//! them. Nothing here knows about promises, scopes or loops; the layers
+//! above build on it (see `README.md` in this folder).
+
+#[cfg(not(loom))]
+pub(crate) mod affinity;
+#[cfg(not(loom))]
+pub(crate) mod blocking;
+pub(crate) mod deque;
+#[cfg(not(loom))]
+pub(crate) mod error;
+pub(crate) mod gate;
+#[cfg(not(loom))]
+pub(crate) mod handle;
+pub(crate) mod join_slot;
+pub(crate) mod latch;
+pub(crate) mod park;
+#[cfg(not(loom))]
+pub(crate) mod registry;
+pub(crate) mod rescue;
+#[cfg(not(loom))]
+pub(crate) mod send_ptr;
+pub(crate) mod signal;
+#[cfg(not(loom))]
+pub(crate) mod split;
+#[cfg(not(loom))]
+pub(crate) mod stats;
+pub(crate) mod steal;
+pub(crate) mod sync;
+#[cfg(not(loom))]
+pub(crate) mod task;
+pub(crate) mod unwind;
+#[cfg(not(loom))]
+pub(crate) mod worker;

@@ -1,0 +1,6 @@
+//! Dataflow: promises any thread can fulfill, and tasks that wait for them
+//! without blocking a thread (see `README.md` in this folder).
+
+pub(crate) mod event;
+#[cfg(not(loom))]
+pub(crate) mod promise;

@@ -1,0 +1,4 @@
+//! Structured parallelism: `scope` and `join`, which wait for what they
+//! start and so may borrow from the caller's stack.
+
+pub(crate) mod scope;
