@@ -79,6 +79,8 @@
 
 // The layers, lowest first; each imports only from those before it
 // (`.ci/check-layers` checks it). See `docs/ARCHITECTURE.md`.
+#[cfg(not(loom))]
+mod api;
 mod core;
 mod dataflow;
 #[cfg(all(feature = "cuda", not(loom)))]
@@ -88,15 +90,17 @@ mod loops;
 mod structured;
 
 #[cfg(not(loom))]
+pub use crate::api::builder::Builder;
+#[cfg(not(loom))]
+pub use crate::api::tasks::{current_num_threads, spawn, sync_root};
+#[cfg(not(loom))]
 pub use crate::core::blocking::block_in_place;
 #[cfg(not(loom))]
 pub use crate::core::error::{BuildError, JoinError};
 #[cfg(not(loom))]
 pub use crate::core::handle::{JoinHandle, TryJoin};
 #[cfg(not(loom))]
-pub use crate::core::registry::{
-    current_num_threads, global_runtime, spawn, sync_root, Builder, Runtime,
-};
+pub use crate::core::pool::{global_runtime, Runtime};
 #[cfg(not(loom))]
 pub use crate::core::stats::{RuntimeStats, WorkerStats};
 #[cfg(not(loom))]

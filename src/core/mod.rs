@@ -6,6 +6,8 @@
 pub(crate) mod affinity;
 #[cfg(not(loom))]
 pub(crate) mod blocking;
+#[cfg(not(loom))]
+pub(crate) mod config;
 pub(crate) mod deque;
 #[cfg(not(loom))]
 pub(crate) mod error;
@@ -15,6 +17,10 @@ pub(crate) mod handle;
 pub(crate) mod join_slot;
 pub(crate) mod latch;
 pub(crate) mod park;
+#[cfg(not(loom))]
+pub(crate) mod parked;
+#[cfg(not(loom))]
+pub(crate) mod pool;
 #[cfg(not(loom))]
 pub(crate) mod registry;
 pub(crate) mod rescue;

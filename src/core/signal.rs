@@ -290,7 +290,7 @@ mod tests {
                     let h = rt.submit_delayed([p.dep()], move || {
                         ran[i].fetch_add(1, Relaxed);
                     });
-                    tx.send(rt.shared().signal(Box::new(move || {
+                    tx.send(rt.registry().signal(Box::new(move || {
                         p.fulfill();
                     })))
                     .unwrap();
@@ -382,7 +382,7 @@ mod tests {
                 let signals: Vec<_> = (0..4 * n)
                     .map(|i| {
                         let ran = ran.clone();
-                        rt.shared().signal(Box::new(move || {
+                        rt.registry().signal(Box::new(move || {
                             ran.fetch_add(1, Relaxed);
                             if i % 2 == 0 {
                                 std::panic::panic_any(BadPayload);
@@ -418,7 +418,7 @@ mod tests {
             drop(rt.submit_delayed([p.dep()], move || {
                 done.fetch_add(1, Relaxed);
             }));
-            signals.push(rt.shared().signal(Box::new(move || {
+            signals.push(rt.registry().signal(Box::new(move || {
                 p.fulfill();
             })));
         }
@@ -436,11 +436,11 @@ mod tests {
         // An unfired signal dropped by its abandoner breaks its promise.
         let p = Promise::new();
         let h = rt.submit_delayed([p.dep()], || ());
-        let signal = rt.shared().signal(Box::new(move || {
+        let signal = rt.registry().signal(Box::new(move || {
             p.fulfill();
         }));
         // SAFETY: never fired, so live.
-        let action = unsafe { rt.shared().inbox.abandon(signal) };
+        let action = unsafe { rt.registry().inbox.abandon(signal) };
         assert!(action.is_some());
         drop(action);
         assert!(h.try_join().unwrap_err().is_cancelled());

@@ -610,12 +610,6 @@ impl Claim {
         self.state.fetch_or(CLAIMED, Ordering::Acquire) & CLAIMED == 0
     }
 
-    /// Whether a party claimed the node (a hint: it may be claimed just
-    /// after this says no, never unclaimed after it says yes).
-    pub fn is_claimed(&self) -> bool {
-        self.state.load(Ordering::Relaxed) & CLAIMED != 0
-    }
-
     /// Gives up the caller's reference; `true` for the last one, whose
     /// caller must free the node.
     ///

@@ -12,12 +12,13 @@
 
 use crate::core::error::Cancellation;
 use crate::core::handle::JoinHandle;
-use crate::core::registry::{global_runtime, Registry};
-use crate::core::sync::{lock, AtomicPtr, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell};
+use crate::core::parked::{Parked, ParkedNode, ParkedSlot};
+use crate::core::pool::current_registry;
+use crate::core::registry::{Arrival, Placement, Registry};
+use crate::core::sync::{AtomicU64, AtomicUsize, Ordering, UnsafeCell};
 use crate::core::task::{self, TaskRef};
 use crate::core::worker::Worker;
 use crate::dataflow::event::{Claim, Dep, Group, Outcome, Waiter};
-use crossbeam_utils::CachePadded;
 use std::cell::{Cell, RefCell};
 use std::mem::{ManuallyDrop, MaybeUninit};
 use std::ops::Range;
@@ -646,7 +647,7 @@ struct Delayed {
     /// The node's slot in its runtime's registry, which holds the
     /// registry's reference (see [`Parked`]). Written once, before the
     /// node is handed to the protocol.
-    slot: *const AtomicPtr<Delayed>,
+    slot: *const ParkedSlot,
 }
 
 /// A node pointer that may sit in a runtime's registry.
@@ -667,7 +668,7 @@ impl Node {
     }
 
     /// The node's registry slot.
-    fn slot(&self) -> *const AtomicPtr<Delayed> {
+    fn slot(&self) -> *const ParkedSlot {
         // SAFETY: as in `claim`; the slot is written before the node is
         // handed to anyone and only read afterwards.
         unsafe { ptr::addr_of!((*self.0.as_ptr()).slot).read() }
@@ -702,219 +703,6 @@ impl Node {
     }
 }
 
-/// A runtime's delayed tasks that wait on promises: the counts behind
-/// [`crate::RuntimeStats::tasks_waiting_on_dependencies`], and a registry
-/// of their nodes, so that dropping the runtime can cancel the ones that
-/// can never run (see [`Parked::reclaim`]).
-///
-/// The registry holds one of a node's two references (see [`Claim`]) in a
-/// *slot*: an atomic pointer at a fixed address, which the node knows.
-/// Whoever empties the slot with a swap owns that reference: the side
-/// that settles the node, as soon as it has won the node's claim (it then
-/// holds both references and frees the node at once), or the runtime's
-/// reclaim, which swaps every slot before it claims the node and releases
-/// the reference after. Exactly one swap finds the node.
-/// The settling side touches the slot only after winning the claim, when
-/// it holds the runtime (and so the registry) alive; reclaim claims only
-/// after its swap, so a settling side that lost the claim never needs the
-/// slot.
-pub(crate) struct Parked {
-    /// One shard per worker and one for other threads, so workers making
-    /// delayed tasks at once do not share a lock.
-    shards: Box<[CachePadded<Mutex<Slab>>]>,
-    /// Parks minus releases counted on threads that are not workers of the
-    /// runtime (wrapping). Workers count in their own counters.
-    foreign: AtomicU64,
-}
-
-/// Slots in chunks that never move: a node keeps its slot's address.
-#[derive(Default)]
-struct Slab {
-    chunks: Vec<Box<[AtomicPtr<Delayed>]>>,
-    /// Indices of slots known to be empty. Emptied slots (swapped by the
-    /// settling side) are found again by a scan when this runs out.
-    free: Vec<usize>,
-}
-
-/// Slots per chunk.
-const CHUNK: usize = 64;
-
-impl Slab {
-    fn slot(&self, index: usize) -> &AtomicPtr<Delayed> {
-        &self.chunks[index / CHUNK][index % CHUNK]
-    }
-
-    /// Stores `node` in a free slot and returns the slot.
-    fn insert(&mut self, node: NonNull<Delayed>) -> *const AtomicPtr<Delayed> {
-        if self.free.is_empty() {
-            self.refill();
-        }
-        let index = self.free.pop().expect("refill leaves a free slot");
-        let slot = self.slot(index);
-        // Release: whoever swaps the node out reads a fully made node.
-        slot.store(node.as_ptr(), Ordering::Release);
-        slot
-    }
-
-    /// Finds the slots emptied since the last scan; doubles the slots when
-    /// fewer than half are empty, so scans cost O(1) per insertion.
-    #[cold]
-    fn refill(&mut self) {
-        let capacity = self.chunks.len() * CHUNK;
-        let chunks = &self.chunks;
-        self.free.extend((0..capacity).filter(|&i| {
-            chunks[i / CHUNK][i % CHUNK]
-                .load(Ordering::Relaxed)
-                .is_null()
-        }));
-        if self.free.len() * 2 <= capacity {
-            // Double the slots (one chunk at least): the next scan comes
-            // after as many insertions as this one read slots.
-            let added = capacity.max(CHUNK);
-            for _ in 0..added / CHUNK {
-                self.chunks.push(
-                    (0..CHUNK)
-                        .map(|_| AtomicPtr::new(ptr::null_mut()))
-                        .collect(),
-                );
-            }
-            self.free.extend((capacity..capacity + added).rev());
-        }
-    }
-}
-
-impl Parked {
-    pub(crate) fn new(workers: usize) -> Self {
-        Self {
-            shards: (0..=workers)
-                .map(|_| CachePadded::new(Mutex::new(Slab::default())))
-                .collect(),
-            foreign: AtomicU64::new(0),
-        }
-    }
-
-    /// Parks minus releases counted outside the workers (wrapping: read it
-    /// as a signed number).
-    pub(crate) fn foreign_balance(&self) -> u64 {
-        self.foreign.load(Ordering::Relaxed)
-    }
-
-    /// The index of the calling thread's worker if it is one of
-    /// `runtime`'s.
-    fn worker_here(runtime: &Registry) -> Option<usize> {
-        Worker::current()
-            .filter(|w| ptr::eq(&*w.shared, runtime))
-            .map(|w| w.index)
-    }
-
-    /// Counts a task parking (`+1`) or released (`-1`) on the calling
-    /// thread: in the worker's own counters on a worker of `runtime`, else
-    /// in the shared count.
-    fn count(runtime: &Registry, parked: bool) {
-        Self::count_at(runtime, Self::worker_here(runtime), parked);
-    }
-
-    /// `count`, with `worker_here` already known.
-    fn count_at(runtime: &Registry, here: Option<usize>, parked: bool) {
-        match here {
-            Some(index) => {
-                let c = &runtime.counters[index];
-                if parked {
-                    c.dependency_parks.bump();
-                } else {
-                    c.dependency_releases.bump();
-                }
-            }
-            None => {
-                let delta = if parked { 1 } else { u64::MAX };
-                runtime.parked.foreign.fetch_add(delta, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// Puts `node` (whose registry reference the slot takes) in the shard
-    /// of worker `here`, or the shard of other threads; returns its slot.
-    fn register(&self, here: Option<usize>, node: NonNull<Delayed>) -> *const AtomicPtr<Delayed> {
-        let shard = here.unwrap_or(self.shards.len() - 1);
-        lock(&self.shards[shard]).insert(node)
-    }
-
-    /// Takes the registry's reference out of `slot` if it is still there.
-    ///
-    /// # Safety
-    /// `slot` is a node's slot in this runtime's registry, and the caller
-    /// keeps the runtime alive.
-    unsafe fn leave(slot: *const AtomicPtr<Delayed>) -> Option<Node> {
-        // SAFETY: slots live as long as the runtime (the caller's promise).
-        let slot = unsafe { &*slot };
-        // Acquire: pairs with the Release store in `Slab::insert`.
-        NonNull::new(slot.swap(ptr::null_mut(), Ordering::Acquire)).map(Node)
-    }
-
-    /// Cancels every registered task still parked, once the runtime's
-    /// workers have left: none of them can run on this runtime any more.
-    ///
-    /// Their closures are dropped, which drops the promise handles they
-    /// hold: those promises break and their other waiters are cancelled in
-    /// turn, so a cycle of tasks waiting on each other is freed instead of
-    /// being kept forever by its own members. Every task claimed here first
-    /// (before any closure is dropped), so each task parked at shutdown
-    /// reports [`Cancellation::RuntimeShutDown`]. A node whose events never
-    /// close (a promise whose handle someone keeps) stays linked there,
-    /// without its task, until they do.
-    pub(crate) fn reclaim(&self) {
-        let mut claimed = Vec::new();
-        for shard in self.shards.iter() {
-            let slab = lock(shard);
-            for i in 0..slab.chunks.len() * CHUNK {
-                // SAFETY: a slot of ours; we are part of the runtime.
-                let Some(node) = (unsafe { Self::leave(slab.slot(i)) }) else {
-                    continue;
-                };
-                if node.claim().claim() {
-                    // SAFETY: we won the claim and hold the registry's
-                    // reference.
-                    claimed.push(unsafe { node.take() });
-                }
-                // SAFETY: the registry's reference, after its last use.
-                unsafe { node.release() };
-            }
-        }
-        // Outside the locks: cancelling drops user closures.
-        for (task, runtime) in claimed {
-            Self::count(&runtime, false);
-            task.cancel(Cancellation::RuntimeShutDown);
-        }
-    }
-}
-
-impl Drop for Parked {
-    fn drop(&mut self) {
-        for shard in self.shards.iter() {
-            let slab = lock(shard);
-            for i in 0..slab.chunks.len() * CHUNK {
-                // SAFETY: a slot of ours.
-                if let Some(node) = unsafe { Self::leave(slab.slot(i)) } {
-                    // None is left: an unclaimed node holds its runtime
-                    // alive, and the side that won the claim empties the
-                    // slot while it holds the runtime (or the reclaim did).
-                    debug_assert!(node.claim().is_claimed());
-                    // SAFETY: the registry's reference.
-                    unsafe { node.release() };
-                }
-            }
-        }
-    }
-}
-
-/// Where a delayed task went when it was created.
-pub(crate) enum Placement {
-    /// Ready at once, pushed on the calling worker's deque at this position.
-    Local(u64),
-    /// Parked, injected, or cancelled.
-    Elsewhere,
-}
-
 /// Makes `task` (of `runtime`) wait for `deps`, or schedules it at once
 /// when there are none left to wait for.
 pub(crate) fn delay(
@@ -926,13 +714,7 @@ pub(crate) fn delay(
     if waiter.all_fulfilled() {
         drop(waiter);
         // Nothing to wait for: a plain spawn, offered to thieves as one.
-        return match Worker::current() {
-            Some(w) if Arc::ptr_eq(&w.shared, runtime) => Placement::Local(w.push(task)),
-            _ => {
-                runtime.inject_ready(task);
-                Placement::Elsewhere
-            }
-        };
+        return runtime.schedule(task, Arrival::Spawned);
     }
     let node = task::alloc_raw::<Delayed>();
     // SAFETY: fresh memory for a `Delayed`.
@@ -945,7 +727,7 @@ pub(crate) fn delay(
         })
     };
     let here = Parked::worker_here(runtime);
-    let slot = runtime.parked.register(here, node);
+    let slot = runtime.parked.register(here, node.cast(), reclaim_node);
     // SAFETY: the node is ours alone until `Waiter::start` below (the
     // registry only stores its address before then).
     unsafe { ptr::addr_of_mut!((*node.as_ptr()).slot).write(slot) };
@@ -960,17 +742,6 @@ pub(crate) fn delay(
         settle(outcome);
     }
     Placement::Elsewhere
-}
-
-/// Runs a task made ready by a fulfill where it was fulfilled, when that
-/// is a worker of its runtime; otherwise injects it.
-fn schedule(task: TaskRef, runtime: &Arc<Registry>) {
-    match Worker::current() {
-        Some(w) if Arc::ptr_eq(&w.shared, runtime) => {
-            w.push_ready(task);
-        }
-        _ => runtime.inject_ready(task),
-    }
 }
 
 /// Finishes the protocol side of a node: drops its dependencies, takes the
@@ -1009,13 +780,32 @@ unsafe fn take_node(w: NonNull<Waiter>) -> Option<(TaskRef, Arc<Registry>)> {
     owned
 }
 
+/// What the runtime's reclaim does with a parked node whose registry
+/// reference it took (see [`Parked::reclaim`]): claims the node if the
+/// protocol has not, and gives up the registry's reference.
+///
+/// # Safety
+/// `node` is a `Delayed` node and the caller took its registry reference.
+unsafe fn reclaim_node(node: NonNull<ParkedNode>) -> Option<(TaskRef, Arc<Registry>)> {
+    let node = Node(node.cast::<Delayed>());
+    let owned = node.claim().claim().then(|| {
+        // SAFETY: we won the claim and hold the registry's reference.
+        unsafe { node.take() }
+    });
+    // SAFETY: the registry's reference, after its last use.
+    unsafe { node.release() };
+    owned
+}
+
 /// What the protocol calls for each waiter it is done with.
 fn settle(outcome: Outcome) {
     match outcome {
         Outcome::Ready(w) => {
             // SAFETY: the outcome hands the node over.
             if let Some((task, runtime)) = unsafe { take_node(w) } {
-                schedule(task, &runtime);
+                // Run where it was fulfilled, when that is a worker of its
+                // runtime.
+                runtime.schedule(task, Arrival::Ready);
             }
         }
         Outcome::Cancelled(w) => cancel(w),
@@ -1132,10 +922,7 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    match Worker::current() {
-        Some(w) => submit_delayed(&w.shared, deps, f),
-        None => global_runtime().submit_delayed(deps, f),
-    }
+    submit_delayed(current_registry(), deps, f)
 }
 
 /// A handled delayed task of `runtime`: what `spawn_delayed` and

@@ -2,7 +2,8 @@
 //! worker, the registry of completions in flight and its watchdog.
 
 use super::GpuError;
-use crate::core::registry::{fire_signal, global_runtime, Registry, Runtime};
+use crate::core::pool::{current_registry, Runtime};
+use crate::core::registry::{fire_signal, Registry};
 use crate::core::signal::{Action, SignalRef};
 use crate::core::sync::lock;
 use crate::core::worker::Worker;
@@ -150,11 +151,7 @@ impl Device {
     /// }
     /// ```
     pub fn open(ordinal: usize) -> Result<Device, GpuError> {
-        let runtime = match Worker::current() {
-            Some(w) => w.shared.clone(),
-            None => global_runtime().shared().clone(),
-        };
-        Self::open_for(runtime, ordinal)
+        Self::open_for(current_registry().clone(), ordinal)
     }
 
     /// Opens device `ordinal` for `runtime`'s workers.
@@ -166,7 +163,7 @@ impl Device {
     /// }
     /// ```
     pub fn open_in(runtime: &Runtime, ordinal: usize) -> Result<Device, GpuError> {
-        Self::open_for(runtime.shared().clone(), ordinal)
+        Self::open_for(runtime.registry().clone(), ordinal)
     }
 
     fn open_for(runtime: Arc<Registry>, ordinal: usize) -> Result<Device, GpuError> {

@@ -5,7 +5,8 @@ use super::{Device, GpuError, GpuStream};
 use crate::core::error::JoinError;
 use crate::core::handle::JoinHandle;
 use crate::dataflow::event::Dep;
-use crate::dataflow::promise::{self, Promise};
+use crate::dataflow::promise::{self, LoopPromise, Promise};
+use crate::loops::parallel_for;
 use cudarc::driver::CudaEvent;
 use std::sync::{Arc, OnceLock};
 
@@ -265,7 +266,7 @@ impl Device {
     pub fn parallel_for<F>(
         &self,
         range: std::ops::Range<usize>,
-        done: &crate::LoopPromise,
+        done: &LoopPromise,
         f: F,
     ) -> Result<(), GpuError>
     where
@@ -280,7 +281,7 @@ impl Device {
         }
         let inner = &self.inner;
         let first_error = std::sync::Mutex::new(None);
-        crate::parallel_for(range).for_each(|i| {
+        parallel_for(range).for_each(|i| {
             let enqueue = || -> Result<(), GpuError> {
                 inner.check_failed()?;
                 inner.make_current()?;

@@ -31,7 +31,8 @@
 
 use crate::core::handle::JoinHandle;
 use crate::core::latch::CountLatch;
-use crate::core::registry::{global_runtime, on_worker, Registry};
+use crate::core::pool::{current_registry, on_worker};
+use crate::core::registry::Registry;
 use crate::core::send_ptr::SendPtr;
 use crate::core::split::LoopFrame;
 use crate::core::sync::{lock, AtomicBool, AtomicUsize, Mutex, Ordering, UnsafeCell};
@@ -327,11 +328,7 @@ impl<'p> ParallelFor<'p> {
         F: Fn(usize) + Send + Sync + 'static,
     {
         self.check_each();
-        let worker = Worker::current();
-        let runtime = match worker {
-            Some(w) => &w.shared,
-            None => global_runtime().shared(),
-        };
+        let runtime = current_registry();
         let done = Promise::new();
         let job = Arc::new(LoopJob {
             body: ForEach(f),

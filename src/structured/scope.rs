@@ -1,7 +1,8 @@
 //! Structured parallelism that may borrow: `scope` and fork-join `join`.
 
 use crate::core::latch::CountLatch;
-use crate::core::registry::{on_worker, Registry};
+use crate::core::pool::on_worker;
+use crate::core::registry::{Arrival, Registry};
 use crate::core::send_ptr::SendPtr;
 use crate::core::sync::{lock, Mutex};
 use crate::core::task::{self, StackJob};
@@ -142,12 +143,7 @@ impl<'scope> Scope<'scope> {
             // plain spawned task is never cancelled while its scope waits).
             unsafe { CountLatch::decrement_on_worker(&raw const scope.latch) };
         });
-        match Worker::current() {
-            Some(w) if Arc::ptr_eq(&w.shared, self.runtime()) => {
-                w.push(task);
-            }
-            _ => self.runtime().inject(task),
-        }
+        self.runtime().schedule(task, Arrival::Spawned);
     }
 
     /// Spawns `f` in this scope to run once every dependency in `deps` is

@@ -1,0 +1,68 @@
+//! The free functions: spawning and waiting on the current runtime (the
+//! calling worker's, else the global one).
+
+use crate::core::handle::JoinHandle;
+use crate::core::pool::global_runtime;
+use crate::core::task;
+use crate::core::worker::Worker;
+
+/// Spawns `f` as a task and returns its handle. On a worker the task goes on
+/// that worker's own deque; elsewhere it is submitted to the global runtime.
+///
+/// ```
+/// fn fib(n: u64) -> u64 {
+///     if n < 2 {
+///         return n;
+///     }
+///     let a = selvedge::spawn(move || fib(n - 1));
+///     let b = fib(n - 2);
+///     a.join() + b
+/// }
+/// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
+/// assert_eq!(rt.run(|| fib(20)), 6765);
+/// ```
+#[inline]
+pub fn spawn<F, T>(f: F) -> JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    match Worker::current() {
+        Some(w) => {
+            let task = task::new_handled(f);
+            // SAFETY: `F` and `T` are 'static.
+            let handle = unsafe { JoinHandle::new(&task) };
+            let pos = w.push(task);
+            handle.at(w, pos)
+        }
+        None => global_runtime().submit(f),
+    }
+}
+
+/// Waits until the runtime of the calling worker (or the global runtime,
+/// from any other thread) is quiescent. See [`Runtime::sync_root`] for
+/// where it may be called: inside a task other than a root task it panics.
+///
+/// ```
+/// selvedge::sync_root();
+/// ```
+pub fn sync_root() {
+    match Worker::current() {
+        Some(w) => w.sync_root(),
+        None => global_runtime().sync_root(),
+    }
+}
+
+/// The number of worker threads of the current runtime (the global one from
+/// outside any runtime).
+///
+/// ```
+/// let rt = selvedge::Runtime::builder().num_threads(3).build().unwrap();
+/// assert_eq!(rt.run(selvedge::current_num_threads), 3);
+/// ```
+pub fn current_num_threads() -> usize {
+    match Worker::current() {
+        Some(w) => w.shared.num_threads(),
+        None => global_runtime().num_threads(),
+    }
+}

@@ -1,0 +1,133 @@
+//! A runtime's settings, and how unset ones are read from the environment.
+
+use crate::core::error::BuildError;
+use crate::core::steal::MAX_WORKERS;
+
+/// What a runtime is built with; `None` means "the default" (see
+/// `Builder`, whose setters fill this in, for what each default is).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RuntimeConfig {
+    pub(crate) num_threads: Option<usize>,
+    pub(crate) thread_name: Option<String>,
+    pub(crate) stack_size: Option<usize>,
+    pub(crate) pin_threads: Option<bool>,
+}
+
+impl RuntimeConfig {
+    pub(crate) fn resolve_pin_threads(&self) -> Result<bool, BuildError> {
+        if let Some(pin) = self.pin_threads {
+            return Ok(pin);
+        }
+        match std::env::var("SELVEDGE_PIN_THREADS") {
+            Ok(v) => match v.trim() {
+                "1" | "true" => Ok(true),
+                "0" | "false" => Ok(false),
+                _ => Err(BuildError::InvalidPinVar { value: v }),
+            },
+            Err(_) => Ok(false),
+        }
+    }
+
+    pub(crate) fn resolve_num_threads(&self) -> Result<usize, BuildError> {
+        resolve_num_threads(
+            self.num_threads,
+            std::env::var("SELVEDGE_NUM_THREADS").ok(),
+            || std::thread::available_parallelism().ok().map(|n| n.get()),
+        )
+    }
+}
+
+/// The worker count from, in order: the builder's `explicit` count, the
+/// `SELVEDGE_NUM_THREADS` variable's value `var` (empty or only whitespace:
+/// unset), the available `parallelism` (1 when unknown). Only the last is
+/// capped at [`MAX_WORKERS`]: a machine with more CPUs still gets a
+/// runtime, while a count someone asked for is checked.
+fn resolve_num_threads(
+    explicit: Option<usize>,
+    var: Option<String>,
+    parallelism: impl FnOnce() -> Option<usize>,
+) -> Result<usize, BuildError> {
+    let n = match (explicit, var) {
+        (Some(n), _) => {
+            if n == 0 {
+                return Err(BuildError::ZeroThreads);
+            }
+            n
+        }
+        (None, Some(v)) if !v.trim().is_empty() => match v.trim().parse::<usize>() {
+            Ok(n) if n > 0 => n,
+            _ => return Err(BuildError::InvalidThreadCountVar { value: v }),
+        },
+        (None, _) => return Ok(parallelism().unwrap_or(1).clamp(1, MAX_WORKERS)),
+    };
+    if n > MAX_WORKERS {
+        return Err(BuildError::TooManyThreads {
+            requested: n,
+            max: MAX_WORKERS,
+        });
+    }
+    Ok(n)
+}
+
+const _: () = assert!(MAX_WORKERS == 256);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(
+        explicit: Option<usize>,
+        var: Option<&str>,
+        cpus: Option<usize>,
+    ) -> Result<usize, BuildError> {
+        resolve_num_threads(explicit, var.map(str::to_owned), || cpus)
+    }
+
+    #[test]
+    fn the_default_count_is_capped_at_the_maximum() {
+        assert_eq!(resolve(None, None, Some(300)), Ok(MAX_WORKERS));
+        assert_eq!(resolve(None, None, Some(MAX_WORKERS + 1)), Ok(MAX_WORKERS));
+        assert_eq!(resolve(None, None, Some(MAX_WORKERS)), Ok(MAX_WORKERS));
+        assert_eq!(resolve(None, None, Some(3)), Ok(3));
+        // Unknown parallelism: one worker. An empty variable is unset.
+        assert_eq!(resolve(None, None, None), Ok(1));
+        assert_eq!(resolve(None, Some(""), Some(300)), Ok(MAX_WORKERS));
+    }
+
+    #[test]
+    fn an_explicit_count_above_the_maximum_is_an_error() {
+        let too_many = BuildError::TooManyThreads {
+            requested: 300,
+            max: MAX_WORKERS,
+        };
+        assert_eq!(resolve(Some(300), None, Some(4)), Err(too_many.clone()));
+        assert_eq!(resolve(None, Some("300"), Some(4)), Err(too_many));
+        assert_eq!(resolve(Some(MAX_WORKERS), None, Some(4)), Ok(MAX_WORKERS));
+        // The builder's count wins over the variable, even a bad one.
+        assert_eq!(resolve(Some(2), Some("lots"), Some(4)), Ok(2));
+    }
+
+    #[test]
+    fn an_empty_thread_count_variable_counts_as_unset() {
+        for v in ["", " ", "\t\n "] {
+            assert_eq!(resolve(None, Some(v), Some(5)), Ok(5), "{v:?}");
+        }
+        assert_eq!(resolve(None, Some(" 3 "), Some(5)), Ok(3));
+    }
+
+    #[test]
+    fn a_zero_from_the_variable_names_the_variable() {
+        let err = resolve(None, Some("0"), Some(5)).unwrap_err();
+        assert_eq!(err, BuildError::InvalidThreadCountVar { value: "0".into() });
+        let msg = err.to_string();
+        assert!(
+            msg.contains("SELVEDGE_NUM_THREADS") && msg.contains("\"0\""),
+            "{msg}"
+        );
+        assert!(!msg.contains("num_threads was 0"), "{msg}");
+        assert_eq!(
+            resolve(Some(0), None, Some(5)),
+            Err(BuildError::ZeroThreads)
+        );
+    }
+}
