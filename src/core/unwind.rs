@@ -195,7 +195,8 @@ mod tests {
 
     #[test]
     fn a_panic_through_an_armed_guard_aborts_with_a_message() {
-        const TEST: &str = "unwind::tests::a_panic_through_an_armed_guard_aborts_with_a_message";
+        const TEST: &str =
+            "core::unwind::tests::a_panic_through_an_armed_guard_aborts_with_a_message";
         match std::env::var(CHILD).as_deref() {
             Ok("guard") => {
                 let _guard = AbortIfPanic::new();
@@ -221,7 +222,7 @@ mod tests {
             assert!(
                 stderr.contains("selvedge: a panic escaped the scheduler")
                     && stderr.contains("aborting, because a worker's frames")
-                    && stderr.contains("src/unwind.rs"),
+                    && stderr.contains("src/core/unwind.rs"),
                 "{mode}: {stderr}"
             );
         }
