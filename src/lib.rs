@@ -104,9 +104,13 @@ pub use crate::core::pool::{global_runtime, Runtime};
 #[cfg(not(loom))]
 pub use crate::core::stats::{RuntimeStats, WorkerStats};
 #[cfg(not(loom))]
+pub use crate::dataflow::delayed::spawn_delayed;
+#[cfg(not(loom))]
 pub use crate::dataflow::event::Dep;
 #[cfg(not(loom))]
-pub use crate::dataflow::promise::{spawn_delayed, LoopPromise, Promise};
+pub use crate::dataflow::loop_promise::LoopPromise;
+#[cfg(not(loom))]
+pub use crate::dataflow::promise::Promise;
 #[cfg(not(loom))]
 pub use crate::loops::{
     par_chunks_mut, par_iter_mut, parallel_for, ParChunksMut, ParIterMut, ParallelFor,

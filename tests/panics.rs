@@ -3,7 +3,7 @@
 //! panics, a waker whose `wake` (or destructor) panics. None of them may
 //! kill a worker: afterwards the runtime still runs new work and drops
 //! without hanging. (A signal's action that panics is tested with the
-//! inbox, in `src/inbox.rs`: signals are not reachable from outside the
+//! inbox, in `src/core/signal.rs`: signals are not reachable from outside the
 //! crate.)
 //!
 //! Each test runs on a 2- and a 4-worker runtime, under a watchdog that

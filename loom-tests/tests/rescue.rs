@@ -1,5 +1,5 @@
 //! Rescue: an idle worker taking tasks from the deque of a worker stuck in
-//! user code (`src/rescue.rs`, `src/deque.rs`). The owner's exclusive
+//! user code (`src/core/rescue.rs`, `src/core/deque.rs`). The owner's exclusive
 //! section and a rescuer exclude each other through a plain store, a light
 //! barrier and a load on the owner's side and a try-lock, a heavy barrier
 //! and a load on the rescuer's; outside that section the owner pushes and

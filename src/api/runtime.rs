@@ -8,8 +8,8 @@ use crate::core::pool::Runtime;
 use crate::core::stats::RuntimeStats;
 use crate::core::task;
 use crate::core::worker::Worker;
+use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
-use crate::dataflow::promise;
 use std::sync::Arc;
 
 impl Runtime {
@@ -110,7 +110,7 @@ impl Runtime {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        promise::submit_delayed(self.registry(), deps, f)
+        delayed::submit_delayed(self.registry(), deps, f)
     }
 
     /// Waits until the whole runtime is quiescent: every task spawned so far

@@ -40,7 +40,7 @@ where
 }
 
 /// Waits until the runtime of the calling worker (or the global runtime,
-/// from any other thread) is quiescent. See [`Runtime::sync_root`] for
+/// from any other thread) is quiescent. See [`Runtime::sync_root`](crate::Runtime::sync_root) for
 /// where it may be called: inside a task other than a root task it panics.
 ///
 /// ```

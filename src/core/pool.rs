@@ -219,7 +219,7 @@ static GLOBAL: OnceLock<Runtime> = OnceLock::new();
 /// `scope`, `join` and `sync_root` called outside any runtime use it.
 ///
 /// # Panics
-/// If the global runtime cannot start (see [`Builder::build`]); the message
+/// If the global runtime cannot start (see [`Builder::build`](crate::Builder::build)); the message
 /// says why.
 ///
 /// ```

@@ -60,7 +60,7 @@ impl Registry {
     }
 
     /// Makes a signal whose action runs on a worker of this runtime once
-    /// [`fire_signal`] is called (see `inbox.rs`).
+    /// [`fire_signal`] is called (see `signal.rs`).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn signal(&self, action: Action) -> SignalRef {
         self.inbox.signal(action, (self as *const Registry).cast())

@@ -1,6 +1,10 @@
 //! Dataflow: promises any thread can fulfill, and tasks that wait for them
 //! without blocking a thread (see `README.md` in this folder).
 
+#[cfg(not(loom))]
+pub(crate) mod delayed;
 pub(crate) mod event;
+#[cfg(not(loom))]
+pub(crate) mod loop_promise;
 #[cfg(not(loom))]
 pub(crate) mod promise;

@@ -431,7 +431,7 @@ impl Drop for DeviceInner {
 }
 
 /// The host function enqueued after a GPU task's work: it only fires the
-/// signal (see `inbox.rs`), which takes one compare-and-swap, a lock-free
+/// signal (see `core/signal.rs`), which takes one compare-and-swap, a lock-free
 /// push and a wake-up; no CUDA call, no allocation, no lock, no panic.
 unsafe extern "C" fn stream_reached(user_data: *mut c_void) {
     // SAFETY: `user_data` is `SignalRef::as_ptr` of the signal

@@ -4,7 +4,7 @@
 //! own cuBLAS handle. [`Device::spawn`] runs a closure on a worker with that
 //! worker's [`GpuStream`]; the closure *enqueues* device work and returns.
 //! The runtime then enqueues a host function on the stream whose only job is
-//! to fire a pre-allocated signal (see `inbox.rs`: no CUDA call, no
+//! to fire a pre-allocated signal (see `core/signal.rs`: no CUDA call, no
 //! allocation, no lock in the callback); a worker picks the signal up and
 //! fulfills the task's promise. No thread blocks on the stream meanwhile.
 //!

@@ -4,8 +4,10 @@
 use super::{Device, GpuError, GpuStream};
 use crate::core::error::JoinError;
 use crate::core::handle::JoinHandle;
+use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
-use crate::dataflow::promise::{self, LoopPromise, Promise};
+use crate::dataflow::loop_promise::LoopPromise;
+use crate::dataflow::promise::Promise;
 use crate::loops::parallel_for;
 use cudarc::driver::CudaEvent;
 use std::sync::{Arc, OnceLock};
@@ -194,7 +196,7 @@ impl Device {
         };
         let finished_dep = finished.dep();
         let runtime = inner.runtime().clone();
-        let work = promise::submit_delayed(&runtime, host_deps, move || {
+        let work = delayed::submit_delayed(&runtime, host_deps, move || {
             let finish = FulfillOnDrop(Some(finished.clone()));
             inner.check_failed()?;
             // The device's context current on this worker, for whatever
@@ -219,7 +221,7 @@ impl Device {
             finish.defuse();
             Ok(value)
         });
-        let join = promise::submit_delayed(&runtime, [finished_dep], move || work.join());
+        let join = delayed::submit_delayed(&runtime, [finished_dep], move || work.join());
         GpuHandle { join, link }
     }
 }

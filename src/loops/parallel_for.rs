@@ -39,8 +39,10 @@ use crate::core::sync::{lock, AtomicBool, AtomicUsize, Mutex, Ordering, UnsafeCe
 use crate::core::task::{self, TaskRef};
 use crate::core::unwind;
 use crate::core::worker::{Until, Worker};
+use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
-use crate::dataflow::promise::{self, LoopDeps, LoopPromise, Promise};
+use crate::dataflow::loop_promise::{LoopDeps, LoopPromise};
+use crate::dataflow::promise::Promise;
 use crate::loops::merge::{self, Out};
 use std::any::Any;
 use std::cell::Cell;
@@ -344,7 +346,7 @@ impl<'p> ParallelFor<'p> {
             },
         });
         let keep = job.clone();
-        let handle = promise::submit_delayed(runtime, [done.dep()], move || {
+        let handle = delayed::submit_delayed(runtime, [done.dep()], move || {
             if let Some(p) = keep.take_panic() {
                 resume_unwind(p);
             }
@@ -363,7 +365,7 @@ impl<'p> ParallelFor<'p> {
             // them (or reports them broken).
             n => {
                 let part = Part::new(job, 0, n, Out::ROOT).into_task();
-                promise::delay(runtime, part, self.deps);
+                delayed::delay(runtime, part, self.deps);
             }
         }
         handle
@@ -404,7 +406,7 @@ impl<'p> ParallelFor<'p> {
                 }
             } else {
                 let part = Part::new(&job, 0, count, Out::ROOT).into_task();
-                promise::delay(&w.shared, part, deps);
+                delayed::delay(&w.shared, part, deps);
                 w.wait_until(Until::Latch(latch));
             }
             // SAFETY: every part finished (the latch is set, read with
@@ -1400,7 +1402,7 @@ fn park_bucket<B: Body>(
         None => (Out::ROOT, acc),
     };
     let task = Part::new(job, from, end, parked_out).into_task();
-    promise::delay(&w.shared, task, [each.dep(bucket)]);
+    delayed::delay(&w.shared, task, [each.dep(bucket)]);
     (end, acc)
 }
 

@@ -8,8 +8,8 @@ use crate::core::sync::{lock, Mutex};
 use crate::core::task::{self, StackJob};
 use crate::core::unwind;
 use crate::core::worker::{Until, Worker};
+use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
-use crate::dataflow::promise;
 use std::any::Any;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -173,7 +173,7 @@ impl<'scope> Scope<'scope> {
         F: FnOnce(&Scope<'scope>) + Send + 'scope,
     {
         let task = self.new_task(f);
-        promise::delay(self.runtime(), task, deps);
+        delayed::delay(self.runtime(), task, deps);
     }
 
     fn runtime(&self) -> &Arc<Registry> {

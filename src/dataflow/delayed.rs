@@ -1,0 +1,340 @@
+//! Delayed tasks: a task that runs once every dependency it names is
+//! fulfilled, with no thread blocked meanwhile.
+//!
+//! The lock-free protocol (events, the dependency walk, reference counts)
+//! is in `event.rs`, where loom checks it. This module puts tasks behind it:
+//! a delayed task is a pooled task block plus a node (another pooled block)
+//! holding the protocol's [`Waiter`] and the runtime the task belongs to.
+//! A task made ready is scheduled where it was fulfilled: on the
+//! fulfilling worker's own deque when that worker belongs to the task's
+//! runtime, else through the runtime's injector (waking a parked worker).
+//! A cancelled task's closure is dropped unrun and its handle reports why.
+//! The runtime's registry of parked tasks (`core/parked.rs`) keeps the
+//! nodes reachable, so that dropping the runtime cancels those that can
+//! never run.
+
+use crate::core::error::Cancellation;
+use crate::core::handle::JoinHandle;
+use crate::core::parked::{Parked, ParkedNode, ParkedSlot};
+use crate::core::pool::current_registry;
+use crate::core::registry::{Arrival, Placement, Registry};
+use crate::core::sync::UnsafeCell;
+use crate::core::task::{self, TaskRef};
+use crate::core::worker::Worker;
+use crate::dataflow::event::{Claim, Dep, Outcome, Waiter};
+use std::cell::{Cell, RefCell};
+use std::mem::{ManuallyDrop, MaybeUninit};
+use std::ptr::{self, NonNull};
+use std::sync::Arc;
+/// A delayed task's node: the protocol's waiter first, so an [`Outcome`]'s
+/// waiter pointer is a pointer to this.
+///
+/// Two parties hold the node (see [`Claim`]): the protocol, until it
+/// settles an outcome for the waiter, and the runtime's [`Parked`]
+/// registry. The waiter (its dependencies) belongs to the protocol side,
+/// which drops it when it settles; the task and its runtime belong to
+/// whoever wins the claim.
+#[repr(C)]
+struct Delayed {
+    waiter: ManuallyDrop<Waiter>,
+    claim: Claim,
+    owned: UnsafeCell<MaybeUninit<(TaskRef, Arc<Registry>)>>,
+    /// The node's slot in its runtime's registry, which holds the
+    /// registry's reference (see [`Parked`]). Written once, before the
+    /// node is handed to the protocol.
+    slot: *const ParkedSlot,
+}
+
+/// A node pointer that may sit in a runtime's registry.
+struct Node(NonNull<Delayed>);
+
+// SAFETY: a node is handed between threads through the registry's lock or
+// an event's release; what each party touches is decided by its `Claim`.
+unsafe impl Send for Node {}
+
+impl Node {
+    /// The node's claim. Only this field is borrowed: the protocol side
+    /// drops the waiter in place while the registry may be reading it.
+    fn claim(&self) -> &Claim {
+        // SAFETY: the holder of a `Node` holds one of the node's two
+        // references, which keeps it allocated; the claim is only ever
+        // shared.
+        unsafe { &*ptr::addr_of!((*self.0.as_ptr()).claim) }
+    }
+
+    /// The node's registry slot.
+    fn slot(&self) -> *const ParkedSlot {
+        // SAFETY: as in `claim`; the slot is written before the node is
+        // handed to anyone and only read afterwards.
+        unsafe { ptr::addr_of!((*self.0.as_ptr()).slot).read() }
+    }
+
+    /// Takes the task and its runtime out of a node whose claim the caller
+    /// just won.
+    ///
+    /// # Safety
+    /// The caller won the node's claim and holds a reference on it.
+    unsafe fn take(&self) -> (TaskRef, Arc<Registry>) {
+        // SAFETY: the caller's reference keeps the node allocated.
+        let owned = unsafe { &*ptr::addr_of!((*self.0.as_ptr()).owned) };
+        owned.with_mut(|o| {
+            // SAFETY: written when the node was made; only the claim's
+            // winner reads it, once.
+            unsafe { (*o).assume_init_read() }
+        })
+    }
+
+    /// Gives up the caller's reference; the last one frees the block.
+    ///
+    /// # Safety
+    /// The caller holds a reference and gives it up; by the last release
+    /// the waiter was dropped and the task taken (the claim was won).
+    unsafe fn release(self) {
+        if self.claim().release() {
+            // SAFETY: the last reference: nobody touches the node any more,
+            // and everything in it that needs dropping was dropped or taken.
+            unsafe { task::free_raw(self.0) };
+        }
+    }
+}
+
+/// Makes `task` (of `runtime`) wait for `deps`, or schedules it at once
+/// when there are none left to wait for.
+pub(crate) fn delay(
+    runtime: &Arc<Registry>,
+    task: TaskRef,
+    deps: impl IntoIterator<Item = Dep>,
+) -> Placement {
+    let waiter = Waiter::new(deps);
+    if waiter.all_fulfilled() {
+        drop(waiter);
+        // Nothing to wait for: a plain spawn, offered to thieves as one.
+        return runtime.schedule(task, Arrival::Spawned);
+    }
+    let node = task::alloc_raw::<Delayed>();
+    // SAFETY: fresh memory for a `Delayed`.
+    unsafe {
+        node.as_ptr().write(Delayed {
+            waiter: ManuallyDrop::new(waiter),
+            claim: Claim::new(),
+            owned: UnsafeCell::new(MaybeUninit::new((task, runtime.clone()))),
+            slot: ptr::null(),
+        })
+    };
+    let here = Parked::worker_here(runtime);
+    let slot = runtime.parked.register(here, node.cast(), reclaim_node);
+    // SAFETY: the node is ours alone until `Waiter::start` below (the
+    // registry only stores its address before then).
+    unsafe { ptr::addr_of_mut!((*node.as_ptr()).slot).write(slot) };
+    // Counted before it can be released, so the count never goes below the
+    // truth for long.
+    Parked::count_at(runtime, here, true);
+    let w = node.cast::<Waiter>();
+    // SAFETY: we own the fresh node, which stays allocated until `settle`
+    // takes it back (and until the registry's reference goes: `register`
+    // above gave it to the node's slot).
+    if let Some(outcome) = unsafe { Waiter::start(w) } {
+        settle(outcome);
+    }
+    Placement::Elsewhere
+}
+
+/// Finishes the protocol side of a node: drops its dependencies, takes the
+/// task unless the runtime's reclaim claimed it first, and releases the
+/// protocol's reference.
+///
+/// # Safety
+/// `w` must come from an [`Outcome`], which hands over the protocol's side
+/// of the `Delayed` node.
+unsafe fn take_node(w: NonNull<Waiter>) -> Option<(TaskRef, Arc<Registry>)> {
+    let node = Node(w.cast::<Delayed>());
+    // Release the dependencies now: the promises can be freed before the
+    // task even runs.
+    // SAFETY: the outcome hands the waiter over; nobody else touches it
+    // (the registry only borrows the claim).
+    unsafe { ManuallyDrop::drop(&mut *ptr::addr_of_mut!((*node.0.as_ptr()).waiter)) };
+    let owned = node.claim().claim().then(|| {
+        // SAFETY: we won the claim and hold the protocol's reference.
+        unsafe { node.take() }
+    });
+    if let Some((_, runtime)) = &owned {
+        Parked::count(runtime, false);
+        // The registry's reference too, unless the reclaim took it first.
+        // SAFETY: the node's slot; we hold its runtime.
+        if unsafe { Parked::leave(node.slot()) }.is_some() {
+            // Both references are ours: nobody else can reach the node
+            // (the reclaim finds its slot empty), so it is freed without
+            // the two releases' atomic operations.
+            // SAFETY: the waiter was dropped and the task taken above.
+            unsafe { task::free_raw(node.0) };
+            return owned;
+        }
+    }
+    // SAFETY: the protocol's reference, after its last use.
+    unsafe { node.release() };
+    owned
+}
+
+/// What the runtime's reclaim does with a parked node whose registry
+/// reference it took (see [`Parked::reclaim`]): claims the node if the
+/// protocol has not, and gives up the registry's reference.
+///
+/// # Safety
+/// `node` is a `Delayed` node and the caller took its registry reference.
+unsafe fn reclaim_node(node: NonNull<ParkedNode>) -> Option<(TaskRef, Arc<Registry>)> {
+    let node = Node(node.cast::<Delayed>());
+    let owned = node.claim().claim().then(|| {
+        // SAFETY: we won the claim and hold the registry's reference.
+        unsafe { node.take() }
+    });
+    // SAFETY: the registry's reference, after its last use.
+    unsafe { node.release() };
+    owned
+}
+
+/// What the protocol calls for each waiter it is done with.
+pub(crate) fn settle(outcome: Outcome) {
+    match outcome {
+        Outcome::Ready(w) => {
+            // SAFETY: the outcome hands the node over.
+            if let Some((task, runtime)) = unsafe { take_node(w) } {
+                // Run where it was fulfilled, when that is a worker of its
+                // runtime.
+                runtime.schedule(task, Arrival::Ready);
+            }
+        }
+        Outcome::Cancelled(w) => cancel(w),
+    }
+}
+
+thread_local! {
+    /// Set while this thread cancels tasks.
+    static CANCELLING: Cell<bool> = const { Cell::new(false) };
+    /// Cancellations raised while cancelling, done by the outer loop.
+    static DEFERRED: RefCell<Vec<NonNull<Waiter>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Cancels a waiter's task. Dropping the task's closure may drop the last
+/// handle of another promise and cancel more tasks: those are queued and
+/// cancelled by the outermost call, so a long chain of broken promises
+/// takes a loop, not a recursion as deep as the chain.
+fn cancel(w: NonNull<Waiter>) {
+    if CANCELLING.with(|c| c.replace(true)) {
+        // During thread-local teardown the queue may be gone: recurse then.
+        if DEFERRED.try_with(|d| d.borrow_mut().push(w)).is_err() {
+            cancel_now(w);
+        }
+        return;
+    }
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            CANCELLING.with(|c| c.set(false));
+        }
+    }
+    let _reset = Reset;
+    let mut next = Some(w);
+    while let Some(w) = next {
+        cancel_now(w);
+        next = DEFERRED.try_with(|d| d.borrow_mut().pop()).ok().flatten();
+    }
+}
+
+fn cancel_now(w: NonNull<Waiter>) {
+    // SAFETY: the outcome (possibly deferred) hands the node over.
+    if let Some((task, _runtime)) = unsafe { take_node(w) } {
+        task.cancel(Cancellation::DependencyDropped);
+    }
+}
+
+/// Spawns `f` to run once every dependency in `deps` is fulfilled, and
+/// returns its handle. On a worker the task belongs to that worker's
+/// runtime; elsewhere to the global runtime (see
+/// [`crate::Runtime::submit_delayed`] to choose).
+///
+/// `deps` may mix [`Promise::dep`](crate::Promise::dep)s and [`LoopPromise::at`](crate::LoopPromise::at)s, in any order,
+/// with duplicates; an empty list spawns the task at once, like
+/// [`crate::spawn`]. The task runs exactly once, never before all its
+/// dependencies are fulfilled, on the worker that fulfilled the last one
+/// when there is one. If a dependency's promise is dropped unfulfilled, the
+/// task is cancelled: [`JoinHandle::join`] panics saying so and
+/// [`JoinHandle::try_join`] returns the error.
+///
+/// # Cycles
+///
+/// A task must not wait, directly or through other delayed tasks, on a
+/// promise whose handles only it holds: task A waiting on `p2` with a
+/// handle of `p1` in its closure, and task B waiting on `p1` with a
+/// handle of `p2`, wait for each other forever. The promises cannot break
+/// either, because the handles that would break them live in the parked
+/// closures. Such a cycle is a user error; the runtime does not detect it.
+///
+/// - **What happens**: the tasks never run, and joining them waits
+///   forever. When their runtime is dropped, the tasks of that runtime
+///   still parked are cancelled: their closures (and the handles in them)
+///   are dropped, so the memory is freed and every handle reports
+///   cancellation because the runtime shut down. The global runtime is
+///   never dropped, so there the cycle lives until the process exits.
+/// - **How to see it**: [`crate::RuntimeStats::tasks_waiting_on_dependencies`]
+///   counts the tasks parked on promises; a program that hangs with this
+///   count above zero once nothing else runs is waiting on promises nobody
+///   will fulfill. Print [`crate::Runtime::stats`] from a watchdog thread.
+/// - **How to avoid it**: fulfill (or drop) each promise from a task that
+///   does not depend on it, or keep its handle outside the tasks that
+///   wait on it, in code that fulfills or drops it when done.
+///
+/// ```
+/// use selvedge::{Promise, Runtime};
+///
+/// let rt = Runtime::builder().num_threads(2).build()?;
+/// // Each task holds the promise the other one waits on.
+/// let (p1, p2) = (Promise::new(), Promise::new());
+/// let q1 = p1.clone();
+/// let a = rt.submit_delayed([p2.dep()], move || { q1.fulfill(); });
+/// let b = rt.submit_delayed([p1.dep()], move || { p2.fulfill(); });
+/// drop(p1);
+/// rt.sync_root();
+/// assert_eq!(rt.stats().tasks_waiting_on_dependencies, 2); // stuck
+/// drop(rt); // cancels both and frees the cycle
+/// assert!(a.try_join().unwrap_err().to_string().contains("runtime shut down"));
+/// assert!(b.try_join().unwrap_err().is_cancelled());
+/// # Ok::<(), selvedge::BuildError>(())
+/// ```
+///
+/// ```
+/// use selvedge::{spawn_delayed, Promise};
+///
+/// let (a, b) = (Promise::new(), Promise::new());
+/// let both = spawn_delayed([a.dep(), b.dep()], || "a and b are done");
+/// a.fulfill();
+/// assert!(!both.is_finished());
+/// b.fulfill();
+/// assert_eq!(both.join(), "a and b are done");
+/// ```
+pub fn spawn_delayed<D, F, T>(deps: D, f: F) -> JoinHandle<T>
+where
+    D: IntoIterator<Item = Dep>,
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    submit_delayed(current_registry(), deps, f)
+}
+
+/// A handled delayed task of `runtime`: what `spawn_delayed` and
+/// `Runtime::submit_delayed` share. When the task is ready at once and
+/// lands on the calling worker's deque, the handle records where, so
+/// `join` can take it back.
+pub(crate) fn submit_delayed<D, F, T>(runtime: &Arc<Registry>, deps: D, f: F) -> JoinHandle<T>
+where
+    D: IntoIterator<Item = Dep>,
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let task = task::new_handled(f);
+    // SAFETY: `F` and `T` are 'static.
+    let handle = unsafe { JoinHandle::new(&task) };
+    match (delay(runtime, task, deps), Worker::current()) {
+        (Placement::Local(pos), Some(w)) => handle.at(w, pos),
+        _ => handle,
+    }
+}

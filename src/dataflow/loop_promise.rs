@@ -1,0 +1,495 @@
+//! `LoopPromise`: one promise per iteration (or per bucket of
+//! iterations), so that a loop's iteration `i` can start as soon as the
+//! iteration `i` of the loop before it is done, without a barrier.
+
+use crate::core::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::dataflow::delayed::settle;
+use crate::dataflow::event::{Dep, Group};
+use std::ops::Range;
+use std::ptr::NonNull;
+use std::sync::Arc;
+/// One promise per loop iteration (or per bucket of iterations), so a loop
+/// can wait for another iteration by iteration instead of behind a
+/// barrier: stage 2's iteration `i` depends on [`at(i)`](LoopPromise::at),
+/// which stage 1 fulfills when its iteration `i` is done.
+///
+/// With a bucket size `b` ([`LoopPromise::with_bucket_size`]), the
+/// iterations are grouped into buckets of `b` and `at(i)` is fulfilled once
+/// *every* iteration of `i`'s bucket is: fewer events for long loops, at the
+/// price of coarser waiting. Cloning gives another handle; dropping the last
+/// handle breaks every bucket still unfulfilled (see [`Promise`](crate::Promise)).
+///
+/// # Memory
+///
+/// A loop promise takes 8 bytes per bucket (its event), plus, with buckets
+/// of more than one iteration, 8 more bytes per bucket (its progress). A
+/// bucket whose iterations are fulfilled in order (each `fulfill(i)` for
+/// the lowest iteration of its bucket not fulfilled yet) needs nothing
+/// more. The first time a bucket sees an iteration fulfilled ahead of an
+/// earlier one, it allocates one bit per iteration of that bucket (plus 16
+/// bytes), kept until the last handle and [`Dep`] are dropped; that is
+/// what keeps a repeated `fulfill(i)` idempotent. So 1,000 buckets over
+/// 10^9 iterations take 16 kB when fulfilled in order, and at most about
+/// 125 MB more if every bucket is fulfilled out of order.
+///
+/// A loop promise has at most 2^28 buckets ([`LoopPromise::MAX_BUCKETS`])
+/// of at most 2^32 iterations each ([`LoopPromise::MAX_BUCKET_SIZE`]);
+/// construction panics beyond, and when memory for the buckets cannot be
+/// allocated, with a message naming the range and the bucket size.
+///
+/// ```
+/// use selvedge::{LoopPromise, Runtime};
+///
+/// let rt = Runtime::builder().num_threads(2).build()?;
+/// let stage1 = LoopPromise::new(0..4);
+/// let stage2: Vec<_> = (0..4)
+///     .map(|i| rt.submit_delayed([stage1.at(i)], move || i * 10))
+///     .collect();
+/// for i in (0..4).rev() {
+///     stage1.fulfill(i);
+/// }
+/// let out: Vec<usize> = stage2.into_iter().map(|h| h.join()).collect();
+/// assert_eq!(out, [0, 10, 20, 30]);
+/// # Ok::<(), selvedge::BuildError>(())
+/// ```
+pub struct LoopPromise {
+    group: NonNull<Group>,
+    range: Range<usize>,
+    bucket: usize,
+    /// Each bucket's progress; only with buckets of more than one
+    /// iteration (a single iteration's event is idempotent by itself).
+    buckets: Option<Arc<BucketCounts>>,
+}
+
+// SAFETY: as for `Promise`.
+unsafe impl Send for LoopPromise {}
+// SAFETY: as for `Promise`.
+unsafe impl Sync for LoopPromise {}
+
+/// The progress of each bucket of a loop promise, one word per bucket:
+///
+/// - even, `2 * w`: the bucket's first `w` iterations are fulfilled and no
+///   other one is. In-order fulfils move `w` on with a CAS and need no
+///   memory per iteration; the one that reaches the bucket's length
+///   fulfills the bucket.
+/// - odd: a pointer (tag bit set) to the bucket's [`Bits`], installed by
+///   the first fulfil ahead of `w`, which freezes `w` in it. From then on
+///   every fulfil of the bucket goes through the bits.
+struct BucketCounts {
+    states: Box<[AtomicUsize]>,
+    range: Range<usize>,
+    bucket: usize,
+}
+
+/// A bucket's fulfilled iterations once they came out of order.
+struct Bits {
+    /// Iterations of the bucket below this offset were fulfilled in order
+    /// before the bits were installed (their bits are not set).
+    frozen: usize,
+    /// Iterations of the bucket not fulfilled yet; the fulfil that takes
+    /// it to 0 fulfills the bucket.
+    remaining: AtomicUsize,
+    /// One bit per iteration of the bucket, by offset.
+    words: Box<[AtomicU64]>,
+}
+
+/// The tag bit of a bucket state that points to its [`Bits`].
+const BITS_TAG: usize = 1;
+
+impl BucketCounts {
+    /// Offset `o` of bucket `b`, `len` iterations long, is fulfilled now;
+    /// returns `None` when it already was, else whether the bucket is now
+    /// complete.
+    #[track_caller]
+    fn fulfill(&self, b: usize, o: usize, len: usize) -> Option<bool> {
+        let state = &self.states[b];
+        // Acquire (and AcqRel below): the call that completes the bucket
+        // sees every other iteration's writes, through the chain of
+        // read-modify-writes on this word (and on `remaining`), and
+        // publishes them with the bucket's event.
+        let mut cur = state.load(Ordering::Acquire);
+        let mut spare: Option<Box<Bits>> = None;
+        loop {
+            if cur & BITS_TAG != 0 {
+                // SAFETY: a tagged state points to the bucket's `Bits`,
+                // installed once and freed only with `self`.
+                let bits = unsafe { &*((cur & !BITS_TAG) as *const Bits) };
+                if o < bits.frozen {
+                    return None;
+                }
+                let bit = 1u64 << (o % 64);
+                if bits.words[o / 64].fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+                    return None;
+                }
+                return Some(bits.remaining.fetch_sub(1, Ordering::AcqRel) == 1);
+            }
+            let w = cur >> 1;
+            if o < w {
+                return None;
+            }
+            let next = if o == w {
+                cur + 2
+            } else {
+                // Ahead of the watermark: switch the bucket to bits.
+                let mut bits = match spare.take() {
+                    Some(bits) => bits,
+                    None => self.alloc_bits(b, len),
+                };
+                bits.frozen = w;
+                *bits.remaining.get_mut() = len - w;
+                let p = Box::into_raw(bits) as usize | BITS_TAG;
+                match state.compare_exchange(cur, p, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => cur = p,
+                    Err(now) => {
+                        // SAFETY: not published; we still own it.
+                        spare = Some(unsafe { Box::from_raw((p & !BITS_TAG) as *mut Bits) });
+                        cur = now;
+                    }
+                }
+                continue;
+            };
+            match state.compare_exchange(cur, next, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Some(w + 1 == len),
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Whether offset `o` of bucket `b` was fulfilled (acquire).
+    fn is_fulfilled(&self, b: usize, o: usize) -> bool {
+        let cur = self.states[b].load(Ordering::Acquire);
+        if cur & BITS_TAG == 0 {
+            return o < cur >> 1;
+        }
+        // SAFETY: as in `fulfill`.
+        let bits = unsafe { &*((cur & !BITS_TAG) as *const Bits) };
+        o < bits.frozen || bits.words[o / 64].load(Ordering::Acquire) & (1 << (o % 64)) != 0
+    }
+
+    /// Fresh bits for bucket `b` of `len` iterations; a failed allocation
+    /// panics (a loop promise never aborts the process).
+    #[track_caller]
+    fn alloc_bits(&self, b: usize, len: usize) -> Box<Bits> {
+        let n = len.div_ceil(64);
+        let mut words = Vec::new();
+        if let Err(e) = words.try_reserve_exact(n) {
+            let start = self.range.start + b * self.bucket;
+            panic!(
+                "LoopPromise over {}..{}: cannot allocate {} bytes to track the out-of-order \
+                 fulfils of bucket {start}..{}: {e}",
+                self.range.start,
+                self.range.end,
+                n * 8,
+                start + len
+            );
+        }
+        words.extend((0..n).map(|_| AtomicU64::new(0)));
+        Box::new(Bits {
+            frozen: 0,
+            remaining: AtomicUsize::new(0),
+            words: words.into_boxed_slice(),
+        })
+    }
+}
+
+impl Drop for BucketCounts {
+    fn drop(&mut self) {
+        for state in self.states.iter_mut() {
+            let cur = *state.get_mut();
+            if cur & BITS_TAG != 0 {
+                // SAFETY: installed by `fulfill` from `Box::into_raw`, and
+                // the last owner frees it once.
+                drop(unsafe { Box::from_raw((cur & !BITS_TAG) as *mut Bits) });
+            }
+        }
+    }
+}
+
+impl LoopPromise {
+    /// One promise per iteration of `range` (8 bytes each).
+    ///
+    /// # Panics
+    /// When `range` is longer than [`LoopPromise::MAX_BUCKETS`] iterations
+    /// (use [`LoopPromise::with_bucket_size`]), or when its events cannot
+    /// be allocated; the message names the range.
+    ///
+    /// ```
+    /// let lp = selvedge::LoopPromise::new(10..20);
+    /// assert_eq!(lp.range(), 10..20);
+    /// lp.fulfill(15);
+    /// assert!(lp.is_fulfilled(15) && !lp.is_fulfilled(16));
+    /// ```
+    #[track_caller]
+    pub fn new(range: Range<usize>) -> Self {
+        Self::with_bucket_size(range, 1)
+    }
+
+    /// At most this many buckets (promises) in one loop promise: 2^28.
+    ///
+    /// ```
+    /// assert_eq!(selvedge::LoopPromise::MAX_BUCKETS, 1 << 28);
+    /// ```
+    pub const MAX_BUCKETS: usize = 1 << 28;
+
+    /// At most this many iterations in one bucket: 2^32 (a bucket fulfilled
+    /// out of order takes one bit per iteration, here 512 MiB).
+    ///
+    /// ```
+    /// assert_eq!(selvedge::LoopPromise::MAX_BUCKET_SIZE, 1 << 32);
+    /// ```
+    pub const MAX_BUCKET_SIZE: usize = 1 << 32;
+
+    /// One promise per `bucket` consecutive iterations of `range`, starting
+    /// at `range.start` (the last bucket may be shorter). See the type's
+    /// docs for the memory this takes.
+    ///
+    /// # Panics
+    /// When `bucket` is 0, when the range needs more than
+    /// [`LoopPromise::MAX_BUCKETS`] buckets or buckets of more than
+    /// [`LoopPromise::MAX_BUCKET_SIZE`] iterations, or when the buckets'
+    /// memory cannot be allocated; the message names the range and the
+    /// bucket size.
+    ///
+    /// ```
+    /// let lp = selvedge::LoopPromise::with_bucket_size(0..10, 4);
+    /// let d = lp.at(5); // bucket 4..8
+    /// for i in 4..7 {
+    ///     lp.fulfill(i);
+    /// }
+    /// assert!(!d.is_fulfilled());
+    /// lp.fulfill(7);
+    /// assert!(d.is_fulfilled());
+    ///
+    /// let too_long = std::panic::catch_unwind(|| {
+    ///     selvedge::LoopPromise::with_bucket_size(0..usize::MAX, 1 << 40)
+    /// });
+    /// assert!(too_long.is_err());
+    /// ```
+    #[track_caller]
+    pub fn with_bucket_size(range: Range<usize>, bucket: usize) -> Self {
+        assert!(
+            bucket > 0,
+            "LoopPromise bucket size must be at least 1, got 0"
+        );
+        let (start, end) = (range.start, range.end);
+        let len = end.saturating_sub(start);
+        let range = start..start + len;
+        let buckets = len.div_ceil(bucket);
+        let too_large = |why: String| -> ! {
+            panic!("LoopPromise over {start}..{end} with bucket size {bucket}: {why}")
+        };
+        if buckets > Self::MAX_BUCKETS {
+            too_large(format!(
+                "{buckets} buckets, more than the {} a loop promise can track; use larger buckets",
+                Self::MAX_BUCKETS
+            ));
+        }
+        if bucket.min(len) > Self::MAX_BUCKET_SIZE {
+            too_large(format!(
+                "buckets of more than {} iterations cannot be tracked; use smaller buckets",
+                Self::MAX_BUCKET_SIZE
+            ));
+        }
+        let counts = (bucket > 1).then(|| {
+            let mut states = Vec::new();
+            if let Err(e) = states.try_reserve_exact(buckets) {
+                too_large(format!(
+                    "cannot allocate the progress of {buckets} buckets: {e}"
+                ));
+            }
+            states.extend((0..buckets).map(|_| AtomicUsize::new(0)));
+            Arc::new(BucketCounts {
+                states: states.into_boxed_slice(),
+                range: range.clone(),
+                bucket,
+            })
+        });
+        let group = Group::try_new(buckets).unwrap_or_else(|e| {
+            too_large(format!(
+                "cannot allocate the events of {buckets} buckets: {e}"
+            ))
+        });
+        Self {
+            group,
+            range,
+            bucket,
+            buckets: counts,
+        }
+    }
+
+    /// The iterations this promise covers.
+    pub fn range(&self) -> Range<usize> {
+        self.range.clone()
+    }
+
+    /// Iterations per bucket (1 from [`LoopPromise::new`]).
+    ///
+    /// ```
+    /// assert_eq!(selvedge::LoopPromise::with_bucket_size(0..100, 8).bucket_size(), 8);
+    /// ```
+    pub fn bucket_size(&self) -> usize {
+        self.bucket
+    }
+
+    /// The bucket of iteration `i`; panics with a message naming `i` and
+    /// the range when `i` is outside it.
+    #[track_caller]
+    fn bucket_of(&self, i: usize) -> usize {
+        if !self.range.contains(&i) {
+            panic!(
+                "LoopPromise index {i} is out of range {}..{}",
+                self.range.start, self.range.end
+            );
+        }
+        (i - self.range.start) / self.bucket
+    }
+
+    /// Fulfills iteration `i` from any thread; with buckets, the bucket's
+    /// promise is fulfilled by the call that fulfills its last iteration.
+    /// Returns `true` for the call that fulfilled iteration `i`, `false`
+    /// when it already was.
+    ///
+    /// # Panics
+    /// When `i` is outside [`LoopPromise::range`].
+    ///
+    /// ```
+    /// let lp = selvedge::LoopPromise::new(0..3);
+    /// assert!(lp.fulfill(1));
+    /// assert!(!lp.fulfill(1));
+    /// ```
+    #[track_caller]
+    pub fn fulfill(&self, i: usize) -> bool {
+        let b = self.bucket_of(i);
+        if let Some(counts) = &self.buckets {
+            let offset = i - self.range.start;
+            let o = offset - b * self.bucket;
+            let len = self.bucket.min(self.range.len() - b * self.bucket);
+            match counts.fulfill(b, o, len) {
+                None => return false,
+                Some(false) => return true,
+                Some(true) => {}
+            }
+        }
+        // SAFETY: our handle keeps the group alive; `b` is a bucket index.
+        let fulfilled_bucket = unsafe { Group::fulfill(self.group, b, settle) };
+        // With buckets, this call fulfilled iteration `i` whatever the
+        // bucket's event says; without, the event is the iteration.
+        fulfilled_bucket || self.buckets.is_some()
+    }
+
+    /// Whether iteration `i` was fulfilled.
+    ///
+    /// # Panics
+    /// When `i` is outside [`LoopPromise::range`].
+    #[track_caller]
+    pub fn is_fulfilled(&self, i: usize) -> bool {
+        let b = self.bucket_of(i);
+        match &self.buckets {
+            Some(counts) => counts.is_fulfilled(b, i - self.range.start - b * self.bucket),
+            // SAFETY: our handle keeps the group alive.
+            None => unsafe { self.group.as_ref() }.event(b).is_fulfilled(),
+        }
+    }
+
+    /// Iteration `i` (its bucket) as a dependency for [`spawn_delayed`](crate::spawn_delayed).
+    ///
+    /// # Panics
+    /// When `i` is outside [`LoopPromise::range`]; the message names both.
+    ///
+    /// ```
+    /// let lp = selvedge::LoopPromise::new(0..8);
+    /// let r = std::panic::catch_unwind(|| lp.at(8));
+    /// let msg = r.unwrap_err().downcast::<String>().unwrap();
+    /// assert_eq!(*msg, "LoopPromise index 8 is out of range 0..8");
+    /// ```
+    #[track_caller]
+    pub fn at(&self, i: usize) -> Dep {
+        let b = self.bucket_of(i);
+        // SAFETY: our handle keeps the group alive; `b` is a bucket index.
+        unsafe { Group::dep(self.group, b) }
+    }
+}
+
+/// What a `depends_on_each` loop keeps of its loop promise: a reference
+/// that keeps the events alive, not a handle, so that dropping the
+/// producer's last handle still breaks the promise and cancels the parked
+/// parts of the loop instead of leaving them waiting forever.
+pub(crate) struct LoopDeps {
+    keep: Dep,
+    range: Range<usize>,
+    bucket: usize,
+}
+
+impl LoopDeps {
+    /// Dependencies on `lp`; `None` when its range is empty (no iteration
+    /// can name it).
+    pub(crate) fn new(lp: &LoopPromise) -> Option<Self> {
+        (!lp.range.is_empty()).then(|| Self {
+            keep: lp.at(lp.range.start),
+            range: lp.range.clone(),
+            bucket: lp.bucket,
+        })
+    }
+
+    /// The bucket of iteration `i`, which must be in range.
+    #[inline]
+    pub(crate) fn bucket_of(&self, i: usize) -> usize {
+        debug_assert!(self.range.contains(&i));
+        (i - self.range.start) / self.bucket
+    }
+
+    /// One past the last iteration of bucket `b`.
+    #[inline]
+    pub(crate) fn bucket_end(&self, b: usize) -> usize {
+        // Saturating: the last bucket may reach past `usize::MAX` on paper.
+        (b + 1)
+            .saturating_mul(self.bucket)
+            .saturating_add(self.range.start)
+    }
+
+    /// Whether bucket `b` was fulfilled (acquire: its producers' writes are
+    /// visible once this says yes).
+    #[inline]
+    pub(crate) fn is_ready(&self, b: usize) -> bool {
+        // SAFETY: `keep` holds a reference to the group; `b` is a bucket
+        // index because it came from `bucket_of`.
+        unsafe { self.keep.group().as_ref() }
+            .event(b)
+            .is_fulfilled()
+    }
+
+    /// Bucket `b` as a dependency.
+    pub(crate) fn dep(&self, b: usize) -> Dep {
+        // SAFETY: as in `is_ready`.
+        unsafe { Group::dep(self.keep.group(), b) }
+    }
+}
+
+impl Clone for LoopPromise {
+    fn clone(&self) -> Self {
+        // SAFETY: we hold a handle.
+        unsafe { Group::acquire_handle(self.group) };
+        Self {
+            group: self.group,
+            range: self.range.clone(),
+            bucket: self.bucket,
+            buckets: self.buckets.clone(),
+        }
+    }
+}
+
+impl Drop for LoopPromise {
+    fn drop(&mut self) {
+        // SAFETY: we give up our handle.
+        unsafe { Group::release_handle(self.group, settle) };
+    }
+}
+
+impl std::fmt::Debug for LoopPromise {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoopPromise")
+            .field("range", &self.range)
+            .field("bucket_size", &self.bucket)
+            .finish_non_exhaustive()
+    }
+}
