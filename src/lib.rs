@@ -116,7 +116,9 @@ pub use crate::loops::{
     par_chunks_mut, par_iter_mut, parallel_for, ParChunksMut, ParIterMut, ParallelFor,
 };
 #[cfg(not(loom))]
-pub use crate::structured::scope::{join, scope, Scope};
+pub use crate::structured::join::join;
+#[cfg(not(loom))]
+pub use crate::structured::scope::{scope, Scope};
 
 /// The README's examples, compiled and run as doc tests.
 #[cfg(doctest)]

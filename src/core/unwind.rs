@@ -17,7 +17,7 @@
 // The loom models use only the reporting half.
 #![cfg_attr(loom, allow(dead_code))]
 
-use crate::core::sync::{lock, Mutex};
+use crate::core::sync::{lock, AtomicBool, Mutex, Ordering};
 use std::any::Any;
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe, Location};
@@ -95,28 +95,65 @@ pub(crate) fn drop_or_report<T>(what: &str, value: T) {
     catch_and_report(what, move || drop(value));
 }
 
-/// Keeps `payload` in `slot` if no panic is there yet (a scope's or a
-/// loop's first panic, resumed when it ends). A later payload is dropped
-/// outside the lock, with its destructor's panic [`report`]ed: that
-/// destructor is user code, and the task recording it must still count
-/// itself finished.
-pub(crate) fn keep_first_panic(
-    slot: &Mutex<Option<Box<dyn Any + Send>>>,
-    payload: Box<dyn Any + Send>,
-    what: &str,
-) {
-    let later = {
-        let mut first = lock(slot);
-        match *first {
-            None => {
-                *first = Some(payload);
-                None
-            }
-            Some(_) => Some(payload),
+/// The first panic of a group of tasks that someone waits for as a whole
+/// (a scope's tasks, a loop's parts), resumed by the waiter once all of
+/// them finished.
+///
+/// Recording never unwinds: a later payload is dropped outside the lock,
+/// with its destructor's panic [`report`]ed, since that destructor is user
+/// code and the task recording it must still count itself finished.
+pub(crate) struct FirstPanic {
+    slot: Mutex<Option<Box<dyn Any + Send>>>,
+    /// Something was recorded: lets [`FirstPanic::take`] skip the lock in
+    /// the common case. Relaxed: the waiter reads it after every task of
+    /// the group finished, and their finishing orders every record before
+    /// that read.
+    recorded: AtomicBool,
+}
+
+impl FirstPanic {
+    pub(crate) fn new() -> Self {
+        Self {
+            slot: Mutex::new(None),
+            recorded: AtomicBool::new(false),
         }
-    };
-    if let Some(payload) = later {
-        drop_or_report(what, payload);
+    }
+
+    /// Keeps `payload` if no panic is recorded yet; drops it otherwise,
+    /// reporting a panicking destructor as the payload of `what`.
+    pub(crate) fn keep(&self, payload: Box<dyn Any + Send>, what: &str) {
+        let later = {
+            let mut first = lock(&self.slot);
+            self.recorded.store(true, Ordering::Relaxed);
+            match *first {
+                None => {
+                    *first = Some(payload);
+                    None
+                }
+                Some(_) => Some(payload),
+            }
+        };
+        if let Some(payload) = later {
+            drop_or_report(what, payload);
+        }
+    }
+
+    /// Records with `f`, which gets the slot under its lock (a loop
+    /// gathers every cancelled part into one payload this way). `f` must
+    /// not run user code.
+    pub(crate) fn record_with(&self, f: impl FnOnce(&mut Option<Box<dyn Any + Send>>)) {
+        let mut slot = lock(&self.slot);
+        f(&mut slot);
+        self.recorded.store(true, Ordering::Relaxed);
+    }
+
+    /// The first panic recorded, if any; call once every task of the group
+    /// finished.
+    pub(crate) fn take(&self) -> Option<Box<dyn Any + Send>> {
+        if !self.recorded.load(Ordering::Relaxed) {
+            return None;
+        }
+        lock(&self.slot).take()
     }
 }
 

@@ -35,9 +35,9 @@ use crate::core::pool::{current_registry, on_worker};
 use crate::core::registry::Registry;
 use crate::core::send_ptr::SendPtr;
 use crate::core::split::LoopFrame;
-use crate::core::sync::{lock, AtomicBool, AtomicUsize, Mutex, Ordering, UnsafeCell};
+use crate::core::sync::{AtomicUsize, Ordering, UnsafeCell};
 use crate::core::task::{self, TaskRef};
-use crate::core::unwind;
+use crate::core::unwind::{self, FirstPanic};
 use crate::core::worker::{Until, Worker};
 use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
@@ -337,8 +337,7 @@ impl<'p> ParallelFor<'p> {
             start: self.range.start,
             stride: self.stride,
             each: self.each.and_then(LoopDeps::new),
-            panic: Mutex::new(None),
-            panicked: AtomicBool::new(false),
+            panic: FirstPanic::new(),
             result: UnsafeCell::new(None),
             finish: Finish::Fulfill {
                 pending: AtomicUsize::new(1),
@@ -390,8 +389,7 @@ impl<'p> ParallelFor<'p> {
                 start: range.start,
                 stride,
                 each: each.and_then(LoopDeps::new),
-                panic: Mutex::new(None),
-                panicked: AtomicBool::new(false),
+                panic: FirstPanic::new(),
                 result: UnsafeCell::new(None),
                 // The count held by the first part.
                 finish: Finish::Wake(CountLatch::new(w.index, &w.shared)),
@@ -897,10 +895,7 @@ struct LoopJob<B: Body> {
     stride: usize,
     each: Option<LoopDeps>,
     /// The first panic of any iteration, merge or cancelled part.
-    panic: Mutex<Option<Box<dyn Any + Send>>>,
-    /// Whether `panic` was ever filled: spares a loop without panics the
-    /// lock at its end.
-    panicked: AtomicBool,
+    panic: FirstPanic,
     /// The merged accumulator, written once by the last merge (`None`
     /// inside when a merge panicked).
     result: UnsafeCell<Option<Option<B::Acc>>>,
@@ -945,14 +940,8 @@ unsafe impl<B: Body + Send> Send for LoopJob<B> {}
 
 impl<B: Body> LoopJob<B> {
     fn record_panic(&self, payload: Box<dyn Any + Send>) {
-        // The flag is read only after every part finished, which orders
-        // this store before that read.
-        self.panicked.store(true, Ordering::Relaxed);
-        unwind::keep_first_panic(
-            &self.panic,
-            payload,
-            "the payload of a later panic in a loop",
-        );
+        self.panic
+            .keep(payload, "the payload of a later panic in a loop");
     }
 
     /// Records that the unstarted iterations `ks` of a cancelled part will
@@ -960,25 +949,20 @@ impl<B: Body> LoopJob<B> {
     /// all (unless a panic came first): the loop's message names every
     /// cancelled iteration, not just the first part's.
     fn record_cancelled(&self, ks: Range<usize>) {
-        let mut slot = lock(&self.panic);
-        match slot.as_mut() {
+        self.panic.record_with(|slot| match slot.as_mut() {
             None => *slot = Some(Box::new(CancelledParts(vec![ks]))),
             Some(p) => {
                 if let Some(parts) = p.downcast_mut::<CancelledParts>() {
                     parts.0.push(ks);
                 }
             }
-        }
-        self.panicked.store(true, Ordering::Relaxed);
+        });
     }
 
     /// The first panic; call after every part finished (the parts' ends
     /// order their records before this).
     fn take_panic(&self) -> Option<Box<dyn Any + Send>> {
-        if !self.panicked.load(Ordering::Relaxed) {
-            return None;
-        }
-        let payload = lock(&self.panic).take()?;
+        let payload = self.panic.take()?;
         match payload.downcast::<CancelledParts>() {
             Ok(parts) => Some(Box::new(cancelled_message(
                 self.start,

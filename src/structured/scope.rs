@@ -1,12 +1,12 @@
-//! Structured parallelism that may borrow: `scope` and fork-join `join`.
+//! `scope`: tasks that may borrow from the caller's stack, all waited for
+//! before `scope` returns (the first panic among them resumed after).
 
 use crate::core::latch::CountLatch;
 use crate::core::pool::on_worker;
 use crate::core::registry::{Arrival, Registry};
 use crate::core::send_ptr::SendPtr;
-use crate::core::sync::{lock, Mutex};
-use crate::core::task::{self, StackJob};
-use crate::core::unwind;
+use crate::core::task;
+use crate::core::unwind::{self, FirstPanic};
 use crate::core::worker::{Until, Worker};
 use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
@@ -34,7 +34,7 @@ pub struct Scope<'scope> {
     /// The owner worker's handle on its runtime (the worker outlives the
     /// scope, which it is running).
     runtime: *const Arc<Registry>,
-    panic: Mutex<Option<Box<dyn Any + Send>>>,
+    panic: FirstPanic,
     /// Invariant in `'scope`, as std's scoped threads.
     _borrows: PhantomData<&'scope mut &'scope ()>,
 }
@@ -80,7 +80,7 @@ where
         let scope = Scope {
             latch: CountLatch::new(w.index, &w.shared),
             runtime: &w.shared,
-            panic: Mutex::new(None),
+            panic: FirstPanic::new(),
             _borrows: PhantomData,
         };
         let body = catch_unwind(AssertUnwindSafe(|| f(&scope)));
@@ -205,15 +205,12 @@ impl<'scope> Scope<'scope> {
     }
 
     fn record_panic(&self, payload: Box<dyn Any + Send>) {
-        unwind::keep_first_panic(
-            &self.panic,
-            payload,
-            "the payload of a later panic in a scope",
-        );
+        self.panic
+            .keep(payload, "the payload of a later panic in a scope");
     }
 
     fn take_panic(&self) -> Option<Box<dyn Any + Send>> {
-        lock(&self.panic).take()
+        self.panic.take()
     }
 
     /// Counts one task of the scope finished. Nothing of the scope is
@@ -259,66 +256,4 @@ impl Drop for ScopeMember<'_, '_> {
         // SAFETY: the member holds the task's count, released once, here.
         unsafe { Scope::finish_task(self.scope.get()) };
     }
-}
-
-/// Runs `a` and `b`, potentially in parallel, and returns both results. `b`
-/// is offered to idle workers while the caller runs `a`; if nobody took it,
-/// the caller runs it next, in place. Both closures may borrow.
-///
-/// If either panics, `join` still waits for the other, then resumes the
-/// panic (`a`'s if both panicked).
-///
-/// ```
-/// fn sum(v: &[u64]) -> u64 {
-///     if v.len() <= 1024 {
-///         return v.iter().sum();
-///     }
-///     let (l, r) = v.split_at(v.len() / 2);
-///     let (a, b) = selvedge::join(|| sum(l), || sum(r));
-///     a + b
-/// }
-/// let v: Vec<u64> = (0..100_000).collect();
-/// assert_eq!(sum(&v), v.iter().sum());
-/// ```
-pub fn join<A, B, RA, RB>(a: A, b: B) -> (RA, RB)
-where
-    A: FnOnce() -> RA + Send,
-    B: FnOnce() -> RB + Send,
-    RA: Send,
-    RB: Send,
-{
-    on_worker(|w| {
-        let job_b = StackJob::new(b, w.index, &w.shared);
-        // SAFETY: `job_b` stays in this frame until it was taken back, or
-        // its latch is set (waited for below on every path: a's panic is
-        // caught first).
-        let pos = w.push(unsafe { job_b.as_task() });
-        // `a` always runs here, as the caller's own code; `b` runs as
-        // nested code wherever it runs (see `Worker::nested`), so it
-        // behaves alike on this worker and on a thief's.
-        let ra = catch_unwind(AssertUnwindSafe(a));
-        let rb = if w.take_back(pos, job_b.header()).is_some() {
-            w.count_task_run();
-            // SAFETY: taken back: nobody else runs it.
-            w.nested(|| unsafe { job_b.run_here() })
-        } else {
-            w.wait_until(Until::Latch(job_b.latch()));
-            // SAFETY: the latch is set.
-            unsafe { job_b.take_result() }
-        };
-        // On a panic the other side's value or payload is dropped before
-        // the panic is resumed: a destructor that panicked while this one
-        // unwinds would abort the process.
-        match (ra, rb) {
-            (Ok(ra), Ok(rb)) => (ra, rb),
-            (Err(p), other) => {
-                unwind::drop_or_report("the other side of a panicking join", other);
-                resume_unwind(p)
-            }
-            (Ok(ra), Err(p)) => {
-                unwind::drop_or_report("the other side of a panicking join", ra);
-                resume_unwind(p)
-            }
-        }
-    })
 }
