@@ -29,6 +29,7 @@ pub(crate) mod send_ptr;
 pub(crate) mod signal;
 #[cfg(not(loom))]
 pub(crate) mod split;
+pub(crate) mod stack_list;
 #[cfg(not(loom))]
 pub(crate) mod stats;
 pub(crate) mod steal;

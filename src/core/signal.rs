@@ -23,6 +23,7 @@
 // Fired only by device callbacks (and the loom models).
 #![cfg_attr(not(any(loom, feature = "cuda")), allow(dead_code))]
 
+use crate::core::stack_list::oldest_first;
 use crate::core::sync::{AtomicPtr, AtomicU8, AtomicUsize, Ordering, UnsafeCell};
 use std::ptr;
 
@@ -213,21 +214,12 @@ impl SignalInbox {
             return 0;
         }
         // Acquire: pairs with the push, publishing each node's fields.
-        let mut list = self.head.swap(ptr::null_mut(), Ordering::Acquire);
+        let list = self.head.swap(ptr::null_mut(), Ordering::Acquire);
         // The stack is newest first: reverse it.
-        let mut fifo: *mut Signal = ptr::null_mut();
-        while !list.is_null() {
-            // SAFETY: taken from the inbox, so a live signal (only the
-            // drainer frees it) owned by this thread now.
-            let node = unsafe { &*list };
-            // SAFETY: `next` was written before the push published the
-            // node, and the swap's acquire made it visible.
-            let next = node.next.with(|n| unsafe { *n });
-            // SAFETY: nobody else reads or writes `next` any more.
-            node.next.with_mut(|n| unsafe { *n = fifo });
-            fifo = list;
-            list = next;
-        }
+        // SAFETY: the swap took the whole list, so this thread owns its
+        // signals (only the drainer frees them), and its Acquire made
+        // every `next` written before a push visible.
+        let mut fifo = unsafe { oldest_first(list, |node: &Signal| &node.next) };
         let mut ran = 0;
         // Actions fulfill promises; dropping what they hold may run user
         // destructors. Nobody waits for an action, and the caller is a

@@ -16,7 +16,7 @@ use crate::core::join_slot::{JoinSlot, Release};
 use crate::core::latch::CountLatch;
 use crate::core::registry::Registry;
 use crate::core::sync::{AtomicU64, AtomicUsize, Ordering};
-use crate::core::unwind::{abort_on_unwind, catch_and_report, drop_or_report, AbortIfPanic};
+use crate::core::unwind::{catch_and_report, drop_or_report, AbortIfPanic};
 use crate::core::worker::{Worker, WorkerAddress};
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::cell::{Cell, UnsafeCell};
@@ -41,7 +41,9 @@ pub(crate) struct VTable {
     pub(crate) run: unsafe fn(NonNull<Header>),
     /// Runs the task for its own joining handle, writing the
     /// `std::thread::Result<T>` to `out`; the block is left for the caller.
-    pub(crate) run_inline: unsafe fn(NonNull<Header>, *mut ()),
+    /// Only handled tasks have one: nothing else has a handle to join it
+    /// (a stack job's joiner runs it through `StackJob::run_here`).
+    pub(crate) run_inline: Option<unsafe fn(NonNull<Header>, *mut ())>,
     /// Drops a queued task's closure without running it and publishes the
     /// cancellation as its result (or frees the block when detached).
     pub(crate) cancel: unsafe fn(NonNull<Header>, Cancellation),
@@ -210,7 +212,7 @@ struct Typed<F, T>(std::marker::PhantomData<(F, T)>);
 impl<F: FnOnce() -> T, T> Typed<F, T> {
     const HANDLED: VTable = VTable {
         run: Self::run_handled,
-        run_inline: Self::run_inline,
+        run_inline: Some(Self::run_inline),
         cancel: Self::cancel_handled,
     };
 
@@ -278,7 +280,7 @@ impl<F: FnOnce() -> T, T> Typed<F, T> {
 impl<F: FnOnce()> Typed<F, ()> {
     const DETACHED: VTable = VTable {
         run: Self::run_detached,
-        run_inline: Self::run_detached_inline,
+        run_inline: None,
         cancel: Self::cancel_detached,
     };
 
@@ -315,13 +317,6 @@ impl<F: FnOnce()> Typed<F, ()> {
         // record them for whoever waits); one that escapes anyway has
         // nobody to go to, and must not unwind into the worker.
         catch_and_report("a detached task", f);
-    }
-
-    /// # Safety
-    /// As for `cancel_detached`.
-    unsafe fn run_detached_inline(block: NonNull<Header>, _out: *mut ()) {
-        // SAFETY: the same contract (the result slot is unused).
-        unsafe { Self::run_detached(block) }
     }
 }
 
@@ -373,6 +368,7 @@ pub(crate) unsafe fn run_inline_for_handle<T>(task: TaskRef) -> std::thread::Res
     let mut out = MaybeUninit::<std::thread::Result<T>>::uninit();
     // SAFETY: the task owns a live block (a `TaskRef`).
     let run_inline = unsafe { task.0.as_ref() }.vtable.run_inline;
+    let run_inline = run_inline.expect("a task with a handle is a handled task");
     // SAFETY: the task is unrun and ours to run, its result type is `T`
     // (caller), and `out` has room for a `std::thread::Result<T>`.
     unsafe { run_inline(task.0, out.as_mut_ptr().cast()) };
@@ -607,7 +603,7 @@ pub(crate) struct StackJob<F, R> {
 impl<F: FnOnce() -> R, R> StackJob<F, R> {
     const VTABLE: VTable = VTable {
         run: Self::run,
-        run_inline: Self::run_for_handle,
+        run_inline: None,
         cancel: Self::cancel,
     };
 
@@ -708,13 +704,6 @@ impl<F: FnOnce() -> R, R> StackJob<F, R> {
         // any thread, hence the general decrement.)
         unsafe { CountLatch::decrement(&raw const (*job).latch, current) };
         guard.disarm();
-    }
-
-    /// Never called: a stack job has no `JoinHandle`; its joiner takes it
-    /// back and calls `run_here`. Reaching it is a scheduler bug in a frame
-    /// others may point to, so it aborts rather than unwinds.
-    unsafe fn run_for_handle(_header: NonNull<Header>, _out: *mut ()) {
-        abort_on_unwind(|| unreachable!("stack jobs are run in place through StackJob::run_here"));
     }
 }
 

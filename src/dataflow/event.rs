@@ -24,6 +24,7 @@
 //! last ref goes, the group is freed. Both counts use one read-modify-write
 //! per release (no separate load-then-decrement, which is racy).
 
+use crate::core::stack_list::oldest_first;
 use crate::core::sync::{AtomicPtr, AtomicUsize, Ordering, UnsafeCell};
 use std::collections::TryReserveError;
 use std::ptr::{self, NonNull};
@@ -149,17 +150,8 @@ impl PromiseCell {
 /// `stack` must come from closing an event, so the caller owns its waiters.
 unsafe fn drain(stack: *mut Waiter, mut each: impl FnMut(NonNull<Waiter>)) {
     // Reverse the stack so waiters are served in the order they parked.
-    let mut fifo: *mut Waiter = ptr::null_mut();
-    let mut cur = stack;
-    while let Some(w) = NonNull::new(cur) {
-        // SAFETY: we own the drained waiters.
-        cur = unsafe {
-            w.as_ref()
-                .next
-                .with_mut(|n| std::mem::replace(&mut *n, fifo))
-        };
-        fifo = w.as_ptr();
-    }
+    // SAFETY: we own the drained waiters (the caller).
+    let mut fifo = unsafe { oldest_first(stack, |w: &Waiter| &w.next) };
     while let Some(w) = NonNull::new(fifo) {
         // Read the link before handing the waiter on: its new owner may
         // park it elsewhere (rewriting it) or free it.
