@@ -1,0 +1,299 @@
+//! Running a part: its frame (what a worker may split), the iterations
+//! run in blocks sized to a time budget, and the mailbox check between
+//! blocks.
+
+use super::body::Body;
+use super::each::run_iterations_when_ready;
+use super::job::{deposit, LoopJob};
+use super::part_task::Part;
+use crate::core::split::LoopFrame;
+use crate::core::task::TaskRef;
+use crate::core::worker::Worker;
+use crate::loops::merge::{self, Out};
+use std::cell::Cell;
+use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// A loop frame with what its part needs to split: the job and where its
+/// accumulator goes.
+pub(super) struct PartFrame<'j, B: Body> {
+    pub(super) frame: LoopFrame,
+    pub(super) job: &'j LoopJob<B>,
+    pub(super) out: Cell<Out<B::Acc>>,
+}
+
+/// The `LoopFrame::split` of a `PartFrame<B>`.
+///
+/// # Safety
+/// `part` is a live `PartFrame<B>` (the frame's `part` pointer).
+pub(super) unsafe fn split_part<B: Body>(part: *const (), from: usize, to: usize) -> TaskRef {
+    // SAFETY: per the caller; only `Cell`s and shared references are
+    // reached through it, as by the part itself.
+    let part = unsafe { &*part.cast::<PartFrame<'_, B>>() };
+    // Relaxed: this part is unfinished, so the count cannot reach zero
+    // before the new part's own decrement, which follows in the count's
+    // modification order.
+    part.job.finish.add_part();
+    let out = if B::MERGES {
+        let (left, right) = merge::split(part.out.get());
+        part.out.set(left);
+        right
+    } else {
+        Out::ROOT
+    };
+    Part::new(part.job, from, to, out).into_task()
+}
+
+/// Runs iterations `[from, to)` of `job` on `w` as one part, splittable by
+/// thieves, and deposits its accumulator into `out`. The caller counts the
+/// part finished.
+pub(super) fn run_part<B: Body>(
+    job: &LoopJob<B>,
+    w: &Worker,
+    from: usize,
+    to: usize,
+    out: Out<B::Acc>,
+) {
+    let part = PartFrame {
+        frame: LoopFrame::new(from, to, split_part::<B>),
+        job,
+        out: Cell::new(out),
+    };
+    part.frame.set_part(std::ptr::from_ref(&part).cast::<()>());
+    w.enter_loop(&part.frame);
+    if w.shared.sleep.has_sleepers() {
+        w.share_loop(&part.frame);
+    }
+    let acc = w.nested(|| iterate(&part, w));
+    w.leave_loop(&part.frame);
+    deposit(job, part.out.get(), acc);
+}
+
+/// Runs the part's iterations, surviving panics: a panicking iteration is
+/// recorded and skipped, and the rest go on from a fresh accumulator (the
+/// loop's result is not used once a panic is recorded).
+pub(super) fn iterate<B: Body>(part: &PartFrame<'_, B>, w: &Worker) -> Option<B::Acc> {
+    let job = part.job;
+    loop {
+        let identity = || part.frame.while_starting(|| job.body.identity());
+        let acc = match catch_unwind(AssertUnwindSafe(identity)) {
+            Ok(acc) => acc,
+            Err(p) => {
+                // Nothing to fold into: the rest of this part cannot run.
+                job.record_panic(p);
+                part.frame.resume.set(part.frame.stop.get());
+                return None;
+            }
+        };
+        let run = AssertUnwindSafe(|| match &job.each {
+            None => run_iterations(part, w, acc),
+            Some(each) => run_iterations_when_ready(part, each, w, acc),
+        });
+        let resumed_at = part.frame.resume.get();
+        match catch_unwind(run) {
+            Ok(acc) => return Some(acc),
+            Err(p) => {
+                job.record_panic(p);
+                // `resume` is past the iteration that panicked. A panic
+                // outside any iteration (none started) would only repeat:
+                // give the part up rather than spin.
+                if part.frame.resume.get() == resumed_at {
+                    part.frame.resume.set(part.frame.stop.get());
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// Iterations the hot loop may claim at once, at most.
+pub(super) const MAX_BLOCK: usize = 4096;
+/// About how long (in time-stamp-counter ticks on x86_64, roughly CPU
+/// cycles; nanoseconds elsewhere) a block of iterations should take. A
+/// block grows only while it takes under half of this, so a block of
+/// uniform iterations takes at most about sixteen times that (the growth
+/// factor): a thief waits about ten microseconds at 3 GHz for a running
+/// loop to answer, longer when iterations suddenly slow down (the next
+/// block is sized from the last).
+pub(super) const BLOCK_TICKS: u64 = 4096;
+
+/// The hot loop. Iterations run in blocks: a block is claimed (`next`
+/// moves past it, so no split can give it away), run with nothing but the
+/// loop test and the body per iteration, and followed by one relaxed load
+/// of the mailbox's count. The block starts at one iteration and grows
+/// sixteenfold while blocks take under half of `BLOCK_TICKS` (halving
+/// when they take more than twice that), so a loop of long iterations
+/// answers a thief after each one, a loop of tiny ones pays for the check
+/// (and the clock read) once per thousands of them, and a short inner
+/// loop reads the clock only a few times.
+/// `stop` is re-read per block because a split, made by a nested loop's
+/// check too, lowers it; `resume` is written when a block ends or an
+/// iteration unwinds (see `ResumeAt`), so a panic loses no iteration.
+#[inline(always)]
+pub(super) fn run_iterations<B: Body>(
+    part: &PartFrame<'_, B>,
+    w: &Worker,
+    mut acc: B::Acc,
+) -> B::Acc {
+    let (job, f) = (part.job, &part.frame);
+    let mailbox = w.mailbox();
+    let (start, stride) = (job.start, job.stride);
+    let mut k = f.resume.get();
+    let mut block = 1;
+    // One clock read per block: each block's end is the next one's start.
+    let mut began = ticks();
+    loop {
+        if B::SPANS && mailbox.waiting() != 0 {
+            // A span runs uninterrupted: a thief already asking gets its
+            // share first.
+            poll(w, f);
+        }
+        let stop = f.stop.get();
+        if k >= stop {
+            return acc;
+        }
+        let end = if B::SPANS {
+            stop
+        } else {
+            stop.min(k.saturating_add(block))
+        };
+        f.next.set(end);
+        acc = run_block(job.body.target(), &f.resume, start, stride, k..end, acc);
+        k = end;
+        let now = ticks();
+        block = next_block(block, now.wrapping_sub(began));
+        began = now;
+        if mailbox.waiting() != 0 {
+            poll(w, f);
+        }
+    }
+}
+
+/// Runs iterations `ks` (claimed) of a loop of `body`, and leaves `resume`
+/// at their end (or just past one that unwinds).
+///
+/// A function of its own, never inlined, so `body` arrives as an argument:
+/// a shared reference argument tells the compiler that the closures'
+/// captured values cannot change during the call, so it loads them once
+/// per block. The loop itself is the body's [`Body::fold_block`].
+#[inline(never)]
+pub(super) fn run_block<T: Body>(
+    body: &T,
+    resume: &Cell<usize>,
+    start: usize,
+    stride: usize,
+    ks: Range<usize>,
+    acc: T::Acc,
+) -> T::Acc {
+    body.fold_block(resume, start, stride, ks, acc)
+}
+
+/// Folds iterations `ks` one index at a time (the default
+/// [`Body::fold_block`]). A stride of 1 gets its own loop, which the
+/// compiler can vectorize, and which counts in indices rather than
+/// iteration numbers: `start + k` for every iteration cost a vectorized sum
+/// loop 5% (an add per vector, on top of the counter's).
+#[inline(always)]
+pub(super) fn fold_indices<T: Body + ?Sized>(
+    body: &T,
+    resume: &Cell<usize>,
+    start: usize,
+    stride: usize,
+    ks: Range<usize>,
+    mut acc: T::Acc,
+) -> T::Acc {
+    if stride == 1 {
+        // `start + ks.end` is at most the range's end: no overflow.
+        let end = start + ks.end;
+        let mut at = ResumeAt {
+            resume,
+            k: start + ks.start,
+            base: start,
+        };
+        while at.k < end {
+            let i = at.k;
+            at.k += 1;
+            acc = body.fold(acc, i);
+        }
+    } else {
+        let mut at = ResumeAt {
+            resume,
+            k: ks.start,
+            base: 0,
+        };
+        while at.k < ks.end {
+            let i = start + at.k * stride;
+            at.k += 1;
+            acc = body.fold(acc, i);
+        }
+    }
+    acc
+}
+
+/// Records where a block stopped in `resume`: at the block's end, or,
+/// when an iteration unwinds, just past it. A local the loop counts in, so
+/// the count stays in a register (the frame is reachable from the worker,
+/// so a count kept there would be stored every iteration) and reaches
+/// memory only at the end of the block or in the unwinding path.
+pub(super) struct ResumeAt<'a> {
+    pub(super) resume: &'a Cell<usize>,
+    /// The count, offset by `base` (a loop may count in indices).
+    pub(super) k: usize,
+    pub(super) base: usize,
+}
+
+impl Drop for ResumeAt<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.resume.set(self.k - self.base);
+    }
+}
+
+/// The next block size after a block of `block` iterations took `took`
+/// ticks.
+#[inline(always)]
+pub(super) fn next_block(block: usize, took: u64) -> usize {
+    if took < BLOCK_TICKS / 2 {
+        (block * 16).min(MAX_BLOCK)
+    } else if took > BLOCK_TICKS * 2 {
+        (block / 2).max(1)
+    } else {
+        block
+    }
+}
+
+/// A cheap clock for sizing blocks: the time-stamp counter.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) fn ticks() -> u64 {
+    // SAFETY: `rdtsc` has no preconditions on x86_64 (it only reads a
+    // counter; it is an `unsafe fn` in older Rust only).
+    #[allow(unused_unsafe)]
+    unsafe {
+        std::arch::x86_64::_rdtsc()
+    }
+}
+
+/// Elsewhere, nanoseconds from the monotonic clock (a few nanoseconds to
+/// read where the platform maps it to user space, and read once per
+/// block, so only loops of slow iterations read it often). A clock that
+/// always read the same would let every block grow to `MAX_BLOCK`, which
+/// would leave a thief waiting for thousands of slow iterations.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+pub(super) fn ticks() -> u64 {
+    use std::sync::OnceLock;
+    use std::time::Instant;
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    // Truncation is harmless: only differences are used, with wrapping.
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// Between two iterations: a thief is asking.
+#[cold]
+#[inline(never)]
+pub(super) fn poll(w: &Worker, frame: &LoopFrame) {
+    frame.polling.set(true);
+    w.answer_requests();
+    frame.polling.set(false);
+}
