@@ -138,6 +138,7 @@ pub mod protocols {
     pub use crate::core::rescue::{Guarded, Owner, OwnerGuard, RescueGuard};
     pub use crate::core::signal::{SignalInbox, SignalRef};
     pub use crate::core::steal::{Mailbox, Reply, ReplySlot, StealRequest, VictimSet};
+    pub use crate::dataflow::bucket_counts::BucketCounts;
     pub use crate::dataflow::event::{Claim, Dep, Group, Outcome, Waiter};
     pub use crate::loops::merge::{deposit, split, Out};
 }

@@ -76,10 +76,10 @@ impl<T> JoinHandle<T> {
         self
     }
 
-    fn completion(&self) -> &JoinSlot {
+    fn join_slot(&self) -> &JoinSlot {
         let block = self.block.expect("JoinHandle used after completion");
         // SAFETY: the handle keeps the block alive until it releases it.
-        unsafe { task::completion(block) }
+        unsafe { task::join_slot(block) }
     }
 
     /// Whether the task has finished (its result is ready).
@@ -91,7 +91,7 @@ impl<T> JoinHandle<T> {
     /// assert!(h.is_finished());
     /// ```
     pub fn is_finished(&self) -> bool {
-        self.block.is_none() || self.completion().is_complete()
+        self.block.is_none() || self.join_slot().is_complete()
     }
 
     /// Waits for the task and returns its value; resumes its panic, with the
@@ -173,10 +173,10 @@ impl<T> JoinHandle<T> {
     fn wait_and_take(block: NonNull<Header>, worker: Option<&Worker>) -> std::thread::Result<T> {
         if let Some(w) = worker {
             // SAFETY: the block lives until we release it.
-            w.wait_until(Until::Complete(unsafe { task::completion(block) }));
+            w.wait_until(Until::Complete(unsafe { task::join_slot(block) }));
         } else {
             // SAFETY: as above.
-            let c = unsafe { task::completion(block) };
+            let c = unsafe { task::join_slot(block) };
             let wait = |waker: &Waker| {
                 while !c.register(waker) {
                     std::thread::park();
@@ -198,7 +198,7 @@ impl<T> JoinHandle<T> {
         // SAFETY: complete and untaken (caller), of the handle's type `T`.
         let result = unsafe { task::take_result::<T>(block) };
         // SAFETY: the handle still holds the block until it releases it.
-        let release = unsafe { task::completion(block) }.release_handle(true);
+        let release = unsafe { task::join_slot(block) }.release_handle(true);
         // SAFETY: `release` was returned to this handle for `block`, whose
         // result type is `T`.
         unsafe { task::finish_release::<T>(block, release) };
@@ -212,7 +212,7 @@ impl<T> Drop for JoinHandle<T> {
             // SAFETY: the handle still holds the block; after release it is
             // freed by whichever side is last.
             unsafe {
-                let release = task::completion(block).release_handle(false);
+                let release = task::join_slot(block).release_handle(false);
                 task::finish_release::<T>(block, release);
             }
         }
@@ -226,7 +226,7 @@ impl<T> JoinHandle<T> {
     fn poll_result(&mut self, cx: &mut Context<'_>) -> Poll<std::thread::Result<T>> {
         let block = self.block.expect("JoinHandle polled after it completed");
         // SAFETY: the handle holds the block.
-        let c = unsafe { task::completion(block) };
+        let c = unsafe { task::join_slot(block) };
         if !c.register(cx.waker()) {
             return Poll::Pending;
         }

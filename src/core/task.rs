@@ -57,7 +57,7 @@ pub(crate) struct Header {
     /// Link for batches of stolen tasks (and the pool's free list); touched
     /// only by whoever owns the task at the time.
     next: Cell<*mut Header>,
-    completion: JoinSlot,
+    join_slot: JoinSlot,
     /// Where a delayed task was queued when a fulfill made it ready (the
     /// worker's address and deque position; 0 before), so its handle's `join`
     /// on that worker can take it back and run it in place. Written once,
@@ -73,7 +73,7 @@ impl Header {
         Self {
             vtable,
             next: Cell::new(ptr::null_mut()),
-            completion: JoinSlot::new(),
+            join_slot: JoinSlot::new(),
             ready_worker: AtomicUsize::new(0),
             ready_pos: AtomicU64::new(0),
         }
@@ -258,7 +258,7 @@ impl<F: FnOnce() -> T, T> Typed<F, T> {
         // caught; anything else unwinding is a scheduler bug.
         let guard = AbortIfPanic::new();
         // SAFETY: the block is live until this completion releases it.
-        let release = unsafe { completion(block) }.complete();
+        let release = unsafe { join_slot(block) }.complete();
         // SAFETY: `release` is this block's runner-side decision, and `T`
         // is its result type.
         unsafe { finish_release::<T>(block, release) };
@@ -351,10 +351,10 @@ where
 /// # Safety
 /// `block` must be live (the handle side keeps it so until it releases).
 #[inline]
-pub(crate) unsafe fn completion<'a>(block: NonNull<Header>) -> &'a JoinSlot {
+pub(crate) unsafe fn join_slot<'a>(block: NonNull<Header>) -> &'a JoinSlot {
     // SAFETY: the header is live (caller) and its completion is only ever
     // shared, never borrowed mutably, until the block is freed.
-    unsafe { &(*block.as_ptr()).completion }
+    unsafe { &(*block.as_ptr()).join_slot }
 }
 
 /// Runs a handled task that never left its owner for its handle, moving the
@@ -575,7 +575,7 @@ pub(crate) unsafe fn free_raw<T>(p: NonNull<T>) {
 #[inline]
 unsafe fn free_block(block: NonNull<Header>) {
     // SAFETY: the header is live until freed below (caller).
-    let completion = unsafe { ptr::addr_of_mut!((*block.as_ptr()).completion) };
+    let completion = unsafe { ptr::addr_of_mut!((*block.as_ptr()).join_slot) };
     // The completion may hold a handle's waker, whose destructor is user
     // code: a panic there is reported, and the block is freed all the same.
     catch_and_report("the destructor of a join handle's waker", || {

@@ -1,6 +1,7 @@
 //! Dataflow: promises any thread can fulfill, and tasks that wait for them
 //! without blocking a thread (see `README.md` in this folder).
 
+pub(crate) mod bucket_counts;
 #[cfg(not(loom))]
 pub(crate) mod delayed;
 pub(crate) mod event;
