@@ -2,5 +2,7 @@
 //! thin layer over the layers below.
 
 pub(crate) mod builder;
+#[cfg(doctest)]
+mod lifetime_rules;
 pub(crate) mod runtime;
 pub(crate) mod tasks;
