@@ -1,6 +1,6 @@
 //! The scheduler: tasks, workers, their deques and the protocols between
 //! them. Nothing here knows about promises, scopes or loops; the layers
-//! above build on it (see `README.md` in this folder).
+//! above build on it (see `docs/ARCHITECTURE.md`).
 
 #[cfg(not(loom))]
 pub(crate) mod affinity;

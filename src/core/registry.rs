@@ -1,4 +1,5 @@
-//! The runtime: its threads, what they share, and the ways in.
+//! A runtime's registry: what its workers share (deques, mailboxes, the
+//! injector, signals, parked tasks), and the ways a task gets in.
 
 use crate::core::error::Cancellation;
 use crate::core::gate::Gate;

@@ -1,5 +1,5 @@
 //! Dataflow: promises any thread can fulfill, and tasks that wait for them
-//! without blocking a thread (see `README.md` in this folder).
+//! without blocking a thread (see `docs/ARCHITECTURE.md`).
 
 pub(crate) mod bucket_counts;
 #[cfg(not(loom))]

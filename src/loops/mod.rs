@@ -1,5 +1,7 @@
-//! Parallel loops: [`parallel_for`](crate::parallel_for) with strides, reductions and dataflow
-//! dependencies, and [`par_chunks_mut`](crate::par_chunks_mut) / [`par_iter_mut`](crate::par_iter_mut) over slices.
+//! Parallel loops: [`parallel_for`](crate::parallel_for) with strides,
+//! reductions and dataflow dependencies, and
+//! [`par_chunks_mut`](crate::par_chunks_mut) /
+//! [`par_iter_mut`](crate::par_iter_mut) over slices.
 //!
 //! A loop is split lazily. It starts as one *part* holding every iteration,
 //! run in place by the caller (or as one task, for `spawn` and delayed
