@@ -92,14 +92,20 @@ impl Registry {
 /// How a task reaches the scheduler, for [`Registry::schedule`].
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Arrival {
-    /// A new task: pushed on the calling worker (offered to sleepers at
-    /// once), or injected. A spawned task is always queued, never
-    /// cancelled: a scope counts on it.
+    /// A new task whose spawner keeps the runtime running (a scope's task:
+    /// the scope's owner waits on one of its workers): pushed on the
+    /// calling worker (offered to sleepers at once), or injected. Always
+    /// queued, never cancelled: the scope counts on it.
     Spawned,
+    /// A delayed task whose dependencies were all fulfilled when it was
+    /// made: pushed on the calling worker as `Spawned`; from elsewhere it
+    /// goes through the gate (see `inject_ready`), since its maker may hold
+    /// only the registry (a GPU device does), not the runtime, whose drop
+    /// may have begun.
+    Delayed,
     /// A task a fulfill just made ready: pushed on the calling worker as a
     /// ready task (shared at the end of the running task, see
-    /// `Worker::push_ready`), or injected through the gate that cancels it
-    /// instead once the runtime's drop has begun (see `inject_ready`):
+    /// `Worker::push_ready`), or, from elsewhere, through the gate, since
     /// whoever fulfills may not hold the runtime.
     Ready,
 }
@@ -110,8 +116,8 @@ pub(crate) enum Placement {
     /// On the calling worker's deque, at this position (a handle records
     /// it, so `join` can take the task back).
     Local(u64),
-    /// In the injector (or cancelled, for a ready task of a runtime
-    /// shutting down).
+    /// In the injector (or cancelled, for a delayed or ready task of a
+    /// runtime shutting down).
     Elsewhere,
 }
 
@@ -123,13 +129,13 @@ impl Registry {
     pub(crate) fn schedule(&self, task: TaskRef, arrival: Arrival) -> Placement {
         match Worker::current() {
             Some(w) if std::ptr::eq(&*w.shared, self) => Placement::Local(match arrival {
-                Arrival::Spawned => w.push(task),
+                Arrival::Spawned | Arrival::Delayed => w.push(task),
                 Arrival::Ready => w.push_ready(task),
             }),
             _ => {
                 match arrival {
                     Arrival::Spawned => self.inject(task),
-                    Arrival::Ready => self.inject_ready(task),
+                    Arrival::Delayed | Arrival::Ready => self.inject_ready(task),
                 }
                 Placement::Elsewhere
             }

@@ -109,7 +109,7 @@ pub(crate) fn delay(
     if waiter.all_fulfilled() {
         drop(waiter);
         // Nothing to wait for: a plain spawn, offered to thieves as one.
-        return runtime.schedule(task, Arrival::Spawned);
+        return runtime.schedule(task, Arrival::Delayed);
     }
     let node = task::alloc_raw::<Delayed>();
     // SAFETY: fresh memory for a `Delayed`.
