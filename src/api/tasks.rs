@@ -2,7 +2,7 @@
 //! calling worker's, else the global one).
 
 use crate::core::handle::JoinHandle;
-use crate::core::pool::global_runtime;
+use crate::core::pool::{current_registry, global_runtime};
 use crate::core::task;
 use crate::core::worker::Worker;
 
@@ -61,8 +61,5 @@ pub fn sync_root() {
 /// assert_eq!(rt.run(selvedge::current_num_threads), 3);
 /// ```
 pub fn current_num_threads() -> usize {
-    match Worker::current() {
-        Some(w) => w.shared.num_threads(),
-        None => global_runtime().num_threads(),
-    }
+    current_registry().num_threads()
 }
