@@ -17,7 +17,7 @@
 //! the median is reported, in milliseconds.
 //!
 //! ```text
-//! cargo run --release --example bench_report -- [--samples N] [--threads N] [--only weave|dataflow|loops]
+//! cargo run --release --example bench_report -- [--samples N] [--threads N] [--only weave|dataflow|loops] [--markdown]
 //! ```
 //!
 //! The thread count defaults to `SELVEDGE_BENCH_THREADS`, or 2. For the
@@ -34,6 +34,18 @@
 //! before each workload (plain threads, no scheduler): on a shared VM the
 //! second CPU comes and goes, and every parallel figure with it. `--only`
 //! runs one of the three sections.
+//!
+//! `--markdown` prints a complete Markdown document instead, to be saved as
+//! `BENCHMARKS.md`: a title, the command line, the date (UTC), the commit
+//! (where `git` can tell), the machine, the thread count and samples, then
+//! the same tables, each with a paragraph saying what its columns and
+//! ratios mean. Progress lines (which workload is being timed, how long the
+//! report took) go to stderr in that mode, so that stdout is the document
+//! alone:
+//!
+//! ```text
+//! cargo run --release --example bench_report -- --markdown > BENCHMARKS.md
+//! ```
 
 #[path = "../benches/workloads/dataflow.rs"]
 mod dataflow;
@@ -63,6 +75,8 @@ struct Args {
     weave: bool,
     dataflow: bool,
     loops: bool,
+    /// `--markdown`: a whole document for `BENCHMARKS.md`.
+    markdown: bool,
 }
 
 fn parse_args() -> Args {
@@ -72,6 +86,7 @@ fn parse_args() -> Args {
         weave: true,
         dataflow: true,
         loops: true,
+        markdown: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -99,6 +114,12 @@ fn parse_args() -> Args {
                     _ => usage("--only needs `weave`, `dataflow` or `loops`"),
                 };
             }
+            "--markdown" => {
+                if inline.is_some() {
+                    usage("--markdown takes no value");
+                }
+                args.markdown = true;
+            }
             "--bench" => {} // passed by `cargo bench`-style runners; ignore
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown argument `{other}`")),
@@ -111,7 +132,9 @@ fn usage(msg: &str) -> ! {
     if !msg.is_empty() {
         eprintln!("error: {msg}");
     }
-    eprintln!("usage: bench_report [--samples N] [--threads N] [--only weave|dataflow|loops]");
+    eprintln!(
+        "usage: bench_report [--samples N] [--threads N] [--only weave|dataflow|loops] [--markdown]"
+    );
     std::process::exit(if msg.is_empty() { 0 } else { 2 })
 }
 
@@ -220,35 +243,211 @@ fn main() {
     let pools = Pools::new(args.threads);
     let threads = pools.threads;
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let md = args.markdown;
 
-    println!("# selvedge benchmark report");
+    if md {
+        markdown_header(&args, threads, cores);
+    } else {
+        println!("# selvedge benchmark report");
+        println!();
+        println!("- threads per pool: {threads} (selvedge, rayon and chili each)");
+        println!("- available_parallelism: {cores}");
+        println!(
+            "- samples: {} per implementation after {WARMUPS} warm-ups; median shown, in ms",
+            args.samples
+        );
+        if args.weave {
+            println!(
+                "- consumer task (bpc, spc): {} rounds of iterative fib(30) = {:.2} µs each, serially",
+                workloads::CONSUMER_ROUNDS,
+                consumer_us()
+            );
+        }
+        println!();
+    }
+
+    if args.weave {
+        weave_section(&pools, args.samples, md);
+    }
+    if args.dataflow {
+        dataflow_section(&pools, args.samples, md);
+    }
+    if args.loops {
+        loops_section(&pools, args.samples, md);
+    }
+    let total: Duration = started.elapsed();
+    if md {
+        eprintln!("bench_report: the report took {:.1} s", total.as_secs_f64());
+    } else {
+        println!("(report took {:.1} s)", total.as_secs_f64());
+    }
+}
+
+/// In `--markdown` mode, says on stderr what is being timed (stdout is the
+/// document); in the normal mode, nothing.
+fn progress(md: bool, what: &str) {
+    if md {
+        eprintln!("bench_report: {what}");
+    }
+}
+
+/// The document's title, what it measures, and the run's setup: the
+/// command line, the date, the commit, the machine, threads and samples.
+fn markdown_header(args: &Args, threads: usize, cores: usize) {
+    let sections: Vec<&str> = [
+        (args.weave, "Weave's benchmark suite"),
+        (args.dataflow, "dataflow"),
+        (args.loops, "parallel loops"),
+    ]
+    .iter()
+    .filter(|(on, _)| *on)
+    .map(|&(_, name)| name)
+    .collect();
+
+    println!("# selvedge benchmarks");
     println!();
-    println!("- threads per pool: {threads} (selvedge, rayon and chili each)");
-    println!("- available_parallelism: {cores}");
     println!(
-        "- samples: {} per implementation after {WARMUPS} warm-ups; median shown, in ms",
+        "selvedge against rayon, chili and serial code, as measured by the \
+         `bench_report` example of this repository. Every implementation of a \
+         workload runs in a pool of the same number of threads, built once up front; \
+         it is first checked against the serial result, run {WARMUPS} times to warm \
+         up, then timed. Times are medians over the samples, in milliseconds per run \
+         unless a column says otherwise. Ratios are time over time: below 1.00x the \
+         first-named implementation is the faster. The implementations of a workload \
+         are timed in the same run, so compare them within a table; absolute times \
+         move with the machine's load from one run to the next."
+    );
+    println!();
+    println!("| | |");
+    println!("|---|---|");
+    println!("| command | `{}` |", command_line());
+    println!("| date | {} |", utc_now());
+    if let Some(commit) = git_commit() {
+        println!("| commit | {commit} |");
+    }
+    println!("| machine | {} |", machine(cores));
+    println!(
+        "| threads per pool | {threads} (selvedge, rayon and chili each); pinned to CPUs: {} \
+         (`SELVEDGE_PIN_THREADS`; chili's threads are never pinned) |",
+        if workloads::pinning::requested() {
+            "yes"
+        } else {
+            "no"
+        }
+    );
+    println!(
+        "| samples | {} per implementation, after {WARMUPS} warm-up runs |",
         args.samples
     );
+    println!("| sections | {} |", sections.join(", "));
     if args.weave {
         println!(
-            "- consumer task (bpc, spc): {} rounds of iterative fib(30) = {:.2} µs each, serially",
+            "| consumer task (bpc, spc) | {} rounds of iterative fib(30) = {:.2} µs each, \
+             measured serially |",
             workloads::CONSUMER_ROUNDS,
             consumer_us()
         );
     }
     println!();
+}
 
-    if args.weave {
-        weave_section(&pools, args.samples);
+/// The command that produced this report, as one would type it.
+fn command_line() -> String {
+    let mut line = String::from("cargo run --release --example bench_report");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if !args.is_empty() {
+        line.push_str(" --");
+        for arg in args {
+            line.push(' ');
+            let plain = arg
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_=.,/:".contains(c));
+            if plain && !arg.is_empty() {
+                line.push_str(&arg);
+            } else {
+                line.push('\'');
+                line.push_str(&arg.replace('\'', r"'\''"));
+                line.push('\'');
+            }
+        }
     }
-    if args.dataflow {
-        dataflow_section(&pools, args.samples);
-    }
-    if args.loops {
-        loops_section(&pools, args.samples);
-    }
-    let total: Duration = started.elapsed();
-    println!("(report took {:.1} s)", total.as_secs_f64());
+    line
+}
+
+/// The current time from the system clock, as `YYYY-MM-DD HH:MM UTC`.
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
+        rem / 3_600,
+        rem % 3_600 / 60
+    )
+}
+
+/// The commit the report was built from, where `git` can tell, and
+/// whether the work tree had changes to tracked files.
+fn git_commit() -> Option<String> {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(env!("CARGO_MANIFEST_DIR"))
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let commit = git(&["rev-parse", "--short=12", "HEAD"]).filter(|c| !c.is_empty())?;
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    Some(if dirty {
+        format!("`{commit}`, with uncommitted changes")
+    } else {
+        format!("`{commit}`")
+    })
+}
+
+/// The CPU model (from `/proc/cpuinfo`, where readable), the logical CPUs
+/// it lists, how many this process may use, and the OS and architecture.
+fn machine(cores: usize) -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |name: &str| {
+        cpuinfo.lines().find_map(|l| {
+            let (key, value) = l.split_once(':')?;
+            (key.trim() == name && !value.trim().is_empty()).then(|| value.trim().to_string())
+        })
+    };
+    let model = field("model name")
+        .or_else(|| field("Hardware"))
+        .or_else(|| field("Model"))
+        .unwrap_or_else(|| "CPU model unknown".to_string());
+    let listed = cpuinfo
+        .lines()
+        .filter(|l| l.split(':').next().is_some_and(|k| k.trim() == "processor"))
+        .count();
+    let listed = if listed > 0 {
+        format!("{listed} logical CPUs, ")
+    } else {
+        String::new()
+    };
+    format!(
+        "{model}; {listed}{cores} available to this process (`available_parallelism`); {} {}",
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
 }
 
 /// Times every implementation of `w` (after checking them against serial).
@@ -273,17 +472,80 @@ fn time_impls(pools: &Pools, w: &Workload, samples: usize, min_sample_ms: f64) -
         .collect()
 }
 
+/// What a workload of Weave's suite does, for the document.
+fn weave_description(group: &str) -> &'static str {
+    match group {
+        "fib" => {
+            "naive recursive Fibonacci, a task at every level and no cutoff: nearly pure \
+                  task-creation overhead"
+        }
+        "dfs" => "a complete tree, a task per node, the leaves counted",
+        "nqueens" => {
+            "every valid placement of a queen in the next row a task; counts the solutions"
+        }
+        "bpc" => {
+            "bouncing producer-consumer: a chain of producers, each spawning the next \
+                  producer and a few consumers that do about a microsecond of work"
+        }
+        "spc" => {
+            "single producer: one task spawns every consumer, which the other threads \
+                  must steal"
+        }
+        _ => "",
+    }
+}
+
 /// Weave's suite: the summary and every implementation.
-fn weave_section(pools: &Pools, samples: usize) {
+fn weave_section(pools: &Pools, samples: usize, md: bool) {
     let threads = pools.threads;
     let all: Vec<Workload> = workloads::all();
     let results: Vec<(&Workload, Vec<Timing>)> = all
         .iter()
-        .map(|w| (w, time_workload(pools, w, samples)))
+        .map(|w| {
+            progress(md, &format!("timing {}", w.title));
+            (w, time_workload(pools, w, samples))
+        })
         .collect();
 
-    println!("## Summary");
+    // In the document the suite is one section and its tables are
+    // subsections; the plain report keeps its flat headings.
+    let h = if md { "###" } else { "##" };
+    if md {
+        println!("## Task parallelism: Weave's benchmark suite");
+        println!();
+        println!(
+            "Five workloads of the benchmark suite of [Weave](https://github.com/mratsim/weave), \
+             each written once per scheduler with the same task structure (what is spawned, \
+             what is waited for) plus a serial version. One sample is one whole run of the \
+             workload."
+        );
+        println!();
+        for w in &all {
+            println!(
+                "- `{}`: {}: {}",
+                w.group,
+                w.title,
+                weave_description(w.group)
+            );
+        }
+        println!();
+    }
+    println!("{h} Summary");
     println!();
+    if md {
+        println!(
+            "One row per workload, times in ms. *serial* is the program without a scheduler. \
+             *selvedge spawn* makes every task with `spawn` and waits on its `JoinHandle` \
+             (bpc: detached spawns, then `sync_root`); *selvedge join/scope* uses `join` for \
+             fib and a `scope` elsewhere. *rayon* is the reference rayon version (`join` for \
+             fib, `scope` elsewhere), *chili* chili's `join` (fib only: chili has no \
+             scope). The ratio columns divide a selvedge version's median by rayon's or \
+             by serial's. The efficiency of the producer-consumer workloads is \
+             serial / ({threads} × parallel): 100% would be every thread busy with useful \
+             work all the time."
+        );
+        println!();
+    }
     println!(
         "| workload | serial | selvedge spawn | selvedge join/scope | rayon | chili \
          | spawn / rayon | join/scope / rayon | spawn / serial | join/scope / serial \
@@ -320,15 +582,27 @@ fn weave_section(pools: &Pools, samples: usize) {
         );
     }
     println!();
-    println!(
-        "Ratios are time over time: below 1.00x the first is faster. \"rayon\" is the \
-         reference rayon version (join for fib, scope elsewhere). Efficiency = \
-         serial / ({threads} × parallel)."
-    );
-    println!();
+    if !md {
+        // The document says this before the table.
+        println!(
+            "Ratios are time over time: below 1.00x the first is faster. \"rayon\" is the \
+             reference rayon version (join for fib, scope elsewhere). Efficiency = \
+             serial / ({threads} × parallel)."
+        );
+        println!();
+    }
 
-    println!("## Every implementation");
+    println!("{h} Every implementation");
     println!();
+    if md {
+        println!(
+            "Every implementation of every workload, alternative rayon formulations \
+             (`rayon par_iter`) included: the median, fastest and slowest sample in ms, the \
+             median over the serial and the rayon reference medians, and the efficiency \
+             serial / ({threads} × parallel) of every parallel implementation."
+        );
+        println!();
+    }
     println!(
         "| workload | implementation | median | min | max | vs serial | vs rayon | efficiency |"
     );
@@ -397,12 +671,13 @@ fn critical_path_units() -> u32 {
 
 /// The dataflow workloads: per-unit tables, derived ratios, and
 /// the targets.
-fn dataflow_section(pools: &Pools, samples: usize) {
+fn dataflow_section(pools: &Pools, samples: usize, md: bool) {
     let threads = pools.threads;
     let all = dataflow::all();
     let results: Vec<(&dataflow::Dataflow, Vec<Timing>)> = all
         .iter()
         .map(|d| {
+            progress(md, &format!("timing {}", d.workload.title));
             d.verify(pools);
             let mut timings = time_impls(pools, &d.workload, samples, DATAFLOW_MIN_SAMPLE_MS);
             for phase in &d.phases {
@@ -435,6 +710,14 @@ fn dataflow_section(pools: &Pools, samples: usize) {
          samples in ms per run, per-unit times from the median."
     );
     println!();
+    if md {
+        println!(
+            "Three workloads: what a promise dependency costs on top of a plain `spawn`, how \
+             fast control passes along a chain of dependent tasks, and what dataflow gains \
+             over a barrier on a 2-D dynamic program."
+        );
+        println!();
+    }
 
     // Promise overhead.
     let (d, t) = find("promise_overhead");
@@ -451,6 +734,19 @@ fn dataflow_section(pools: &Pools, samples: usize) {
     ];
     println!("### {}", d.workload.title);
     println!();
+    if md {
+        println!(
+            "{} tasks whose work is a multiply and a rotate, so that the time is the \
+             scheduling: created with `spawn` and joined in order; with `spawn_delayed` on 1 \
+             or 4 fresh promises each, fulfilled only after the spawn (so that every task \
+             parks and is woken by the fulfill); and rayon's `scope.spawn` as the external \
+             reference. *ns per {}* is the median divided by the task count. *over spawn* is \
+             the difference to selvedge `spawn` in ns per task, and per dependency that \
+             difference divided by the promises each task waits on.",
+            d.units, d.unit
+        );
+        println!();
+    }
     println!(
         "| implementation | median | min | max | ns per {} | over spawn, ns per task \
          | over spawn, ns per dependency |",
@@ -479,6 +775,21 @@ fn dataflow_section(pools: &Pools, samples: usize) {
     let promise_chain = named(t, dataflow::CHAIN_DELAYED);
     println!("### {}", d.workload.title);
     println!();
+    if md {
+        println!(
+            "A chain of {} tasks in which link i may start only once link i − 1 finished, so \
+             there is no parallel slack: the time is the latency of handing control from one \
+             task to the next. *spawn_delayed chain*: every link spawned up front, each \
+             delayed on its predecessor's promise; *from the first fulfill* times the same \
+             run from the first fulfill on, with every link already parked. *scope chain*: \
+             each link spawns the next into a scope as its last act (rayon's row is the same \
+             code on rayon). *spawn+join round trips*: each link spawned and joined at once \
+             from the root task. *ns per {}* is the median over the link count; the last \
+             column divides each median by the `spawn_delayed` chain's.",
+            d.units, d.unit
+        );
+        println!();
+    }
     println!(
         "| implementation | median | min | max | ns per {} | vs spawn_delayed chain |",
         d.unit
@@ -508,6 +819,21 @@ fn dataflow_section(pools: &Pools, samples: usize) {
     let barrier = named(t, dataflow::WAVE_RAYON_BARRIER);
     println!("### {}", d.workload.title);
     println!();
+    if md {
+        println!(
+            "A tiled Smith-Waterman-like dynamic program: tile (i, j) needs tiles (i − 1, j) \
+             and (i, j − 1). Tile costs are heavy-tailed, so a barrier between \
+             anti-diagonals keeps every thread waiting for the diagonal's heaviest tile. \
+             *spawn_delayed*: every tile spawned up front, delayed on its two neighbours' \
+             iterations of a `LoopPromise`, no barrier. The barrier versions run one \
+             anti-diagonal at a time (a selvedge `scope` per diagonal, rayon `par_iter` per \
+             diagonal); *rayon scope + dependency counters* is dataflow written by hand on \
+             rayon. *vs serial* and *vs selvedge spawn_delayed* divide each median by \
+             those; efficiency is serial / ({threads} × parallel), which the critical path given \
+             below limits."
+        );
+        println!();
+    }
     println!(
         "- {} tiles, {total} units of {} DP rows × {} columns; {heavy} heavy tiles (× 20)",
         dataflow::TILES,
@@ -553,6 +879,16 @@ fn dataflow_section(pools: &Pools, samples: usize) {
 
     println!("### Targets (dataflow)");
     println!();
+    if md {
+        println!(
+            "The project's goals for the dataflow workloads (set for 2 threads), and whether this \
+             run met them: a dependency costs under 100 ns on top of a `spawn` (derived \
+             from the promise-overhead table as (delayed − spawn) / dependencies), the \
+             wavefront runs at least 1.2 times as fast as rayon's barrier version, and it \
+             comes within 10% of half the serial time."
+        );
+        println!();
+    }
     println!("| target | measured | goal | |");
     println!("|---|---:|---:|---|");
     for (label, value) in [("1 promise", overhead_1), ("4 promises", overhead_4)] {
@@ -681,7 +1017,7 @@ fn selvedge_counters(pools: &Pools, run: TimedRun) -> [f64; 7] {
 
 /// The parallel-loop workloads: every implementation, the
 /// selvedge / rayon ratios against the targets, and selvedge's counters.
-fn loops_section(pools: &Pools, samples: usize) {
+fn loops_section(pools: &Pools, samples: usize, md: bool) {
     use loops::Target;
 
     let threads = pools.threads;
@@ -690,6 +1026,7 @@ fn loops_section(pools: &Pools, samples: usize) {
     let results: Vec<(&loops::LoopWorkload, Vec<Timing>)> = all
         .iter()
         .map(|w| {
+            progress(md, &format!("timing {}", w.title));
             w.verify(pools);
             probes.push(capacity(threads));
             let runs: Vec<_> = w.impls.iter().map(|imp| imp.run).collect();
@@ -710,6 +1047,15 @@ fn loops_section(pools: &Pools, samples: usize) {
 
     println!("## Parallel loops");
     println!();
+    if md {
+        println!(
+            "The cost of a loop iteration (an empty loop, a sum, a loop nested in a loop), \
+             four data-parallel kernels of Weave's suite (histogram, log-sum-exp, \
+             Black-Scholes, transposition), and a two-loop pipeline (`depends_on_each`) \
+             against the same two loops with a barrier between them."
+        );
+        println!();
+    }
     println!(
         "Each run is one whole workload; only its computation is timed (the whole \
          `rt.run` / `pool.install` call; inputs built once, outputs reused, checksums \
@@ -736,6 +1082,16 @@ fn loops_section(pools: &Pools, samples: usize) {
          {threads} whole CPUs, less when the machine (or its host) is busy."
     );
     println!();
+    if md {
+        println!(
+            "Every implementation of every loop workload: the median, fastest and slowest \
+             sample in ms, the median per unit of work in ns (an iteration, a matrix cell or \
+             element, an option, a pipeline item), and the median over the serial and the \
+             rayon peer's medians (for the pipeline the rayon barrier version). Efficiency \
+             is serial / ({threads} × parallel)."
+        );
+        println!();
+    }
     println!(
         "| workload | implementation | median | min | max | ns per unit | vs serial \
          | vs rayon | efficiency |"
@@ -771,6 +1127,15 @@ fn loops_section(pools: &Pools, samples: usize) {
 
     println!("### Targets (loops, {threads} threads)");
     println!();
+    if md {
+        println!(
+            "The project's goal for each loop workload and whether this run met it: \
+             selvedge's version no slower than rayon's (per iteration for the overhead \
+             workloads), and the pipelined loops faster than the same loops with a \
+             barrier. *selvedge / rayon* divides the two medians."
+        );
+        println!();
+    }
     println!(
         "| workload | serial | selvedge | rayon | selvedge ns/iter | rayon ns/iter \
          | selvedge / rayon | goal | target met? |"
@@ -849,6 +1214,15 @@ fn loops_section(pools: &Pools, samples: usize) {
 
     println!("### selvedge scheduler counters per run (mean of {STATS_RUNS} runs)");
     println!();
+    if md {
+        println!(
+            "What selvedge's scheduler did during one run of each of its loop \
+             implementations, averaged over {STATS_RUNS} runs after the timings: loops split \
+             for a thief, steal requests sent by idle workers and how many were answered \
+             with work or declined, tasks stolen, tasks run, and how often a worker parked."
+        );
+        println!();
+    }
     println!(
         "| workload | implementation | loop splits | steal requests sent | answered \
          | declined | tasks stolen | tasks run | parks |"

@@ -2,7 +2,7 @@
 # The one command to run on a GPU machine: builds with the `cuda` feature,
 # runs the GPU tests (a missing GPU fails them here), the demonstration on
 # the GPU and the GPU benchmarks, then prints the benchmarks' medians as a
-# table (paste it into the README).
+# table (paste it into the GPU section of BENCHMARKS.md).
 #
 #   scripts/gpu-check.sh            # SELVEDGE_BENCH_THREADS defaults to all cores
 set -euo pipefail
