@@ -17,7 +17,7 @@
 //! the median is reported, in milliseconds.
 //!
 //! ```text
-//! cargo run --release --example bench_report -- [--samples N] [--threads N] [--only weave|dataflow|loops] [--markdown]
+//! cargo run --release --example bench_report -- [--samples N] [--threads N] [--only weave|dataflow|loops|gemm] [--markdown]
 //! ```
 //!
 //! The thread count defaults to `SELVEDGE_BENCH_THREADS`, or 2. For the
@@ -49,6 +49,10 @@
 
 #[path = "../benches/workloads/dataflow.rs"]
 mod dataflow;
+// Only the CPU implementations; the kernel-only timing is the demonstration's.
+#[allow(dead_code)]
+#[path = "../benches/workloads/gemm.rs"]
+mod gemm;
 #[path = "../benches/workloads/loops.rs"]
 mod loops;
 #[path = "../benches/workloads/mod.rs"]
@@ -57,7 +61,7 @@ mod workloads;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use workloads::{Kind, Pools, Workload};
+use workloads::{pinning, Kind, Pools, Workload};
 
 const WARMUPS: usize = 2;
 /// In the dataflow section, a sample of a workload shorter than this is the
@@ -75,6 +79,7 @@ struct Args {
     weave: bool,
     dataflow: bool,
     loops: bool,
+    gemm: bool,
     /// `--markdown`: a whole document for `BENCHMARKS.md`.
     markdown: bool,
 }
@@ -86,6 +91,7 @@ fn parse_args() -> Args {
         weave: true,
         dataflow: true,
         loops: true,
+        gemm: true,
         markdown: false,
     };
     let mut it = std::env::args().skip(1);
@@ -107,11 +113,12 @@ fn parse_args() -> Args {
             "--threads" => args.threads = value("--threads"),
             "--only" => {
                 let section = inline.clone().or_else(|| it.next()).unwrap_or_default();
-                (args.weave, args.dataflow, args.loops) = match section.as_str() {
-                    "weave" => (true, false, false),
-                    "dataflow" => (false, true, false),
-                    "loops" => (false, false, true),
-                    _ => usage("--only needs `weave`, `dataflow` or `loops`"),
+                (args.weave, args.dataflow, args.loops, args.gemm) = match section.as_str() {
+                    "weave" => (true, false, false, false),
+                    "dataflow" => (false, true, false, false),
+                    "loops" => (false, false, true, false),
+                    "gemm" => (false, false, false, true),
+                    _ => usage("--only needs `weave`, `dataflow`, `loops` or `gemm`"),
                 };
             }
             "--markdown" => {
@@ -133,7 +140,7 @@ fn usage(msg: &str) -> ! {
         eprintln!("error: {msg}");
     }
     eprintln!(
-        "usage: bench_report [--samples N] [--threads N] [--only weave|dataflow|loops] [--markdown]"
+        "usage: bench_report [--samples N] [--threads N] [--only weave|dataflow|loops|gemm] [--markdown]"
     );
     std::process::exit(if msg.is_empty() { 0 } else { 2 })
 }
@@ -275,6 +282,9 @@ fn main() {
     if args.loops {
         loops_section(&pools, args.samples, md);
     }
+    if args.gemm {
+        gemm_section(&pools, args.samples, md);
+    }
     let total: Duration = started.elapsed();
     if md {
         eprintln!("bench_report: the report took {:.1} s", total.as_secs_f64());
@@ -298,6 +308,7 @@ fn markdown_header(args: &Args, threads: usize, cores: usize) {
         (args.weave, "Weave's benchmark suite"),
         (args.dataflow, "dataflow"),
         (args.loops, "parallel loops"),
+        (args.gemm, "nested batched GEMM"),
     ]
     .iter()
     .filter(|(on, _)| *on)
@@ -1243,4 +1254,89 @@ fn loops_section(pools: &Pools, samples: usize, md: bool) {
 /// Nanoseconds with two decimals (per-iteration times are around 1 ns).
 fn ns_f(t: Option<f64>) -> String {
     t.map_or_else(|| "—".to_string(), |t| format!("{t:.2}"))
+}
+
+/// The main demonstration's workload (`examples/batched_gemm.rs`): 64
+/// products of 256x256 f32 matrices, an outer loop over the batch, an
+/// inner loop over blocks of 64 rows, a second stage per matrix behind a
+/// loop promise; against rayon nested (a barrier between the stages),
+/// rayon with one task per matrix, and plain threads with a static split.
+/// The implementations' samples are taken in turn.
+fn gemm_section(pools: &Pools, samples: usize, md: bool) {
+    const BATCH: usize = 64;
+    const SIZE: usize = 256;
+    const BLOCK: usize = 64;
+    progress(md, "timing the nested batched GEMM");
+    let input = gemm::Batch::new(BATCH, SIZE, 0x5e1_7ed6e);
+    let mut expected = input.output();
+    gemm::serial(&input, &mut expected);
+    let threads = pools.threads;
+    let mut outs: Vec<gemm::Output> = (0..5).map(|_| input.output()).collect();
+    let [serial_out, ours, nested, flat, fixed] = &mut outs[..] else {
+        unreachable!("five outputs")
+    };
+    let mut runs: [(&str, &mut dyn FnMut()); 5] = [
+        ("serial", &mut || gemm::serial(&input, serial_out)),
+        ("selvedge, nested and dataflow", &mut || {
+            pools.selvedge.run(|| gemm::selvedge(&input, ours, BLOCK))
+        }),
+        ("rayon, nested with a barrier", &mut || {
+            pools.rayon.install(|| gemm::rayon(&input, nested, BLOCK))
+        }),
+        ("rayon, one task per matrix", &mut || {
+            pools.rayon.install(|| gemm::rayon_per_matrix(&input, flat))
+        }),
+        ("plain threads, static split", &mut || {
+            gemm::static_threads(&input, fixed, threads)
+        }),
+    ];
+    for (_, run) in runs.iter_mut() {
+        for _ in 0..WARMUPS {
+            run();
+        }
+    }
+    let mut ms: Vec<Vec<f64>> = vec![Vec::with_capacity(samples); runs.len()];
+    for _ in 0..samples {
+        for (k, (_, run)) in runs.iter_mut().enumerate() {
+            let t = Instant::now();
+            run();
+            ms[k].push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    let names: Vec<&str> = runs.iter().map(|(name, _)| *name).collect();
+    for (name, out) in names.iter().zip(&outs) {
+        let err = gemm::max_relative_error(&expected, out);
+        assert!(
+            err < 1e-4,
+            "{name}: relative error {err} against the serial result"
+        );
+    }
+    let medians: Vec<(f64, f64, f64)> = ms.into_iter().map(median_min_max).collect();
+    let ours_ms = medians[1].0;
+    println!("## Nested batched GEMM");
+    println!();
+    if md {
+        println!(
+            "The main demonstration's workload (`cargo run --release --example \
+             batched_gemm`): {BATCH} products of {SIZE}x{SIZE} f32 matrices with \
+             `matrixmultiply`'s kernel, an outer loop over the batch and an inner loop \
+             over blocks of {BLOCK} rows, then a second stage per matrix (ReLU and row \
+             sums). selvedge starts each matrix's second stage through a loop promise \
+             the moment its product is done; rayon nested runs the stages with a \
+             barrier between them. The implementations' samples are taken in turn. \
+             `selvedge / it` is selvedge's median time over this one's; every output \
+             is checked against the serial result."
+        );
+        println!();
+    }
+    println!("| implementation | median ms | min | max | GFLOP/s | selvedge / it |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (name, (median, min, max)) in names.iter().zip(&medians) {
+        println!(
+            "| {name} | {median:.2} | {min:.2} | {max:.2} | {:.1} | {:.2}x |",
+            input.flops() / (median / 1e3) / 1e9,
+            ours_ms / median
+        );
+    }
+    println!();
 }
