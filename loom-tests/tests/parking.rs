@@ -77,9 +77,25 @@ fn injected_work_wakes_an_idle_worker() {
     });
 }
 
-#[test]
-fn a_steal_request_wakes_its_parked_victim() {
-    model(|| {
+/// A steal request must wake its victim by itself: the thief posts into
+/// the victim's mailbox and calls `Sleep::wake` (as
+/// `Worker::post_request` and `Worker::forward` do) while the victim is
+/// going to park. The victim stops as soon as it took the request, and
+/// nothing else ever wakes it (no shutdown, no `wake_all`, no other
+/// work), so a lost wake-up leaves it parked for good and loom reports a
+/// deadlock. (An earlier version ended with a shutdown `wake_all`, which
+/// woke the victim whatever `wake` did: it passed with `wake`'s unpark
+/// taken out.)
+///
+/// Catches: `wake` not unparking, or not moving the state to `AWAKE` (the
+/// idle sleeper re-parks while it reads `SLEEPING`), or a victim that
+/// parks without re-checking its mailbox after announcing itself. Under
+/// loom the mailbox is a `Mutex<VecDeque>` whose lock orders the post
+/// before or after the victim's re-check, so this model does not depend on
+/// the Dekker fences of `wake` and `idle_park` (the signal model in
+/// `core/signal.rs` does).
+fn a_steal_request_wakes_its_victim(victim_waits_in_a_join: bool) {
+    model(move || {
         let w = world();
         let thief = {
             let w = w.clone();
@@ -90,14 +106,31 @@ fn a_steal_request_wakes_its_parked_victim() {
                     half: false,
                 });
                 w.sleep.wake(0);
-                w.shutdown.store(true, Ordering::SeqCst);
-                w.sleep.wake_all();
                 w.finished.store(true, Ordering::SeqCst);
             })
         };
-        idle_loop(&w, 0, 1);
+        // The victim: answers its mailbox, else parks (idle, or as a join
+        // waiter still holding tasks for thieves, the usual victim: an
+        // idle-parked worker is not picked).
+        while w.mailbox.take().is_none() {
+            if victim_waits_in_a_join {
+                w.sleep.join_park(0, || !w.mailbox.is_empty());
+            } else {
+                w.sleep.idle_park(0, || !w.mailbox.is_empty());
+            }
+        }
         join_after(thief, &w.finished);
     });
+}
+
+#[test]
+fn a_steal_request_wakes_its_idle_parked_victim() {
+    a_steal_request_wakes_its_victim(false);
+}
+
+#[test]
+fn a_steal_request_wakes_its_victim_waiting_in_a_join() {
+    a_steal_request_wakes_its_victim(true);
 }
 
 /// A worker waiting in a join (parked as a join waiter, one worker in all)

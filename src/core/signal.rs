@@ -24,7 +24,7 @@
 #![cfg_attr(not(any(loom, feature = "cuda")), allow(dead_code))]
 
 use crate::core::stack_list::oldest_first;
-use crate::core::sync::{AtomicPtr, AtomicU8, AtomicUsize, Ordering, UnsafeCell};
+use crate::core::sync::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering, UnsafeCell};
 use std::ptr;
 
 /// What a fired signal runs on a worker.
@@ -43,6 +43,11 @@ pub struct Signal {
     /// the action).
     state: AtomicU8,
     action: UnsafeCell<Option<Action>>,
+    /// For an abandoned signal that fires after all: set by the first of
+    /// its abandoner (once it took the action) and the worker that drains
+    /// it; the second frees the node. Without it a drain could free the
+    /// node between `abandon` winning the state and taking the action.
+    released: AtomicBool,
     /// Opaque context for whoever fires it (the runtime the signal belongs
     /// to), read before firing: the signal may be freed right after.
     context: *const (),
@@ -117,6 +122,7 @@ impl SignalInbox {
             next: UnsafeCell::new(ptr::null_mut()),
             state: AtomicU8::new(PENDING),
             action: UnsafeCell::new(Some(action)),
+            released: AtomicBool::new(false),
             context,
         })))
     }
@@ -160,8 +166,8 @@ impl SignalInbox {
     /// outside any lock of its own: dropping may cancel tasks) and it stops
     /// counting as pending. `None`: it had fired, and its action runs or
     /// ran on a worker. The memory of an abandoned signal is freed only if
-    /// it is fired after all, and leaks otherwise (only after a device
-    /// failure).
+    /// it is fired after all (by the second of this call and the drain to
+    /// let go of it), and leaks otherwise (only after a device failure).
     ///
     /// # Safety
     /// `signal` came from this inbox and is live: not yet drained. (A
@@ -174,10 +180,22 @@ impl SignalInbox {
         node.state
             .compare_exchange(PENDING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
             .ok()?;
-        // SAFETY: winning the exchange gave this thread the action; a
-        // worker draining the node later sees `ABANDONED` and leaves it.
+        // The window in which the signal may fire and be drained: a
+        // scheduling point for the loom model.
+        #[cfg(loom)]
+        crate::core::sync::thread::yield_now();
+        // SAFETY: winning the exchange gave this thread the action, and
+        // the node stays allocated until this thread lets go of it below
+        // (a drain of the fired node does not free it before).
         let action = node.action.with_mut(|a| unsafe { (*a).take() });
         self.pending.fetch_sub(1, Ordering::SeqCst);
+        // AcqRel: whichever of this and the drain comes second frees the
+        // node, after everything the first did with it.
+        if node.released.swap(true, Ordering::AcqRel) {
+            // SAFETY: fired and drained: the drainer let go first and
+            // nobody else holds the node.
+            drop(unsafe { Box::from_raw(signal.0) });
+        }
         action
     }
 
@@ -190,7 +208,8 @@ impl SignalInbox {
     pub unsafe fn discard(&self, signal: SignalRef) -> Option<Action> {
         // SAFETY: live and unfired, per the caller.
         let action = unsafe { self.abandon(signal) };
-        // SAFETY: made by `Box::into_raw` in `signal`; nobody else holds it.
+        // SAFETY: made by `Box::into_raw` in `signal`; never fired, so
+        // never drained, and `abandon` left it to us.
         drop(unsafe { Box::from_raw(signal.0) });
         action
     }
@@ -231,9 +250,6 @@ impl SignalInbox {
             let node = unsafe { &*fifo };
             // SAFETY: this thread wrote `next` in the reversal above.
             let next = node.next.with(|n| unsafe { *n });
-            // SAFETY: made by `Box::into_raw` in `signal` and drained once
-            // (a node is pushed once).
-            let node = unsafe { Box::from_raw(fifo) };
             if node.state.load(Ordering::Acquire) == FIRED {
                 // SAFETY: the firing thread won the state, so the action is
                 // this thread's to take.
@@ -242,7 +258,17 @@ impl SignalInbox {
                     ran += 1;
                 }
                 self.pending.fetch_sub(1, Ordering::SeqCst);
+                // SAFETY: made by `Box::into_raw` in `signal` and drained
+                // once (a node is pushed once); nobody else holds a fired
+                // node.
+                drop(unsafe { Box::from_raw(fifo) });
+            } else if node.released.swap(true, Ordering::AcqRel) {
+                // Abandoned, and its abandoner let go first (see `abandon`).
+                // SAFETY: as above, and the abandoner is done with it.
+                drop(unsafe { Box::from_raw(fifo) });
             }
+            // Else abandoned and its abandoner still busy: it frees the
+            // node when it lets go.
             fifo = next;
         }
         ran
