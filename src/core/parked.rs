@@ -198,6 +198,26 @@ impl Parked {
         NonNull::new(slot.swap(ptr::null_mut(), Ordering::Acquire))
     }
 
+    /// Takes the registry's reference to `node` out of `slot` if the slot
+    /// still holds `node`: once the reclaim emptied it, a later
+    /// registration may have reused the slot for another node, whose
+    /// reference is not the caller's to take.
+    ///
+    /// # Safety
+    /// As for [`Parked::leave`].
+    pub(crate) unsafe fn leave_own(slot: *const ParkedSlot, node: NonNull<ParkedNode>) -> bool {
+        // SAFETY: slots live as long as the runtime (the caller's promise).
+        let slot = unsafe { &*slot };
+        // Acquire: pairs with the Release store in `Slab::insert`.
+        slot.compare_exchange(
+            node.as_ptr(),
+            ptr::null_mut(),
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        )
+        .is_ok()
+    }
+
     /// Cancels every registered task still parked, once the runtime's
     /// workers have left: none of them can run on this runtime any more.
     ///

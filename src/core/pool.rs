@@ -204,9 +204,18 @@ impl Drop for Runtime {
         if self.is_current() {
             // A worker cannot wait for its own runtime to go quiet: the
             // task dropping us is still running. Let another thread do it.
-            let _ = std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .name("selvedge-shutdown".into())
                 .spawn(move || shut_down(shared, threads));
+            if let Err(e) = spawned {
+                // Nothing else can stop the workers from here: say so
+                // rather than leave them parked without a word.
+                eprintln!(
+                    "selvedge: a runtime dropped on one of its own workers cannot start the \
+                     thread that shuts it down ({e}); its workers stay parked, and its parked \
+                     tasks are not cancelled, until the process exits"
+                );
+            }
         } else {
             shut_down(shared, threads);
         }

@@ -368,7 +368,9 @@ pub(crate) unsafe fn run_inline_for_handle<T>(task: TaskRef) -> std::thread::Res
     let mut out = MaybeUninit::<std::thread::Result<T>>::uninit();
     // SAFETY: the task owns a live block (a `TaskRef`).
     let run_inline = unsafe { task.0.as_ref() }.vtable.run_inline;
-    let run_inline = run_inline.expect("a task with a handle is a handled task");
+    // SAFETY: the task is a handled task (caller), and every handled
+    // task's vtable has `run_inline`.
+    let run_inline = unsafe { run_inline.unwrap_unchecked() };
     // SAFETY: the task is unrun and ours to run, its result type is `T`
     // (caller), and `out` has room for a `std::thread::Result<T>`.
     unsafe { run_inline(task.0, out.as_mut_ptr().cast()) };

@@ -45,17 +45,19 @@ thread_local! {
 pub(crate) struct WorkerAddress(std::num::NonZeroUsize);
 
 impl WorkerAddress {
+    #[inline(always)]
     fn of(worker: &Worker) -> Self {
-        let address = std::num::NonZeroUsize::new(worker as *const Worker as usize);
-        Self(address.expect("a reference is never null"))
+        Self(std::ptr::NonNull::from(worker).addr())
     }
 
     /// The address stored as a word (see [`WorkerAddress::from_word`]).
+    #[inline(always)]
     pub(crate) fn to_word(self) -> usize {
         self.0.get()
     }
 
     /// The address stored by [`WorkerAddress::to_word`], or `None` for 0.
+    #[inline(always)]
     pub(crate) fn from_word(word: usize) -> Option<Self> {
         std::num::NonZeroUsize::new(word).map(Self)
     }
@@ -237,7 +239,7 @@ impl Worker {
 
     /// This worker's address, which handles and task blocks keep to find a
     /// task this worker queued.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn address(&self) -> WorkerAddress {
         WorkerAddress::of(self)
     }

@@ -159,9 +159,10 @@ unsafe fn take_node(w: NonNull<Waiter>) -> Option<(TaskRef, Arc<Registry>)> {
     });
     if let Some((_, runtime)) = &owned {
         Parked::count(runtime, false);
-        // The registry's reference too, unless the reclaim took it first.
+        // The registry's reference too, unless the reclaim took it first
+        // (the slot may hold another node since: compare, do not swap).
         // SAFETY: the node's slot; we hold its runtime.
-        if unsafe { Parked::leave(node.slot()) }.is_some() {
+        if unsafe { Parked::leave_own(node.slot(), node.0.cast()) } {
             // Both references are ours: nobody else can reach the node
             // (the reclaim finds its slot empty), so it is freed without
             // the two releases' atomic operations.
