@@ -278,7 +278,11 @@ impl<T: Send, F: Fn(usize, &mut T) + Sync> Body for ElementsBody<T, F> {
         // SAFETY: `i` is in bounds and runs exactly once, so each element
         // is borrowed by one call only, while the slice stays mutably
         // borrowed until the loop returns.
-        (self.f)(i, unsafe { &mut *self.base.get().add(i) })
+        let element = unsafe { &mut *self.base.get().add(i) };
+        // Through `visit_elements` too, so that the body has one call site:
+        // LLVM then inlines it there, where the hot loop runs (with a
+        // second call site it may not, and the loop calls it per element).
+        visit_elements(std::slice::from_mut(element), i, &self.f, &Cell::new(i));
     }
 
     fn merge(&self, _: (), _: ()) {}
