@@ -2,7 +2,7 @@
 # The one command to run on a GPU machine: builds with the `cuda` feature,
 # runs the GPU tests (a missing GPU fails them here), the demonstration on
 # the GPU and the GPU benchmarks, then prints the benchmarks' medians as a
-# table (paste it into the GPU section of BENCHMARKS.md).
+# Markdown table.
 #
 #   scripts/gpu-check.sh            # SELVEDGE_BENCH_THREADS defaults to all cores
 set -euo pipefail
@@ -28,7 +28,7 @@ cargo build --release --features cuda --all-targets
 step "GPU tests"
 cargo test --release --features cuda --test gpu --test gpu_fault -- --nocapture
 cargo test --release --features cuda --lib inbox
-# The GPU examples in the docs (the README's and the module's) with a GPU.
+# The GPU examples in the docs (the gpu module's) with a GPU.
 cargo test --release --features cuda --doc gpu
 
 step "demonstration on the GPU"
