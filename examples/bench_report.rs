@@ -385,27 +385,15 @@ fn command_line() -> String {
     line
 }
 
-/// The current time from the system clock, as `YYYY-MM-DD HH:MM UTC`.
+/// The current time, as `YYYY-MM-DD HH:MM UTC` (from `date -u`).
 fn utc_now() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Days since 1970-01-01 to a civil date (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02} UTC",
-        rem / 3_600,
-        rem % 3_600 / 60
-    )
+    std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown (no `date` command)".into())
 }
 
 /// The commit the report was built from, where `git` can tell, and
@@ -1271,23 +1259,27 @@ fn gemm_section(pools: &Pools, samples: usize, md: bool) {
     let mut expected = input.output();
     gemm::serial(&input, &mut expected);
     let threads = pools.threads;
-    let mut outs: Vec<gemm::Output> = (0..5).map(|_| input.output()).collect();
-    let [serial_out, ours, nested, flat, fixed] = &mut outs[..] else {
-        unreachable!("five outputs")
-    };
+    let [mut serial_out, mut ours, mut nested, mut flat, mut fixed] =
+        std::array::from_fn(|_| input.output());
     let mut runs: [(&str, &mut dyn FnMut()); 5] = [
-        ("serial", &mut || gemm::serial(&input, serial_out)),
+        ("serial", &mut || gemm::serial(&input, &mut serial_out)),
         ("selvedge, nested and dataflow", &mut || {
-            pools.selvedge.run(|| gemm::selvedge(&input, ours, BLOCK))
+            pools
+                .selvedge
+                .run(|| gemm::selvedge(&input, &mut ours, BLOCK))
         }),
         ("rayon, nested with a barrier", &mut || {
-            pools.rayon.install(|| gemm::rayon(&input, nested, BLOCK))
+            pools
+                .rayon
+                .install(|| gemm::rayon(&input, &mut nested, BLOCK))
         }),
         ("rayon, one task per matrix", &mut || {
-            pools.rayon.install(|| gemm::rayon_per_matrix(&input, flat))
+            pools
+                .rayon
+                .install(|| gemm::rayon_per_matrix(&input, &mut flat))
         }),
         ("plain threads, static split", &mut || {
-            gemm::static_threads(&input, fixed, threads)
+            gemm::static_threads(&input, &mut fixed, threads)
         }),
     ];
     for (_, run) in runs.iter_mut() {
@@ -1304,7 +1296,10 @@ fn gemm_section(pools: &Pools, samples: usize, md: bool) {
         }
     }
     let names: Vec<&str> = runs.iter().map(|(name, _)| *name).collect();
-    for (name, out) in names.iter().zip(&outs) {
+    for (name, out) in names
+        .iter()
+        .zip([&serial_out, &ours, &nested, &flat, &fixed])
+    {
         let err = gemm::max_relative_error(&expected, out);
         assert!(
             err < 1e-4,

@@ -5,19 +5,11 @@
 use crate::core::affinity;
 use crate::core::config::RuntimeConfig;
 use crate::core::error::{BuildError, JoinError};
-use crate::core::gate::Gate;
 use crate::core::handle::JoinHandle;
-use crate::core::park::Sleep;
-use crate::core::parked::Parked;
 use crate::core::registry::Registry;
-use crate::core::signal::SignalInbox;
-use crate::core::stats::WorkerCounters;
-use crate::core::steal::{Mailbox, ReplySlot};
-use crate::core::sync::{AtomicBool, AtomicUsize, Ordering};
+use crate::core::sync::Ordering;
 use crate::core::task::{self, BlockPool};
 use crate::core::worker::Worker;
-use crossbeam_queue::SegQueue;
-use crossbeam_utils::CachePadded;
 use std::sync::{mpsc, Arc, OnceLock};
 
 /// A pool of worker threads running a work-requesting scheduler.
@@ -102,27 +94,9 @@ impl Runtime {
                 });
             }
         }
-        let shared = Arc::new(Registry {
-            sleep: Sleep::new(threads.iter().map(|t| t.thread().clone()).collect()),
-            mailboxes: (0..n).map(|_| CachePadded::new(Mailbox::new(n))).collect(),
-            replies: (0..n).map(|_| CachePadded::new(ReplySlot::new())).collect(),
-            counters: (0..n)
-                .map(|_| CachePadded::new(WorkerCounters::default()))
-                .collect(),
-            deques: (0..n)
-                .map(|_| {
-                    CachePadded::new(crate::core::rescue::Guarded::new(
-                        crate::core::deque::Deque::default(),
-                    ))
-                })
-                .collect(),
-            injector: SegQueue::new(),
-            inbox: SignalInbox::new(),
-            shutdown: AtomicBool::new(false),
-            ready_gate: Gate::new(),
-            parked: Parked::new(n),
-            root_syncs: AtomicUsize::new(0),
-        });
+        let shared = Arc::new(Registry::new(
+            threads.iter().map(|t| t.thread().clone()).collect(),
+        ));
         for tx in senders {
             // A worker that died before receiving cannot exist: it only
             // waits on this channel.
@@ -183,7 +157,7 @@ fn stop_unstarted(
 }
 
 fn shut_down(shared: Arc<Registry>, threads: Vec<std::thread::JoinHandle<()>>) {
-    shared.ready_gate.close();
+    shared.close_ready_gate();
     shared.sleep.wait_quiescent(|| shared.outside_idle());
     shared.shutdown.store(true, Ordering::SeqCst);
     shared.sleep.wake_all();

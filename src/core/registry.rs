@@ -1,12 +1,14 @@
 //! A runtime's registry: what its workers share (deques, mailboxes, the
 //! injector, signals, parked tasks), and the ways a task gets in.
 
+use crate::core::deque::Deque;
 use crate::core::error::Cancellation;
 use crate::core::gate::Gate;
 use crate::core::park::Sleep;
 use crate::core::parked::Parked;
+use crate::core::rescue::Guarded;
 use crate::core::signal::{Action, SignalInbox, SignalRef};
-use crate::core::stats::Counters;
+use crate::core::stats::{Counters, WorkerCounters};
 use crate::core::steal::{Mailbox, ReplySlot};
 use crate::core::sync::{AtomicBool, AtomicUsize};
 use crate::core::task::{Header, TaskRef};
@@ -34,7 +36,7 @@ pub(crate) struct Registry {
     pub(crate) shutdown: AtomicBool,
     /// Shut when the runtime's drop begins: from then on, delayed tasks made
     /// ready outside the workers are cancelled rather than queued.
-    pub(crate) ready_gate: Gate,
+    ready_gate: Gate,
     /// Delayed tasks parked on promises: counted, and cancelled by the
     /// runtime's drop once its workers left.
     pub(crate) parked: Parked,
@@ -43,6 +45,34 @@ pub(crate) struct Registry {
 }
 
 impl Registry {
+    /// The shared state of a runtime whose workers run on `threads`, one
+    /// per worker, in order.
+    pub(crate) fn new(threads: Vec<std::thread::Thread>) -> Self {
+        let n = threads.len();
+        Self {
+            sleep: Sleep::new(threads),
+            mailboxes: (0..n).map(|_| CachePadded::new(Mailbox::new(n))).collect(),
+            replies: (0..n).map(|_| CachePadded::new(ReplySlot::new())).collect(),
+            counters: (0..n)
+                .map(|_| CachePadded::new(WorkerCounters::default()))
+                .collect(),
+            deques: (0..n)
+                .map(|_| CachePadded::new(Guarded::new(Deque::default())))
+                .collect(),
+            injector: SegQueue::new(),
+            inbox: SignalInbox::new(),
+            shutdown: AtomicBool::new(false),
+            ready_gate: Gate::new(),
+            parked: Parked::new(n),
+            root_syncs: AtomicUsize::new(0),
+        }
+    }
+
+    /// Shuts the gate of `inject_ready`: the runtime's drop has begun.
+    pub(crate) fn close_ready_gate(&self) {
+        self.ready_gate.close();
+    }
+
     pub(crate) fn num_threads(&self) -> usize {
         self.sleep.workers()
     }
