@@ -244,7 +244,7 @@ fn run_in_place<R>(f: impl FnOnce() -> R) -> R {
 pub(crate) fn on_worker<R: Send>(f: impl FnOnce(&Worker) -> R + Send) -> R {
     match Worker::current() {
         Some(w) => f(w),
-        None => global_runtime().run(|| {
+        None => global_runtime().run_root(|| {
             let w = Worker::current().expect("the root task runs on a worker");
             f(w)
         }),
