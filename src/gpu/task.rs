@@ -1,15 +1,20 @@
 //! GPU tasks: spawning, their handles, and dependencies that stay on the
 //! device.
 
+use super::completion::check_not_capturing;
+use super::device::DeviceInner;
+use super::event::RawEvent;
+use super::stream::KeptAlive;
 use super::{Device, GpuError, GpuStream};
 use crate::core::error::JoinError;
 use crate::core::handle::JoinHandle;
+use crate::core::pool::global_runtime;
+use crate::core::worker::Worker;
 use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
 use crate::dataflow::loop_promise::LoopPromise;
 use crate::dataflow::promise::Promise;
 use crate::loops::parallel_for;
-use cudarc::driver::CudaEvent;
 use std::sync::{Arc, OnceLock};
 
 /// The handle of a GPU task: its value once the device finished the work
@@ -41,7 +46,7 @@ struct Link {
     /// failed.
     enqueued: Dep,
     /// Recorded after the task's work (set before `enqueued` is fulfilled).
-    event: Arc<OnceLock<CudaEvent>>,
+    event: Arc<OnceLock<RawEvent>>,
     /// Identifies the device (its `DeviceInner`'s address).
     device: usize,
 }
@@ -203,20 +208,34 @@ impl Device {
             // `f` calls that does not bind it itself (cuBLAS, raw calls).
             inner.make_current()?;
             let lane = inner.lane();
+            let stream = lane.stream.cu_stream();
             for producer in &device_waits {
                 // Set before the producer's `enqueued` was fulfilled.
                 let e = producer
                     .get()
                     .expect("a producer's event is recorded before it is ready");
-                lane.stream().wait(e)?;
+                e.wait_on(stream)?;
             }
-            let value = f(lane)?;
-            let recorded = lane.stream().record_event(None)?;
-            let _ = event.set(recorded);
-            inner.enqueue_completion(lane, move || {
+            let mark = lane.kept_mark();
+            let value = f(lane);
+            let kept = lane.take_kept(mark);
+            let value = match value {
+                Ok(value) => value,
+                Err(e) => {
+                    keep_until_complete(&inner, lane, kept);
+                    return Err(e);
+                }
+            };
+            check_not_capturing(stream)?;
+            let recorded = RawEvent::new()?;
+            recorded.record(stream)?;
+            inner.enqueue_completion(lane, &recorded, move || {
+                // What the task kept alive goes first: its work is done.
+                drop(kept);
                 done.fulfill();
                 finished.fulfill();
             })?;
+            let _ = event.set(recorded);
             enqueued.fulfill();
             finish.defuse();
             Ok(value)
@@ -282,16 +301,37 @@ impl Device {
             );
         }
         let inner = &self.inner;
+        let own_runtime = match Worker::current() {
+            Some(w) => Arc::ptr_eq(&w.shared, inner.runtime()),
+            None => Arc::ptr_eq(global_runtime().registry(), inner.runtime()),
+        };
+        assert!(
+            own_runtime,
+            "Device::parallel_for called outside the runtime device {} was opened for: call it inside that runtime's Runtime::run",
+            inner.ordinal
+        );
         let first_error = std::sync::Mutex::new(None);
         parallel_for(range).for_each(|i| {
+            // Breaks iteration `i` unless its completion fulfills it: on an
+            // error, a panic in `f`, or a completion the device abandons.
+            let iteration = IterationGuard::new(done, i);
             let enqueue = || -> Result<(), GpuError> {
                 inner.check_failed()?;
                 inner.make_current()?;
                 let lane = inner.lane();
-                f(lane, i)?;
-                let done = done.clone();
-                inner.enqueue_completion(lane, move || {
-                    done.fulfill(i);
+                let stream = lane.stream.cu_stream();
+                let mark = lane.kept_mark();
+                let result = f(lane, i);
+                let kept = lane.take_kept(mark);
+                if let Err(e) = result {
+                    keep_until_complete(inner, lane, kept);
+                    return Err(e);
+                }
+                check_not_capturing(stream)?;
+                lane.iteration_done.record(stream)?;
+                inner.enqueue_completion(lane, &lane.iteration_done, move || {
+                    drop(kept);
+                    iteration.fulfill();
                 })
             };
             if let Err(e) = enqueue() {
@@ -305,5 +345,50 @@ impl Device {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+}
+
+/// Iteration `i` of a device loop's promise: fulfilled by the iteration's
+/// completion, broken if dropped without it.
+struct IterationGuard {
+    done: Option<LoopPromise>,
+    i: usize,
+}
+
+impl IterationGuard {
+    fn new(done: &LoopPromise, i: usize) -> Self {
+        IterationGuard {
+            done: Some(done.clone()),
+            i,
+        }
+    }
+
+    fn fulfill(mut self) {
+        if let Some(done) = self.done.take() {
+            done.fulfill(self.i);
+        }
+    }
+}
+
+impl Drop for IterationGuard {
+    fn drop(&mut self) {
+        if let Some(done) = self.done.take() {
+            done.break_iteration(self.i);
+        }
+    }
+}
+
+/// After a task failed: keeps what it kept alive until the work it did
+/// enqueue is complete (a completion of its own). If that cannot be
+/// enqueued, the context is lost or the stream is capturing, and the values
+/// are dropped now.
+fn keep_until_complete(inner: &Arc<DeviceInner>, lane: &GpuStream, kept: KeptAlive) {
+    if kept.is_empty() {
+        return;
+    }
+    let stream = lane.stream.cu_stream();
+    if check_not_capturing(stream).is_ok() && lane.iteration_done.record(stream).is_ok() {
+        // On `Err` the action, and with it `kept`, is dropped.
+        let _ = inner.enqueue_completion(lane, &lane.iteration_done, move || drop(kept));
     }
 }
