@@ -37,6 +37,7 @@ const DRIVER_SYMBOLS: &[&str] = &[
     "cuDevicePrimaryCtxRelease_v2",
     "cuCtxSetCurrent",
     "cuCtxGetCurrent",
+    "cuCtxSynchronize",
     "cuStreamCreate",
     "cuStreamDestroy_v2",
     "cuStreamQuery",
@@ -51,11 +52,16 @@ const DRIVER_SYMBOLS: &[&str] = &[
     "cuEventDestroy_v2",
     "cuMemAllocAsync",
     "cuMemFreeAsync",
+    "cuMemAlloc_v2",
+    "cuMemFree_v2",
+    "cuMemsetD8Async",
     "cuMemHostAlloc",
     "cuMemFreeHost",
     "cuMemcpyHtoDAsync_v2",
     "cuMemcpyDtoHAsync_v2",
     "cuMemcpyDtoDAsync_v2",
+    "cuGetErrorString",
+    "cuGetErrorName",
 ];
 
 /// The cuBLAS entry points the crate calls.
