@@ -136,7 +136,9 @@ impl Drop for FulfillOnDrop {
 impl Device {
     /// Runs `f` on a worker with that worker's stream; `f` enqueues device
     /// work and returns. The handle's value is `f`'s, available once the
-    /// stream has finished the work `f` enqueued.
+    /// stream has finished the work `f` enqueued. What `f` captured is
+    /// dropped when it returns, before that work is complete: hand what
+    /// the device still reads to [`GpuStream::keep_alive`].
     ///
     /// ```no_run
     /// # fn main() -> Result<(), selvedge::gpu::GpuError> {
@@ -249,22 +251,27 @@ impl Device {
     /// A parallel loop whose iterations enqueue device work: `f(stream, i)`
     /// runs for every `i` in `range`, split lazily over the workers like
     /// [`crate::parallel_for`], each on its worker's stream; iteration `i`'s
-    /// promise in `done` is fulfilled by the stream's callback once the work
-    /// `f` enqueued for it is complete. Returns when every iteration is
+    /// promise in `done` is fulfilled by its completion once the work `f`
+    /// enqueued for it is complete. Returns when every iteration is
     /// *enqueued* (not done): pair it with a `depends_on_each(&done)` loop
     /// to run CPU work behind each iteration, with no barrier.
     ///
-    /// Call it on a worker of the device's runtime (inside
-    /// [`crate::Runtime::run`]), or every iteration uses the first stream.
-    /// The first error is returned once every iteration was tried; a failed
-    /// iteration's promise stays unfulfilled, so a loop waiting on `done`
-    /// waits until it is fulfilled or `done`'s last handle is dropped
-    /// (which cancels the waiters). The same holds for iterations whose
-    /// work was enqueued when the device fails (a sticky error: their
-    /// callbacks never come): the watchdog breaks the promises the device
-    /// owns, but `done` is the caller's, so only dropping it cancels what
-    /// waits on those iterations. A panic in `f` is resumed here. An
-    /// index outside `done`'s range panics before anything runs.
+    /// Call it on a worker of the device's runtime (inside its
+    /// [`crate::Runtime::run`]), or from a thread outside every runtime
+    /// when the device belongs to the global runtime; anywhere else it
+    /// panics, naming the device. A value an iteration hands to
+    /// [`GpuStream::keep_alive`] lives until that iteration's work is
+    /// complete.
+    ///
+    /// No iteration is ever left pending: an iteration whose `f` fails or
+    /// panics, or whose completion cannot be enqueued, has its promise in
+    /// `done` broken ([`LoopPromise::break_iteration`]), and so do the
+    /// iterations whose work was in flight when the device failed (a
+    /// sticky error: the watchdog abandons their completions). What waits
+    /// on a broken iteration is cancelled (a `depends_on_each` loop panics
+    /// naming it). The first error is returned once every iteration was
+    /// tried; a panic in `f` is resumed here. An index outside `done`'s
+    /// range panics before anything runs.
     ///
     /// ```no_run
     /// use selvedge::{parallel_for, scope, LoopPromise};
