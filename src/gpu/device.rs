@@ -221,9 +221,9 @@ impl Drop for DeviceInner {
         let healthy = all_done && self.failed.get().is_none();
         for lane in self.lanes.iter_mut() {
             if healthy {
-                // SAFETY: dropped once, here; never used again.
-                let destroyed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe {
-                    ManuallyDrop::drop(&mut lane.blas)
+                let destroyed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    // SAFETY: dropped once, here; never used again.
+                    unsafe { ManuallyDrop::drop(&mut lane.blas) }
                 }));
                 // cudarc's drop unwraps the destroy: a failure here leaks
                 // the handle (the panic was caught) rather than unwind out
