@@ -176,7 +176,12 @@ impl DeviceInner {
     /// sticky error means the context is lost, and its callbacks will never
     /// come. Other errors are not the device's state: the watch goes on.
     fn check_streams(&self) {
-        if self.make_current().is_err() {
+        // Any driver call may return a sticky error: the context is lost
+        // whichever call says so first.
+        if let Err(DriverError(e)) = self.make_current() {
+            if is_sticky(e) {
+                self.fail(DriverError(e));
+            }
             return;
         }
         let streams = self
@@ -184,9 +189,18 @@ impl DeviceInner {
             .iter()
             .flat_map(|lane| [lane.stream.cu_stream(), lane.completions.cu_stream()]);
         for stream in streams {
+            let mut capture = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+            // SAFETY: the stream is live; `capture` is a valid out-pointer.
+            let asked = unsafe { sys::cuStreamIsCapturing(stream, &mut capture) };
+            if is_sticky(asked) {
+                self.fail(DriverError(asked));
+                return;
+            }
             // A stream being captured into a graph (by a task) must not be
             // queried: that is an error, and it would end the capture.
-            if check_not_capturing(stream).is_err() {
+            if asked != sys::CUresult::CUDA_SUCCESS
+                || capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+            {
                 continue;
             }
             // SAFETY: the stream is live.

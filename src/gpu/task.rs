@@ -218,9 +218,9 @@ impl Device {
                     .expect("a producer's event is recorded before it is ready");
                 e.wait_on(stream)?;
             }
-            let mark = lane.kept_mark();
+            let kept = KeptSince::mark(&inner, lane);
             let value = f(lane);
-            let kept = lane.take_kept(mark);
+            let kept = kept.take();
             let value = match value {
                 Ok(value) => value,
                 Err(e) => {
@@ -327,9 +327,9 @@ impl Device {
                 inner.make_current()?;
                 let lane = inner.lane();
                 let stream = lane.stream.cu_stream();
-                let mark = lane.kept_mark();
+                let kept = KeptSince::mark(inner, lane);
                 let result = f(lane, i);
-                let kept = lane.take_kept(mark);
+                let kept = kept.take();
                 if let Err(e) = result {
                     keep_until_complete(inner, lane, kept);
                     return Err(e);
@@ -381,6 +381,41 @@ impl Drop for IterationGuard {
     fn drop(&mut self) {
         if let Some(done) = self.done.take() {
             done.break_iteration(self.i);
+        }
+    }
+}
+
+/// What a running task hands to [`GpuStream::keep_alive`]: taken for its
+/// completion when it returns, or, if it panics, kept until the work it
+/// enqueued is complete all the same.
+struct KeptSince<'a> {
+    inner: &'a Arc<DeviceInner>,
+    lane: &'a GpuStream,
+    mark: usize,
+    taken: bool,
+}
+
+impl<'a> KeptSince<'a> {
+    fn mark(inner: &'a Arc<DeviceInner>, lane: &'a GpuStream) -> Self {
+        KeptSince {
+            inner,
+            lane,
+            mark: lane.kept_mark(),
+            taken: false,
+        }
+    }
+
+    fn take(mut self) -> KeptAlive {
+        self.taken = true;
+        self.lane.take_kept(self.mark)
+    }
+}
+
+impl Drop for KeptSince<'_> {
+    fn drop(&mut self) {
+        if !self.taken {
+            let kept = self.lane.take_kept(self.mark);
+            keep_until_complete(self.inner, self.lane, kept);
         }
     }
 }
