@@ -577,9 +577,11 @@ fn a_device_loop_iteration_is_fulfilled_only_once_its_work_is_complete() {
 /// would free the buffer on its stream behind the last reader it recorded
 /// (the 25 ms one) only, the stream-ordered allocator would hand the block
 /// to the refill on that same stream, and the readers still spinning would
-/// copy -7.0s. (compute-sanitizer's memcheck, which the GPU bundle runs
-/// this binary under, sees such a read only with
-/// `--track-stream-ordered-races use-after-free`.)
+/// copy -7.0s. (The GPU bundle also runs this binary under
+/// compute-sanitizer's memcheck; a read of memory returned to the
+/// stream-ordered pool is a use after free it reports only with its
+/// stream-ordered race tracking, `--track-stream-ordered-races all`, where
+/// its version has it: the refill is what makes the bug visible here.)
 #[test]
 fn a_shared_buffer_dropped_at_once_outlives_its_readers_on_other_streams() {
     let rt = Runtime::builder().num_threads(2).build().unwrap();
