@@ -871,7 +871,6 @@ fn dropping_the_runtime_before_the_device_finishes_the_work_in_flight() {
 /// panics: the value must live until that work is complete (the device may
 /// still be reading it) and then go, not stay until the device is dropped.
 #[test]
-#[ignore = "fails until src/gpu/task.rs takes a panicking closure's kept values back (take_kept is skipped by the unwind, so they stay in the lane until the device is dropped)"]
 fn a_panicking_task_releases_what_it_kept_once_its_work_is_complete() {
     let rt = Runtime::builder().num_threads(2).build().unwrap();
     let Some(dev) = device(&rt, "kept values of a panicking task") else {
