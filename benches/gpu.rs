@@ -66,7 +66,7 @@ fn batched_gemm(c: &mut Criterion) {
         let group_size = (batch / (4 * threads())).max(1);
         let d = gpu_workload::DeviceBatch::upload(&dev, &input, group_size).unwrap();
         let mut out = input.output();
-        rt.run(|| gpu_workload::selvedge(&dev, &d, &mut out))
+        rt.run(|| gpu_workload::selvedge(&dev, &d, &mut out, None))
             .unwrap();
         assert!(gemm::max_relative_error(&expected, &out) < 1e-3);
         pool.install(|| gpu_workload::direct(&d, &stream, &blas, &mut out))
@@ -76,7 +76,7 @@ fn batched_gemm(c: &mut Criterion) {
         let id = format!("{batch}x{size}");
         group.bench_function(BenchmarkId::new("selvedge", &id), |bench| {
             bench.iter(|| {
-                rt.run(|| gpu_workload::selvedge(&dev, &d, &mut out))
+                rt.run(|| gpu_workload::selvedge(&dev, &d, &mut out, None))
                     .unwrap()
             })
         });

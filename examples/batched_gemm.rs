@@ -264,7 +264,7 @@ fn on_gpu(
     let stream = dev.context().new_stream()?;
     let blas = CudaBlas::new(stream.clone())?;
     let (mut ours, mut theirs) = (input.output(), input.output());
-    runtime.run(|| gpu_workload::selvedge(dev, &batch, &mut ours))?;
+    runtime.run(|| gpu_workload::selvedge(dev, &batch, &mut ours, None))?;
     check_with("selvedge on the GPU", expected, &ours, 1e-3);
     pool.install(|| gpu_workload::direct(&batch, &stream, &blas, &mut theirs))?;
     check_with("cuBLAS on one stream", expected, &theirs, 1e-3);
@@ -273,7 +273,8 @@ fn on_gpu(
         args.samples,
         [
             &mut || {
-                if let Err(e) = runtime.run(|| gpu_workload::selvedge(dev, &batch, &mut ours)) {
+                if let Err(e) = runtime.run(|| gpu_workload::selvedge(dev, &batch, &mut ours, None))
+                {
                     *failure.borrow_mut() = Some(e);
                 }
             },
