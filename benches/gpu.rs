@@ -1,5 +1,6 @@
 //! Criterion benchmarks of GPU tasks (feature `cuda`; without a GPU they
-//! print that they skipped and measure nothing).
+//! print that they skipped and measure nothing, or, with
+//! `SELVEDGE_REQUIRE_GPU=1`, fail saying why).
 //!
 //! - `gpu_batched_gemm/<batch>x<size>`: the demonstration's two stages
 //!   through selvedge (groups of the batch as GPU tasks on the workers'
@@ -14,6 +15,7 @@
 //!
 //! ```text
 //! cargo bench --features cuda --bench gpu
+//! SELVEDGE_REQUIRE_GPU=1 cargo bench --features cuda --bench gpu   # fail without a GPU
 //! ```
 
 #[path = "workloads/gemm.rs"]
@@ -38,11 +40,27 @@ fn threads() -> usize {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
 }
 
+/// Whether `SELVEDGE_REQUIRE_GPU` asks that a run without a GPU fail
+/// (set, and neither empty nor `0`).
+fn gpu_required() -> bool {
+    std::env::var_os("SELVEDGE_REQUIRE_GPU").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
+/// The device, or `None` (skipped) when there is none; exits with status
+/// 1 instead under `SELVEDGE_REQUIRE_GPU=1`.
 fn open(rt: &Runtime) -> Option<Device> {
     match Device::open_in(rt, 0) {
         Ok(dev) => Some(dev),
         Err(e) => {
-            eprintln!("gpu benchmarks: skipped: {e}");
+            let why = gpu_workload::unavailable_reason(&e);
+            if gpu_required() {
+                eprintln!(
+                    "gpu benchmarks: SELVEDGE_REQUIRE_GPU is set, but no GPU was used: {why} ({e})"
+                );
+                std::process::exit(1);
+            }
+            static SAID: std::sync::Once = std::sync::Once::new();
+            SAID.call_once(|| eprintln!("gpu benchmarks: skipped: {why} ({e})"));
             None
         }
     }

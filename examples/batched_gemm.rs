@@ -35,12 +35,18 @@
 //! version instead (`benches/workloads/gpu.rs`): `Device::parallel_for`
 //! over groups of the batch, each a strided-batched SGEMM on its worker's
 //! stream whose callback fulfills the group's iteration of a
-//! `LoopPromise`, and stage 2 pipelined behind it (`depends_on_each`); the peer is the same GEMMs issued straight to cuBLAS
-//! on one stream. It says which device it ran on, and why not the GPU.
+//! `LoopPromise`, and stage 2 pipelined behind it (`depends_on_each`); the
+//! peer is the same GEMMs issued straight to cuBLAS on one stream. It says
+//! which device it ran on, and why not the GPU.
 //!
 //! ```text
 //! cargo run --release --features cuda --example batched_gemm -- --batch 256 --size 256
 //! ```
+//!
+//! With `SELVEDGE_REQUIRE_GPU=1` (any value but empty or `0`), a run that
+//! cannot use a GPU (no driver, no cuBLAS, no device, or built without the
+//! `cuda` feature) fails with exit status 1 and says why, instead of
+//! falling back to the CPU.
 
 #[path = "../benches/workloads/gemm.rs"]
 mod gemm;
@@ -110,6 +116,12 @@ fn parse_args() -> Args {
     args
 }
 
+/// Whether `SELVEDGE_REQUIRE_GPU` asks that a run without a GPU fail
+/// (set, and neither empty nor `0`).
+fn gpu_required() -> bool {
+    std::env::var_os("SELVEDGE_REQUIRE_GPU").is_some_and(|v| !v.is_empty() && v != "0")
+}
+
 /// Times each of `runs` `samples` times, after one warm-up each, taking
 /// turns (one sample of each per round) so that a slow phase of a shared
 /// machine hits all of them alike; returns each one's median in seconds.
@@ -177,10 +189,27 @@ fn main() {
             }
             return;
         }
-        Err(e) => println!("device: CPU (no GPU: {e})"),
+        Err(e) => {
+            let why = gpu_workload::unavailable_reason(&e);
+            if gpu_required() {
+                eprintln!(
+                    "batched_gemm: SELVEDGE_REQUIRE_GPU is set, but no GPU was used: {why} ({e})"
+                );
+                std::process::exit(1);
+            }
+            println!("device: CPU (no GPU: {why}: {e})");
+        }
     }
     #[cfg(not(feature = "cuda"))]
-    println!("device: CPU (built without the `cuda` feature)");
+    {
+        if gpu_required() {
+            eprintln!(
+                "batched_gemm: SELVEDGE_REQUIRE_GPU is set, but no GPU was used: built without the `cuda` feature"
+            );
+            std::process::exit(1);
+        }
+        println!("device: CPU (built without the `cuda` feature)");
+    }
 
     let mut out = input.output();
     runtime.run(|| gemm::selvedge(&input, &mut out, args.block));

@@ -27,6 +27,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+/// Why no GPU could be used, in a few words, for an error of
+/// `Device::open`.
+// The braces match the variants with or without fields.
+#[allow(clippy::unneeded_struct_pattern)]
+pub fn unavailable_reason(e: &GpuError) -> &'static str {
+    match e {
+        GpuError::NoDriver { .. } => "no CUDA driver",
+        GpuError::NoBlas { .. } => "no cuBLAS",
+        GpuError::NoDevice { .. } => "no CUDA device",
+        _ => "the device could not be opened",
+    }
+}
+
 /// One group of consecutive matrices, with its device and host buffers.
 pub struct Group {
     first: usize,
