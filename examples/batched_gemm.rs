@@ -37,7 +37,10 @@
 //! stream whose callback fulfills the group's iteration of a
 //! `LoopPromise`, and stage 2 pipelined behind it (`depends_on_each`); the
 //! peer is the same GEMMs issued straight to cuBLAS on one stream. It says
-//! which device it ran on, and why not the GPU.
+//! which device it ran on, and why not the GPU. After the timed runs, one
+//! more untimed run of selvedge's version records when each group's stage
+//! 2 started and finished (host clock) and prints how far stage 2 ran
+//! behind stage 1.
 //!
 //! ```text
 //! cargo run --release --features cuda --example batched_gemm -- --batch 256 --size 256
@@ -335,6 +338,19 @@ fn on_gpu(
         );
     }
     println!("selvedge / direct cuBLAS time: {:.3}", mine / peer);
+    // One more run, untimed, that records when each group's stages ran.
+    let timeline = gpu_workload::Timeline::new(batch.groups.len());
+    runtime.run(|| gpu_workload::selvedge(dev, &batch, &mut ours, Some(&timeline)))?;
+    check_with(
+        "selvedge on the GPU (the timeline's run)",
+        expected,
+        &ours,
+        1e-3,
+    );
+    match timeline.summary() {
+        Some(summary) => println!("{summary}"),
+        None => println!("timeline: not every group was recorded"),
+    }
     Ok(())
 }
 
