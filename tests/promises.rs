@@ -414,3 +414,41 @@ fn fulfill_racing_runtime_drop_runs_or_cancels_never_strands() {
     });
     assert_eq!(rx.recv_timeout(Duration::from_secs(120)), Ok(300));
 }
+
+#[test]
+fn a_broken_loop_iteration_cancels_what_waits_on_it_and_stays_broken() {
+    let rt = runtime(2);
+    let produced = LoopPromise::new(0..4);
+    for i in [0, 1, 3] {
+        assert!(produced.fulfill(i));
+    }
+    assert!(produced.break_iteration(2));
+    assert!(!produced.break_iteration(2), "broken twice");
+    assert!(!produced.fulfill(2), "a broken iteration was fulfilled");
+    assert!(!produced.is_fulfilled(2));
+    assert!(
+        !produced.break_iteration(0),
+        "a fulfilled iteration was broken"
+    );
+    assert!(produced.is_fulfilled(0));
+    let ran = AtomicUsize::new(0);
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.run(|| {
+            selvedge::parallel_for(0..4)
+                .depends_on_each(&produced)
+                .for_each(|_| {
+                    ran.fetch_add(1, Ordering::Relaxed);
+                })
+        })
+    }));
+    let payload = outcome.expect_err("a loop behind a broken iteration returned");
+    let message = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        message.contains("iteration 2 ") && message.contains("cancelled"),
+        "{message}"
+    );
+    assert_eq!(ran.load(Ordering::Relaxed), 3);
+}

@@ -210,6 +210,69 @@ fn broken_while_parking_cancels_exactly_once() {
 }
 
 #[test]
+fn break_races_fulfill_while_parking() {
+    // A loop promise's iteration broken by one thread (a failed producer)
+    // while another fulfills it and a task parks on it: exactly one of the
+    // two wins, the task is settled once (ready only with the fulfiller's
+    // write visible), and a broken event never turns fulfilled afterwards
+    // (with a plain swap in the fulfill it would).
+    model(|| {
+        let g = Group::new(1);
+        // SAFETY: we hold the creating handle; this is the second.
+        unsafe { Group::acquire_handle(g) };
+        let data = Produced::new();
+        let record = Arc::new(Record::default());
+        let settle = settler(record.clone(), vec![(data.clone(), 7)]);
+        // SAFETY: we hold a handle.
+        let w = waiter(vec![unsafe { Group::dep(g, 0) }]);
+        // Keeps the group alive for the final check.
+        // SAFETY: as above.
+        let event = unsafe { Group::dep(g, 0) };
+        let fulfiller = {
+            let (g, data, settle) = (Registry(g), data.clone(), settle.clone());
+            thread::spawn(move || {
+                data.write(7);
+                // SAFETY: this thread owns one handle.
+                unsafe {
+                    let won = Group::fulfill(g.0, 0, settle.clone());
+                    Group::release_handle(g.0, settle);
+                    won
+                }
+            })
+        };
+        let breaker = {
+            let (g, settle) = (Registry(g), settle.clone());
+            thread::spawn(move || {
+                // SAFETY: this thread owns the other handle.
+                unsafe {
+                    let won = Group::break_event(g.0, 0, settle.clone());
+                    Group::release_handle(g.0, settle);
+                    won
+                }
+            })
+        };
+        start(w, settle);
+        let fulfilled_first = fulfiller.join().unwrap();
+        let broke = breaker.join().unwrap();
+        assert!(fulfilled_first != broke, "both or neither closed the event");
+        assert_eq!(
+            event.is_fulfilled(),
+            !broke,
+            "a broken event turned fulfilled"
+        );
+        drop(event);
+        if broke {
+            assert_eq!(record.cancelled.load(Ordering::SeqCst), 1);
+            assert_eq!(record.ready.load(Ordering::SeqCst), 0);
+        } else {
+            assert_eq!(record.ready.load(Ordering::SeqCst), 1);
+            assert_eq!(record.cancelled.load(Ordering::SeqCst), 0);
+        }
+        assert!(Group::is_freed(g));
+    });
+}
+
+#[test]
 fn last_reference_frees_once() {
     // The group's references go away on three threads at once: a plain
     // dependency dropped, the only handle dropped (breaking the promise and

@@ -113,14 +113,27 @@ impl PromiseCell {
     /// Closes the event as fulfilled. Returns the parked stack (newest
     /// first), or `None` when it was already closed.
     fn close_fulfilled(&self) -> Option<*mut Waiter> {
-        if self.is_fulfilled() {
-            // Repeated fulfills cost a load, not a write to a shared line.
-            return None;
+        let mut head = self.head.load(Ordering::Acquire);
+        loop {
+            // Repeated fulfills cost a load, not a write to a shared line;
+            // a broken event stays broken (a loop promise's iteration can be
+            // broken while other handles may still fulfill it).
+            if head == marker(FULFILLED) || head == marker(BROKEN) {
+                return None;
+            }
+            // Release: the fulfiller's writes happen-before every task that
+            // sees the event fulfilled. Acquire: the drained waiters'
+            // contents.
+            match self.head.compare_exchange(
+                head,
+                marker(FULFILLED),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(old) => return Some(old),
+                Err(current) => head = current,
+            }
         }
-        // Release: the fulfiller's writes happen-before every task that
-        // sees the event fulfilled. Acquire: the drained waiters' contents.
-        let old = self.head.swap(marker(FULFILLED), Ordering::AcqRel);
-        (old != marker(FULFILLED) && old != marker(BROKEN)).then_some(old)
     }
 
     /// Closes the event as broken unless it was fulfilled. Returns the
@@ -298,6 +311,26 @@ impl Group {
         }
         // SAFETY: our ref, released only after the drain above.
         unsafe { Group::release_ref(this) };
+    }
+
+    /// Breaks event `i` unless it was fulfilled: its waiters go to
+    /// `settle` as cancelled. Returns whether this call broke it.
+    ///
+    /// # Safety
+    /// The caller holds a handle on `this`, and `i < len`.
+    pub unsafe fn break_event(
+        this: NonNull<Group>,
+        i: usize,
+        mut settle: impl FnMut(Outcome),
+    ) -> bool {
+        // SAFETY: the caller's handle keeps the group alive.
+        let g = unsafe { this.as_ref() };
+        let Some(stack) = g.event(i).close_broken() else {
+            return false;
+        };
+        // SAFETY: closing handed us the stack.
+        unsafe { drain(stack, |w| settle(Outcome::Cancelled(w))) };
+        true
     }
 
     /// Fulfills event `i` and advances each waiter drained from it: the

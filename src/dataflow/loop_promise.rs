@@ -239,6 +239,34 @@ impl LoopPromise {
         fulfilled_bucket || self.buckets.is_some()
     }
 
+    /// Breaks iteration `i` (its whole bucket, with buckets) unless it was
+    /// fulfilled: what waits on it is cancelled, as when the last handle
+    /// is dropped, and a later [`fulfill`](LoopPromise::fulfill) of it
+    /// changes nothing. For a producer that knows an iteration will never
+    /// be done (it failed), so that its consumers do not wait for it
+    /// forever. Returns `true` for the call that broke it.
+    ///
+    /// # Panics
+    /// When `i` is outside [`LoopPromise::range`].
+    ///
+    /// ```
+    /// use selvedge::{LoopPromise, Runtime};
+    ///
+    /// let rt = Runtime::builder().num_threads(2).build()?;
+    /// let produced = LoopPromise::new(0..2);
+    /// let consumer = rt.submit_delayed([produced.at(1)], || "ran");
+    /// assert!(produced.break_iteration(1));
+    /// assert!(!produced.fulfill(1)); // stays broken
+    /// assert!(consumer.try_join().unwrap_err().is_cancelled());
+    /// # Ok::<(), selvedge::BuildError>(())
+    /// ```
+    #[track_caller]
+    pub fn break_iteration(&self, i: usize) -> bool {
+        let b = self.bucket_of(i);
+        // SAFETY: our handle keeps the group alive; `b` is a bucket index.
+        unsafe { Group::break_event(self.group, b, settle) }
+    }
+
     /// Whether iteration `i` was fulfilled.
     ///
     /// # Panics

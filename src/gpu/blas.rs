@@ -157,6 +157,12 @@ where
         return Ok(());
     }
     let (m, n, k) = (dim("m", g.m), dim("n", g.n), dim("k", g.k));
+    // cuBLAS runs in the calling thread's current context, which need not
+    // be the buffers' on a thread of the caller's own: make it so. (Not
+    // cudarc's `bind_to_thread`, which would first return an error some
+    // other thread's drop recorded on the context.)
+    // SAFETY: the context is live (the buffer's stream holds it).
+    unsafe { cudarc::driver::sys::cuCtxSetCurrent(c.stream().context().cu_ctx()) }.result()?;
     let (one, zero) = T::ONE_ZERO;
     // cuBLAS is column-major: a row-major C = A·B is the column-major
     // Cᵀ = Bᵀ·Aᵀ, so B goes first and the roles of m and n swap.

@@ -9,14 +9,23 @@ use std::fmt;
 /// ```
 /// let e = selvedge::gpu::GpuError::NoDevice { ordinal: 3, count: 1 };
 /// assert_eq!(e.to_string(), "no CUDA device 3: the driver sees 1 device(s)");
+/// assert!(e.is_unavailable());
 /// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum GpuError {
-    /// The CUDA driver library (libcuda) could not be loaded.
-    NoDriver,
-    /// The cuBLAS library could not be loaded (the driver could).
-    NoBlas,
+    /// No usable CUDA driver: libcuda could not be loaded, or it is a stub,
+    /// too old, or does not match the kernel module. `reason` says which.
+    NoDriver {
+        /// What was tried and what the driver said.
+        reason: String,
+    },
+    /// The driver works but no usable cuBLAS library was found. `reason`
+    /// names the places searched.
+    NoBlas {
+        /// What was tried.
+        reason: String,
+    },
     /// There is no device with this ordinal.
     NoDevice {
         /// The ordinal asked for.
@@ -32,13 +41,40 @@ pub enum GpuError {
     /// as an illegal address in a kernel): every task in flight was
     /// cancelled, and the device takes no more work.
     DeviceFailed(DriverError),
+    /// A GPU task returned while its stream was still being captured into
+    /// a CUDA graph. Its completion cannot be enqueued behind a capture
+    /// (it would be recorded into the graph instead of running): end the
+    /// capture inside the task.
+    StreamCapturing,
+}
+
+impl GpuError {
+    /// Whether this machine simply has no usable GPU (no driver, no cuBLAS,
+    /// no such device), as opposed to a GPU that failed: what a program
+    /// with a CPU fallback checks.
+    ///
+    /// ```
+    /// use selvedge::gpu::{Device, GpuError};
+    /// match Device::open(0) {
+    ///     Ok(_) => println!("a GPU"),
+    ///     Err(e) if e.is_unavailable() => println!("CPU only: {e}"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok::<(), GpuError>(())
+    /// ```
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            GpuError::NoDriver { .. } | GpuError::NoBlas { .. } | GpuError::NoDevice { .. }
+        )
+    }
 }
 
 impl fmt::Display for GpuError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            GpuError::NoDriver => write!(f, "the CUDA driver library (libcuda) is not installed"),
-            GpuError::NoBlas => write!(f, "the cuBLAS library (libcublas) is not installed"),
+            GpuError::NoDriver { reason } => write!(f, "no usable CUDA driver: {reason}"),
+            GpuError::NoBlas { reason } => write!(f, "no usable cuBLAS library: {reason}"),
             GpuError::NoDevice { ordinal, count } => {
                 write!(
                     f,
@@ -48,6 +84,10 @@ impl fmt::Display for GpuError {
             GpuError::Driver(e) => write!(f, "CUDA driver error: {e}"),
             GpuError::Blas(e) => write!(f, "cuBLAS error: {e:?}"),
             GpuError::DeviceFailed(e) => write!(f, "the device failed and takes no more work: {e}"),
+            GpuError::StreamCapturing => write!(
+                f,
+                "a GPU task returned while its stream was being captured into a CUDA graph: end the capture inside the task"
+            ),
         }
     }
 }

@@ -1,12 +1,15 @@
 //! GPU tasks (feature `cuda`): device work as dataflow tasks.
 //!
-//! A [`Device`] owns one CUDA stream per worker of its runtime, each with its
-//! own cuBLAS handle. [`Device::spawn`] runs a closure on a worker with that
-//! worker's [`GpuStream`]; the closure *enqueues* device work and returns.
-//! The runtime then enqueues a host function on the stream whose only job is
-//! to fire a pre-allocated signal (see `core/signal.rs`: no CUDA call, no
-//! allocation, no lock in the callback); a worker picks the signal up and
-//! fulfills the task's promise. No thread blocks on the stream meanwhile.
+//! A [`Device`] gives each worker of its runtime a lane: a CUDA stream with
+//! its own cuBLAS handle, and a second stream for completions.
+//! [`Device::spawn`] runs a closure on a worker with that worker's
+//! [`GpuStream`]; the closure *enqueues* device work and returns. The
+//! runtime records an event after that work; the lane's completion stream
+//! waits for the event on the device and then calls a host function whose
+//! only job is to fire a pre-allocated signal (no CUDA call, no allocation,
+//! no lock in the callback); a worker picks the signal up and fulfills the
+//! task's promise. No thread blocks on a stream meanwhile, and the next
+//! task's work on the stream does not wait for the callback.
 //!
 //! A GPU task that depends on other GPU tasks of the same device
 //! ([`GpuHandle::gpu_dep`]) does not wait for their callbacks: it is
@@ -14,15 +17,36 @@
 //! events recorded after them, so a chain of device work runs ahead of the
 //! host. CPU consumers ([`GpuHandle::dep`]) wait for the callback.
 //!
-//! A device error that stops callbacks (a sticky error: the context is
-//! unusable) is noticed by a watchdog thread that queries the streams while
-//! work is in flight; it breaks the pending promises, so their dependents
-//! are cancelled instead of waiting forever, and later spawns fail.
+//! # What a task's closure must keep alive
 //!
-//! The CUDA driver (and cuBLAS) are loaded at run time: the crate builds
+//! The closure returns, and drops what it captured, when its work is
+//! enqueued, not when it is complete. Buffers it owns are safe (cudarc
+//! frees them behind the work on their stream), but a buffer shared with
+//! tasks on other streams (an `Arc<CudaSlice>`) or host memory the device
+//! reads asynchronously must outlive the work: hand it to
+//! [`GpuStream::keep_alive`], which drops it once the task's work is
+//! complete. The value a task returns is handed out only then.
+//!
+//! # Errors
+//!
+//! A task that returns an error, or panics, breaks its promises: its
+//! dependents are cancelled, never left waiting; a failing iteration of
+//! [`Device::parallel_for`] breaks that iteration's promise, and the loop
+//! returns the error. A device error that stops callbacks (a sticky error:
+//! the context is lost) is noticed by a watchdog thread that queries the
+//! streams while work is in flight; it breaks every pending promise, later
+//! spawns fail with [`GpuError::DeviceFailed`], and dropping the device
+//! then leaks what a lost context cannot destroy instead of panicking.
+//!
+//! # Libraries
+//!
+//! The CUDA driver and cuBLAS are loaded at run time: the crate builds
 //! without a CUDA toolkit, and [`Device::open`] returns
-//! [`GpuError::NoDriver`] where there is no driver, never a panic. The
-//! bindings are CUDA 12.0's, so any driver from 525 on will do.
+//! [`GpuError::NoDriver`], [`GpuError::NoBlas`] or [`GpuError::NoDevice`]
+//! (with the reason) where they are missing, never a panic. Any driver
+//! from CUDA 12.0 (525) on works, and cuBLAS 12 or 13: found on the
+//! loader's path, in a CUDA toolkit directory or a Python `nvidia-cublas`
+//! wheel, or named by `SELVEDGE_CUBLAS=/path/to/libcublas.so.N`.
 //!
 //! ```
 //! use selvedge::gpu::{Device, GpuError};
@@ -36,9 +60,7 @@
 //!         let x = h.join()?; // the copy has completed
 //!         assert_eq!(x.len(), 3);
 //!     }
-//!     Err(GpuError::NoDriver | GpuError::NoBlas | GpuError::NoDevice { .. }) => {
-//!         println!("no GPU here");
-//!     }
+//!     Err(e) if e.is_unavailable() => println!("no GPU here: {e}"),
 //!     Err(e) => return Err(e),
 //! }
 //! # Ok::<(), GpuError>(())
@@ -51,7 +73,7 @@
 //! use selvedge::gpu::{BatchedGemm, Device, GpuError};
 //!
 //! fn main() -> Result<(), GpuError> {
-//!     // Err(NoDriver | NoBlas | NoDevice { .. }) without a GPU: never a panic.
+//!     // Err(e) with e.is_unavailable() without a GPU: never a panic.
 //!     let dev = Device::open(0)?;
 //!     let g = BatchedGemm { batch: 64, m: 256, n: 256, k: 256 };
 //!     let (a, b) = (vec![1.0f32; g.a_len()], vec![0.5f32; g.b_len()]);
@@ -80,13 +102,20 @@
 //! ```
 
 mod blas;
+mod completion;
 mod device;
 mod error;
+mod event;
+mod libraries;
+mod pinned;
+mod stream;
 mod task;
 
 pub use blas::{gemm, BatchedGemm, GemmElement};
-pub use device::{Device, GpuStream};
+pub use device::Device;
 pub use error::GpuError;
+pub use pinned::PinnedBuffer;
+pub use stream::GpuStream;
 pub use task::{GpuDep, GpuHandle};
 
 /// The cudarc crate this module is built on (the same version), for the

@@ -1,15 +1,20 @@
 //! GPU tasks: spawning, their handles, and dependencies that stay on the
 //! device.
 
+use super::completion::check_not_capturing;
+use super::device::DeviceInner;
+use super::event::RawEvent;
+use super::stream::KeptAlive;
 use super::{Device, GpuError, GpuStream};
 use crate::core::error::JoinError;
 use crate::core::handle::JoinHandle;
+use crate::core::pool::global_runtime;
+use crate::core::worker::Worker;
 use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
 use crate::dataflow::loop_promise::LoopPromise;
 use crate::dataflow::promise::Promise;
 use crate::loops::parallel_for;
-use cudarc::driver::CudaEvent;
 use std::sync::{Arc, OnceLock};
 
 /// The handle of a GPU task: its value once the device finished the work
@@ -41,7 +46,7 @@ struct Link {
     /// failed.
     enqueued: Dep,
     /// Recorded after the task's work (set before `enqueued` is fulfilled).
-    event: Arc<OnceLock<CudaEvent>>,
+    event: Arc<OnceLock<RawEvent>>,
     /// Identifies the device (its `DeviceInner`'s address).
     device: usize,
 }
@@ -131,7 +136,9 @@ impl Drop for FulfillOnDrop {
 impl Device {
     /// Runs `f` on a worker with that worker's stream; `f` enqueues device
     /// work and returns. The handle's value is `f`'s, available once the
-    /// stream has finished the work `f` enqueued.
+    /// stream has finished the work `f` enqueued. What `f` captured is
+    /// dropped when it returns, before that work is complete: hand what
+    /// the device still reads to [`GpuStream::keep_alive`].
     ///
     /// ```no_run
     /// # fn main() -> Result<(), selvedge::gpu::GpuError> {
@@ -203,20 +210,34 @@ impl Device {
             // `f` calls that does not bind it itself (cuBLAS, raw calls).
             inner.make_current()?;
             let lane = inner.lane();
+            let stream = lane.stream.cu_stream();
             for producer in &device_waits {
                 // Set before the producer's `enqueued` was fulfilled.
                 let e = producer
                     .get()
                     .expect("a producer's event is recorded before it is ready");
-                lane.stream().wait(e)?;
+                e.wait_on(stream)?;
             }
-            let value = f(lane)?;
-            let recorded = lane.stream().record_event(None)?;
-            let _ = event.set(recorded);
-            inner.enqueue_completion(lane, move || {
+            let mark = lane.kept_mark();
+            let value = f(lane);
+            let kept = lane.take_kept(mark);
+            let value = match value {
+                Ok(value) => value,
+                Err(e) => {
+                    keep_until_complete(&inner, lane, kept);
+                    return Err(e);
+                }
+            };
+            check_not_capturing(stream)?;
+            let recorded = RawEvent::new()?;
+            recorded.record(stream)?;
+            inner.enqueue_completion(lane, &recorded, move || {
+                // What the task kept alive goes first: its work is done.
+                drop(kept);
                 done.fulfill();
                 finished.fulfill();
             })?;
+            let _ = event.set(recorded);
             enqueued.fulfill();
             finish.defuse();
             Ok(value)
@@ -230,22 +251,27 @@ impl Device {
     /// A parallel loop whose iterations enqueue device work: `f(stream, i)`
     /// runs for every `i` in `range`, split lazily over the workers like
     /// [`crate::parallel_for`], each on its worker's stream; iteration `i`'s
-    /// promise in `done` is fulfilled by the stream's callback once the work
-    /// `f` enqueued for it is complete. Returns when every iteration is
+    /// promise in `done` is fulfilled by its completion once the work `f`
+    /// enqueued for it is complete. Returns when every iteration is
     /// *enqueued* (not done): pair it with a `depends_on_each(&done)` loop
     /// to run CPU work behind each iteration, with no barrier.
     ///
-    /// Call it on a worker of the device's runtime (inside
-    /// [`crate::Runtime::run`]), or every iteration uses the first stream.
-    /// The first error is returned once every iteration was tried; a failed
-    /// iteration's promise stays unfulfilled, so a loop waiting on `done`
-    /// waits until it is fulfilled or `done`'s last handle is dropped
-    /// (which cancels the waiters). The same holds for iterations whose
-    /// work was enqueued when the device fails (a sticky error: their
-    /// callbacks never come): the watchdog breaks the promises the device
-    /// owns, but `done` is the caller's, so only dropping it cancels what
-    /// waits on those iterations. A panic in `f` is resumed here. An
-    /// index outside `done`'s range panics before anything runs.
+    /// Call it on a worker of the device's runtime (inside its
+    /// [`crate::Runtime::run`]), or from a thread outside every runtime
+    /// when the device belongs to the global runtime; anywhere else it
+    /// panics, naming the device. A value an iteration hands to
+    /// [`GpuStream::keep_alive`] lives until that iteration's work is
+    /// complete.
+    ///
+    /// No iteration is ever left pending: an iteration whose `f` fails or
+    /// panics, or whose completion cannot be enqueued, has its promise in
+    /// `done` broken ([`LoopPromise::break_iteration`]), and so do the
+    /// iterations whose work was in flight when the device failed (a
+    /// sticky error: the watchdog abandons their completions). What waits
+    /// on a broken iteration is cancelled (a `depends_on_each` loop panics
+    /// naming it). The first error is returned once every iteration was
+    /// tried; a panic in `f` is resumed here. An index outside `done`'s
+    /// range panics before anything runs.
     ///
     /// ```no_run
     /// use selvedge::{parallel_for, scope, LoopPromise};
@@ -282,16 +308,37 @@ impl Device {
             );
         }
         let inner = &self.inner;
+        let own_runtime = match Worker::current() {
+            Some(w) => Arc::ptr_eq(&w.shared, inner.runtime()),
+            None => Arc::ptr_eq(global_runtime().registry(), inner.runtime()),
+        };
+        assert!(
+            own_runtime,
+            "Device::parallel_for called outside the runtime device {} was opened for: call it inside that runtime's Runtime::run",
+            inner.ordinal
+        );
         let first_error = std::sync::Mutex::new(None);
         parallel_for(range).for_each(|i| {
+            // Breaks iteration `i` unless its completion fulfills it: on an
+            // error, a panic in `f`, or a completion the device abandons.
+            let iteration = IterationGuard::new(done, i);
             let enqueue = || -> Result<(), GpuError> {
                 inner.check_failed()?;
                 inner.make_current()?;
                 let lane = inner.lane();
-                f(lane, i)?;
-                let done = done.clone();
-                inner.enqueue_completion(lane, move || {
-                    done.fulfill(i);
+                let stream = lane.stream.cu_stream();
+                let mark = lane.kept_mark();
+                let result = f(lane, i);
+                let kept = lane.take_kept(mark);
+                if let Err(e) = result {
+                    keep_until_complete(inner, lane, kept);
+                    return Err(e);
+                }
+                check_not_capturing(stream)?;
+                lane.iteration_done.record(stream)?;
+                inner.enqueue_completion(lane, &lane.iteration_done, move || {
+                    drop(kept);
+                    iteration.fulfill();
                 })
             };
             if let Err(e) = enqueue() {
@@ -305,5 +352,50 @@ impl Device {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+}
+
+/// Iteration `i` of a device loop's promise: fulfilled by the iteration's
+/// completion, broken if dropped without it.
+struct IterationGuard {
+    done: Option<LoopPromise>,
+    i: usize,
+}
+
+impl IterationGuard {
+    fn new(done: &LoopPromise, i: usize) -> Self {
+        IterationGuard {
+            done: Some(done.clone()),
+            i,
+        }
+    }
+
+    fn fulfill(mut self) {
+        if let Some(done) = self.done.take() {
+            done.fulfill(self.i);
+        }
+    }
+}
+
+impl Drop for IterationGuard {
+    fn drop(&mut self) {
+        if let Some(done) = self.done.take() {
+            done.break_iteration(self.i);
+        }
+    }
+}
+
+/// After a task failed: keeps what it kept alive until the work it did
+/// enqueue is complete (a completion of its own). If that cannot be
+/// enqueued, the context is lost or the stream is capturing, and the values
+/// are dropped now.
+fn keep_until_complete(inner: &Arc<DeviceInner>, lane: &GpuStream, kept: KeptAlive) {
+    if kept.is_empty() {
+        return;
+    }
+    let stream = lane.stream.cu_stream();
+    if check_not_capturing(stream).is_ok() && lane.iteration_done.record(stream).is_ok() {
+        // On `Err` the action, and with it `kept`, is dropped.
+        let _ = inner.enqueue_completion(lane, &lane.iteration_done, move || drop(kept));
     }
 }

@@ -1,0 +1,239 @@
+//! Completions: how the end of a GPU task's device work reaches the
+//! runtime, and what happens when it never will.
+//!
+//! A task's work is followed by an event recorded on its stream. Its lane's
+//! completion stream waits for that event on the device and then calls a
+//! host function whose only job is to fire a pre-allocated signal (see
+//! `core/signal.rs`: no CUDA call, no allocation, no lock in the callback);
+//! a worker picks the signal up and runs the completion's action. The host
+//! function is not launched on the work stream because it blocks the work
+//! enqueued behind it until it has run: the next task on the stream would
+//! wait for a round trip through the driver's callback thread.
+//!
+//! Every completion in flight is registered; a watchdog thread queries the
+//! streams while any is, and when the context is lost (a sticky error) it
+//! abandons them, so that their actions are dropped unrun and the promises
+//! they own break instead of waiting forever.
+
+use super::device::DeviceInner;
+use super::event::RawEvent;
+use super::stream::GpuStream;
+use super::GpuError;
+use crate::core::registry::fire_signal;
+use crate::core::signal::{Action, SignalRef};
+use crate::core::sync::lock;
+use cudarc::driver::{sys, DriverError};
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// How often the watchdog queries the streams while work is in flight.
+const WATCHDOG_PERIOD: Duration = Duration::from_millis(20);
+
+/// The completions whose host function has not run yet.
+#[derive(Default)]
+pub(super) struct InFlight {
+    next_id: u64,
+    signals: HashMap<u64, SignalRef>,
+}
+
+impl InFlight {
+    pub(super) fn is_empty(&self) -> bool {
+        self.signals.is_empty()
+    }
+}
+
+/// `Err(StreamCapturing)` while `stream` is being captured into a graph: a
+/// completion enqueued then would be recorded into the graph (and fire once
+/// per launch of it, or never) instead of running after the work.
+pub(super) fn check_not_capturing(stream: sys::CUstream) -> Result<(), GpuError> {
+    let mut capture = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: the stream is live; `capture` is a valid out-pointer.
+    unsafe { sys::cuStreamIsCapturing(stream, &mut capture) }.result()?;
+    if capture == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
+        Ok(())
+    } else {
+        Err(GpuError::StreamCapturing)
+    }
+}
+
+/// Whether `error` means the context is lost: CUDA's sticky errors, after
+/// which every call in the context fails and no host function runs.
+pub(super) fn is_sticky(error: sys::CUresult) -> bool {
+    use sys::CUresult::*;
+    matches!(
+        error,
+        CUDA_ERROR_ILLEGAL_ADDRESS
+            | CUDA_ERROR_LAUNCH_TIMEOUT
+            | CUDA_ERROR_ASSERT
+            | CUDA_ERROR_HARDWARE_STACK_ERROR
+            | CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | CUDA_ERROR_MISALIGNED_ADDRESS
+            | CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | CUDA_ERROR_INVALID_PC
+            | CUDA_ERROR_LAUNCH_FAILED
+            | CUDA_ERROR_ECC_UNCORRECTABLE
+            | CUDA_ERROR_NVLINK_UNCORRECTABLE
+            | CUDA_ERROR_EXTERNAL_DEVICE
+            | CUDA_ERROR_CONTEXT_IS_DESTROYED
+            | CUDA_ERROR_DEINITIALIZED
+            | CUDA_ERROR_UNKNOWN
+    )
+}
+
+impl DeviceInner {
+    /// Has a worker run `action` once the work before `after`'s most recent
+    /// record (on `lane`'s stream) is complete. On `Err` the action was
+    /// dropped unrun (so what it owns breaks its promises), and it is
+    /// dropped unrun by the watchdog if the device fails first. The caller
+    /// made the context current.
+    pub(super) fn enqueue_completion(
+        self: &Arc<Self>,
+        lane: &GpuStream,
+        after: &RawEvent,
+        action: impl FnOnce() + Send + 'static,
+    ) -> Result<(), GpuError> {
+        let in_flight = Arc::clone(&self.in_flight);
+        let mut registry = lock(&self.in_flight);
+        // Under the lock the watchdog's abandon pass takes after setting
+        // `failed`: either it is seen here, or this completion is registered
+        // before that pass and abandoned by it. Never one left behind.
+        if let Err(e) = self.check_failed() {
+            drop(registry);
+            drop(action);
+            return Err(e);
+        }
+        let id = registry.next_id;
+        registry.next_id += 1;
+        let action: Action = Box::new(move || {
+            // Out of the registry first: the signal is freed after this
+            // returns, and nobody abandoning must find it then.
+            lock(&in_flight).signals.remove(&id);
+            action();
+        });
+        let signal = self.runtime.signal(action);
+        let was_idle = registry.signals.is_empty();
+        // Registered before it can fire, under the lock its action takes.
+        registry.signals.insert(id, signal);
+        let launched = after.wait_on(lane.completions.cu_stream()).and_then(|()| {
+            // SAFETY: the stream is live; `stream_reached` fires the
+            // signal, which stays live until then (only a worker
+            // draining it after it fired frees it).
+            unsafe {
+                sys::cuLaunchHostFunc(
+                    lane.completions.cu_stream(),
+                    Some(stream_reached),
+                    signal.as_ptr(),
+                )
+            }
+            .result()
+        });
+        if let Err(e) = launched {
+            registry.signals.remove(&id);
+            drop(registry);
+            // SAFETY: never handed to CUDA, so it will never fire.
+            drop(unsafe { self.runtime.inbox.discard(signal) });
+            return Err(e.into());
+        }
+        drop(registry);
+        if was_idle {
+            if let Some(t) = self.watchdog.get() {
+                t.unpark();
+            }
+        }
+        Ok(())
+    }
+
+    /// The device failed with `error`: no more work, and every completion
+    /// in flight is abandoned (its promises break, cancelling dependents).
+    pub(super) fn fail(&self, error: DriverError) {
+        let _ = self.failed.set(error);
+        self.abandon_in_flight();
+    }
+
+    /// Abandons every completion whose host function has not run: their
+    /// actions are dropped unrun. Only for host functions that never will
+    /// (the context is lost).
+    pub(super) fn abandon_in_flight(&self) {
+        let actions: Vec<Action> = {
+            let mut registry = lock(&self.in_flight);
+            let signals: Vec<SignalRef> = registry.signals.drain().map(|(_, s)| s).collect();
+            signals
+                .into_iter()
+                // SAFETY: registered, so not yet drained: the draining
+                // worker's action takes the registry lock (held here)
+                // before the signal can be freed.
+                .filter_map(|s| unsafe { self.runtime.inbox.abandon(s) })
+                .collect()
+        };
+        // Dropped outside the lock: breaking promises cancels tasks.
+        drop(actions);
+        self.runtime.sleep.wake_any();
+    }
+
+    /// One watchdog round: a stream (work or completion) that reports a
+    /// sticky error means the context is lost, and its callbacks will never
+    /// come. Other errors are not the device's state: the watch goes on.
+    fn check_streams(&self) {
+        if self.make_current().is_err() {
+            return;
+        }
+        let streams = self
+            .lanes
+            .iter()
+            .flat_map(|lane| [lane.stream.cu_stream(), lane.completions.cu_stream()]);
+        for stream in streams {
+            // A stream being captured into a graph (by a task) must not be
+            // queried: that is an error, and it would end the capture.
+            if check_not_capturing(stream).is_err() {
+                continue;
+            }
+            // SAFETY: the stream is live.
+            let status = unsafe { sys::cuStreamQuery(stream) };
+            if is_sticky(status) {
+                self.fail(DriverError(status));
+                return;
+            }
+        }
+    }
+}
+
+/// The host function enqueued after a GPU task's work: it only fires the
+/// signal (see `core/signal.rs`), which takes one compare-and-swap, a
+/// lock-free push and a wake-up; no CUDA call, no allocation, no lock, no
+/// panic.
+unsafe extern "C" fn stream_reached(user_data: *mut c_void) {
+    // SAFETY: `user_data` is `SignalRef::as_ptr` of the signal
+    // `enqueue_completion` registered for this one call, live until fired.
+    let signal = unsafe { SignalRef::from_ptr(user_data) };
+    // SAFETY: the signal is fired once, here; the device (which holds the
+    // runtime) synchronizes its streams before letting the runtime go, so
+    // the runtime outlives this call.
+    unsafe { fire_signal(signal) }
+}
+
+/// The watchdog thread: while completions are in flight, queries the
+/// streams every `WATCHDOG_PERIOD`; parks while there are none; ends with
+/// the device.
+pub(super) fn watch(device: Weak<DeviceInner>) {
+    loop {
+        let busy = match device.upgrade() {
+            Some(d) if d.failed.get().is_none() => {
+                let busy = !lock(&d.in_flight).is_empty();
+                if busy {
+                    d.check_streams();
+                }
+                busy
+            }
+            _ => return,
+        };
+        if busy {
+            std::thread::park_timeout(WATCHDOG_PERIOD);
+        } else {
+            // Woken when work is enqueued, or when the device is dropped;
+            // the timeout only bounds a missed unpark.
+            std::thread::park_timeout(Duration::from_secs(1));
+        }
+    }
+}

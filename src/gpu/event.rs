@@ -1,0 +1,71 @@
+//! A CUDA event of the crate's own, created, recorded and waited on with
+//! raw driver calls: cudarc's event methods make the context current with
+//! `bind_to_thread`, which first returns (and clears) whatever error any
+//! other thread's drop recorded on the context, so a task could fail with an
+//! error that is not its own, and the error would be lost for its owner.
+
+use cudarc::driver::{sys, DriverError};
+
+/// An event without timing (the cheapest kind). The caller makes the
+/// event's context current before each call.
+pub(super) struct RawEvent(sys::CUevent);
+
+// SAFETY: a CUevent is a driver handle, usable from any thread whose
+// current context is its own; it carries no thread-affine state.
+unsafe impl Send for RawEvent {}
+// SAFETY: as above; the driver synchronizes concurrent calls on one event.
+unsafe impl Sync for RawEvent {}
+
+impl RawEvent {
+    /// A new event in the current context.
+    pub(super) fn new() -> Result<Self, DriverError> {
+        let mut event = std::ptr::null_mut();
+        let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        // SAFETY: `event` is a valid out-pointer; the caller made a context
+        // current.
+        unsafe { sys::cuEventCreate(&mut event, flags) }.result()?;
+        Ok(RawEvent(event))
+    }
+
+    /// Records the event after the work enqueued on `stream` so far.
+    pub(super) fn record(&self, stream: sys::CUstream) -> Result<(), DriverError> {
+        // SAFETY: both handles are live (the caller holds the stream's owner).
+        unsafe { sys::cuEventRecord(self.0, stream) }.result()
+    }
+
+    /// Makes the work enqueued on `stream` from now on wait, on the device,
+    /// for the work before the event's most recent record (the driver takes
+    /// that record at this call, so the event may be recorded again at once).
+    pub(super) fn wait_on(&self, stream: sys::CUstream) -> Result<(), DriverError> {
+        // SAFETY: both handles are live; flags 0 is the default wait.
+        unsafe { sys::cuStreamWaitEvent(stream, self.0, 0) }.result()
+    }
+
+    /// Whether the work before the most recent record is complete, without
+    /// waiting.
+    pub(super) fn is_complete(&self) -> Result<bool, DriverError> {
+        // SAFETY: the event is live.
+        match unsafe { sys::cuEventQuery(self.0) } {
+            sys::CUresult::CUDA_SUCCESS => Ok(true),
+            sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            error => Err(DriverError(error)),
+        }
+    }
+
+    /// Blocks the calling thread until the work before the most recent
+    /// record is complete.
+    pub(super) fn synchronize(&self) -> Result<(), DriverError> {
+        // SAFETY: the event is live.
+        unsafe { sys::cuEventSynchronize(self.0) }.result()
+    }
+}
+
+impl Drop for RawEvent {
+    fn drop(&mut self) {
+        // SAFETY: the event is live and ours. Destroying an event whose
+        // record is still pending is allowed: the driver frees it once the
+        // record completes. A lost context may refuse: then the event leaks
+        // with it, which is all a lost context allows.
+        let _ = unsafe { sys::cuEventDestroy_v2(self.0) };
+    }
+}
