@@ -27,16 +27,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-/// Why no GPU could be used, in a few words, for an error of
-/// `Device::open`.
-// The braces match the variants with or without fields.
-#[allow(clippy::unneeded_struct_pattern)]
-pub fn unavailable_reason(e: &GpuError) -> &'static str {
-    match e {
-        GpuError::NoDriver { .. } => "no CUDA driver",
-        GpuError::NoBlas { .. } => "no cuBLAS",
-        GpuError::NoDevice { .. } => "no CUDA device",
-        _ => "the device could not be opened",
+/// Why no GPU could be used, for an error of `Device::open`: the error's
+/// own text where the machine has no usable GPU (it names the missing
+/// driver, cuBLAS or device, and why), else that the device failed to open.
+pub fn why_no_gpu(e: &GpuError) -> String {
+    if e.is_unavailable() {
+        e.to_string()
+    } else {
+        format!("device 0 could not be opened: {e}")
     }
 }
 
@@ -331,8 +329,6 @@ pub fn direct(
     use rayon::prelude::*;
     let (n, nn) = (d.n, d.n * d.n);
     let whole = &d.whole;
-    // cuBLAS does not bind the context to this (rayon) thread itself.
-    stream.context().bind_to_thread()?;
     let mut c = whole.c.lock().unwrap();
     gemm(blas, shape(n, d.batch), &whole.a, &whole.b, &mut *c)?;
     stream.memcpy_dtoh(&*c, &mut *whole.host.lock().unwrap())?;
