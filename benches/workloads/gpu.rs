@@ -195,9 +195,9 @@ impl Timeline {
         let before_last_enqueue = start.iter().filter(|&&t| t < last_enqueued).count();
         let mut s = format!(
             "timeline of one extra, untimed run ({groups} groups; host clock, from just before the run):\n  \
-             stage 1: the last group's GEMM and copy were enqueued at {:.3} ms, Device::parallel_for returned at {:.3} ms\n  \
-             stage 2: the first group's (group {first}) started at {:.3} ms, when {} of {groups} groups' callbacks had come; \
-             the last group's started at {:.3} ms (by then every callback had come); stage 2 finished at {:.3} ms\n  ",
+             stage 1: every group's GEMM and copy were enqueued by {:.3} ms; Device::parallel_for returned at {:.3} ms\n  \
+             stage 2: the first group to start (group {first}) started at {:.3} ms, when {} of {groups} groups' callbacks had come; \
+             the last started at {:.3} ms (every callback had come by then); stage 2 finished at {:.3} ms\n  ",
             ms(last_enqueued),
             ms(returned),
             ms(start[first]),
@@ -208,7 +208,7 @@ impl Timeline {
         if ahead > 0 {
             s += &format!(
                 "{ahead} of {groups} groups' stage 2 started before every group's callback had come \
-                 ({before_last_enqueue} even before the last group's GPU work was enqueued): \
+                 ({before_last_enqueue} before all of stage 1 was even enqueued): \
                  stage 2 ran behind stage 1 with no barrier"
             );
         } else {
