@@ -35,12 +35,20 @@
 //! version instead (`benches/workloads/gpu.rs`): `Device::parallel_for`
 //! over groups of the batch, each a strided-batched SGEMM on its worker's
 //! stream whose callback fulfills the group's iteration of a
-//! `LoopPromise`, and stage 2 pipelined behind it (`depends_on_each`); the peer is the same GEMMs issued straight to cuBLAS
-//! on one stream. It says which device it ran on, and why not the GPU.
+//! `LoopPromise`, and stage 2 pipelined behind it (`depends_on_each`); the
+//! peer is the same GEMMs issued straight to cuBLAS on one stream. It says
+//! which device it ran on, and why not the GPU. After the timed runs, one
+//! more untimed run of selvedge's version records when each group's stage
+//! 2 started and finished (host clock) and prints how far stage 2 ran
+//! behind stage 1.
 //!
 //! ```text
 //! cargo run --release --features cuda --example batched_gemm -- --batch 256 --size 256
 //! ```
+//!
+//! With `SELVEDGE_REQUIRE_GPU=1`, a run that cannot use a GPU (no driver,
+//! no cuBLAS, no device, or built without the `cuda` feature) fails with
+//! exit status 1 and says why, instead of falling back to the CPU.
 
 #[path = "../benches/workloads/gemm.rs"]
 mod gemm;
@@ -110,6 +118,12 @@ fn parse_args() -> Args {
     args
 }
 
+/// Whether `SELVEDGE_REQUIRE_GPU=1` asks that a run without a GPU fail (as
+/// in `tests/gpu.rs`).
+fn gpu_required() -> bool {
+    std::env::var_os("SELVEDGE_REQUIRE_GPU").is_some_and(|v| v == "1")
+}
+
 /// Times each of `runs` `samples` times, after one warm-up each, taking
 /// turns (one sample of each per round) so that a slow phase of a shared
 /// machine hits all of them alike; returns each one's median in seconds.
@@ -177,10 +191,25 @@ fn main() {
             }
             return;
         }
-        Err(e) => println!("device: CPU (no GPU: {e})"),
+        Err(e) => {
+            let why = gpu_workload::why_no_gpu(&e);
+            if gpu_required() {
+                eprintln!("batched_gemm: SELVEDGE_REQUIRE_GPU is set, but no GPU was used: {why}");
+                std::process::exit(1);
+            }
+            println!("device: CPU (no GPU: {why})");
+        }
     }
     #[cfg(not(feature = "cuda"))]
-    println!("device: CPU (built without the `cuda` feature)");
+    {
+        if gpu_required() {
+            eprintln!(
+                "batched_gemm: SELVEDGE_REQUIRE_GPU is set, but no GPU was used: built without the `cuda` feature"
+            );
+            std::process::exit(1);
+        }
+        println!("device: CPU (built without the `cuda` feature)");
+    }
 
     let mut out = input.output();
     runtime.run(|| gemm::selvedge(&input, &mut out, args.block));
@@ -264,7 +293,7 @@ fn on_gpu(
     let stream = dev.context().new_stream()?;
     let blas = CudaBlas::new(stream.clone())?;
     let (mut ours, mut theirs) = (input.output(), input.output());
-    runtime.run(|| gpu_workload::selvedge(dev, &batch, &mut ours))?;
+    runtime.run(|| gpu_workload::selvedge(dev, &batch, &mut ours, None))?;
     check_with("selvedge on the GPU", expected, &ours, 1e-3);
     pool.install(|| gpu_workload::direct(&batch, &stream, &blas, &mut theirs))?;
     check_with("cuBLAS on one stream", expected, &theirs, 1e-3);
@@ -273,7 +302,8 @@ fn on_gpu(
         args.samples,
         [
             &mut || {
-                if let Err(e) = runtime.run(|| gpu_workload::selvedge(dev, &batch, &mut ours)) {
+                if let Err(e) = runtime.run(|| gpu_workload::selvedge(dev, &batch, &mut ours, None))
+                {
                     *failure.borrow_mut() = Some(e);
                 }
             },
@@ -305,6 +335,19 @@ fn on_gpu(
         );
     }
     println!("selvedge / direct cuBLAS time: {:.3}", mine / peer);
+    // One more run, untimed, that records when each group's stages ran.
+    let timeline = gpu_workload::Timeline::new(batch.groups.len());
+    runtime.run(|| gpu_workload::selvedge(dev, &batch, &mut ours, Some(&timeline)))?;
+    check_with(
+        "selvedge on the GPU (the timeline's run)",
+        expected,
+        &ours,
+        1e-3,
+    );
+    match timeline.summary() {
+        Some(summary) => println!("{summary}"),
+        None => println!("timeline: not every group was recorded"),
+    }
     Ok(())
 }
 
