@@ -323,9 +323,14 @@ if [ "$want_tests" -eq 1 ]; then
     lim=$(limit "$test_limit")
     start=$(now_ms)
     # Each binary is a process of its own: gpu_fault's deliberate device
-    # error ruins its process's CUDA context and nothing else.
+    # error ruins its process's CUDA context and nothing else. With a GPU
+    # the tests run in parallel, as `cargo test` runs them, their output
+    # captured: the harness prints each failing test's output at the end,
+    # whole. Without one they run in turn, uncaptured, so that each says
+    # in order that it skipped.
+    if [ "$gpu" -eq 1 ]; then harness=(); else harness=(--test-threads=1 --nocapture); fi
     # shellcheck disable=SC2086 # GPU_BUNDLE_TEST_ARGS is a list of words
-    run_logged "$out/test-$name.log" "$lim" "./$bin" --nocapture ${GPU_BUNDLE_TEST_ARGS:-}
+    run_logged "$out/test-$name.log" "$lim" "./$bin" "${harness[@]}" ${GPU_BUNDLE_TEST_ARGS:-}
     rc=$?
     t=$(secs_since "$start")
     counts=$(grep -E '^test result:' "$out/test-$name.log" | tail -n 1 | sed -E 's/^test result: [A-Za-z]+\. //; s/; finished.*//; s/; 0 (ignored|measured|filtered out)//g')
