@@ -43,6 +43,7 @@
 set -uo pipefail
 
 bundle=$(cd "$(dirname "$0")" && pwd)
+self="$bundle/$(basename "$0")"
 cd "$bundle" || exit 1
 export RUST_BACKTRACE=1
 threads="${GPU_BUNDLE_THREADS:-16}"
@@ -66,7 +67,7 @@ for arg in "$@"; do
     gpu) want_tests=1 want_sanitizer=1 want_demo=1 want_bench=1 ;;
     all) want_tests=1 want_sanitizer=1 want_demo=1 want_bench=1 want_scaling=1 ;;
     -h | --help)
-      sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+      sed -n '2,/^set -uo/p' "$self" | sed '$d; s/^# \{0,1\}//'
       exit 0
       ;;
     *)
