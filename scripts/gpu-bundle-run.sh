@@ -361,7 +361,13 @@ if [ "$want_sanitizer" -eq 1 ]; then
     lim=$(limit "$step_limit")
     start=$(now_ms)
     # Not gpu_fault: its deliberate fault is what memcheck reports.
-    run_logged "$out/sanitizer.log" "$lim" "$sanitizer" --tool memcheck \
+    # Stream-ordered races (a buffer freed on one stream while another
+    # still reads it) where this compute-sanitizer can track them.
+    races=()
+    if "$sanitizer" --help 2>/dev/null | grep -q -- '--track-stream-ordered-races'; then
+      races=(--track-stream-ordered-races all)
+    fi
+    run_logged "$out/sanitizer.log" "$lim" "$sanitizer" --tool memcheck "${races[@]}" \
       --error-exitcode 86 --print-limit 100 ./tests/gpu --test-threads=1
     rc=$?
     t=$(secs_since "$start")

@@ -179,7 +179,25 @@ impl Fakes {
     /// set to `cublas`, or unset), checks that it exited successfully after
     /// printing its result, and returns the result's kind and text.
     fn open(&self, case: &str, cublas: Option<&Path>) -> (String, String) {
+        self.open_with(case, cublas, &[])
+    }
+
+    /// [`Fakes::open`] with more environment variables for the child (the
+    /// Python installations' variables are removed unless given here).
+    fn open_with(
+        &self,
+        case: &str,
+        cublas: Option<&Path>,
+        env: &[(&str, &Path)],
+    ) -> (String, String) {
         let mut command = Command::new(std::env::current_exe().unwrap());
+        for var in ["VIRTUAL_ENV", "CONDA_PREFIX", "PYTHONPATH"] {
+            command.env_remove(var);
+        }
+        command.env("HOME", &self.dir);
+        for (var, value) in env {
+            command.env(var, value);
+        }
         command
             .args([
                 "fake_library_child",
@@ -428,4 +446,77 @@ fn a_driver_failing_after_the_checks_is_a_driver_error_not_a_panic() {
     let (kind, text) = fakes.open("failing-driver", Some(&path));
     assert_eq!(kind, "Driver", "failing-driver: {text}");
     assert_mentions("failing-driver", &text, &["CUDA_ERROR_NOT_SUPPORTED"]);
+}
+
+/// Whether the machine's loader finds a real cuBLAS by itself (in its
+/// cache): then cudarc takes that one before any searched for, and the
+/// wheel cases below cannot show the search. Says so when it does.
+fn loader_has_cublas(test: &str) -> bool {
+    let listed = Command::new("ldconfig")
+        .arg("-p")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).contains("libcublas.so"))
+        .unwrap_or(false);
+    if listed {
+        eprintln!("{test}: skipped: the loader's cache lists a cuBLAS, which is found first");
+    }
+    listed
+}
+
+impl Fakes {
+    /// A fake cuBLAS exporting `exports` where a CUDA 13 Python wheel puts
+    /// it (`<venv>/lib/python3.12/site-packages/nvidia/cu13/lib`), off the
+    /// loader's path; returns the virtual environment's root.
+    fn wheel_blas(&self, exports: &[&str]) -> PathBuf {
+        let venv = self.dir.join("venv");
+        let lib = venv.join("lib/python3.12/site-packages/nvidia/cu13/lib");
+        std::fs::create_dir_all(&lib).unwrap();
+        let c = self.dir.join("wheel-cublas.c");
+        std::fs::write(&c, blas_source(exports)).unwrap();
+        let out = Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(lib.join("libcublas.so.13"))
+            .arg("-Wl,-soname,libcublas.so.13")
+            .arg(&c)
+            .output()
+            .expect("running cc");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        venv
+    }
+}
+
+/// No cuBLAS on the loader's path and none named, but one in the active
+/// virtual environment's CUDA 13 wheel: it is found there and checked (its
+/// missing symbol named), which also shows that cudarc's loader is handed
+/// the library loaded from that path (it asks by SONAME only).
+#[test]
+fn a_cublas_in_a_python_wheel_is_found_and_checked() {
+    if !have_cc("cuBLAS in a wheel") || loader_has_cublas("cuBLAS in a wheel") {
+        return;
+    }
+    let fakes = Fakes::new("wheel-incomplete");
+    fakes.driver(&symbols("DRIVER_SYMBOLS"), &WORKING);
+    let exports: Vec<&str> = symbols("BLAS_SYMBOLS")
+        .into_iter()
+        .filter(|&s| s != "cublasSgemmStridedBatched")
+        .collect();
+    let venv = fakes.wheel_blas(&exports);
+    let (kind, text) = fakes.open_with("wheel-incomplete", None, &[("VIRTUAL_ENV", &venv)]);
+    assert_eq!(kind, "NoBlas", "wheel-incomplete: {text}");
+    assert_mentions("wheel-incomplete", &text, &["cublasSgemmStridedBatched"]);
+
+    // A complete one passes the checks (the fake driver then fails its
+    // first real call), and without the wheel nothing is found.
+    let fakes = Fakes::new("wheel-complete");
+    fakes.driver(&symbols("DRIVER_SYMBOLS"), &WORKING);
+    let venv = fakes.wheel_blas(&symbols("BLAS_SYMBOLS"));
+    let (kind, text) = fakes.open_with("wheel-complete", None, &[("VIRTUAL_ENV", &venv)]);
+    assert_eq!(kind, "Driver", "wheel-complete: {text}");
+    let (kind, text) = fakes.open("wheel-absent", None);
+    assert_eq!(kind, "NoBlas", "wheel-absent: {text}");
+    assert_mentions("wheel-absent", &text, &["SELVEDGE_CUBLAS"]);
 }

@@ -216,6 +216,11 @@ pub fn global_runtime() -> &'static Runtime {
     })
 }
 
+/// The global runtime's registry if it was started (never starts it).
+pub(crate) fn started_global_registry() -> Option<&'static Arc<Registry>> {
+    GLOBAL.get().map(Runtime::registry)
+}
+
 /// The registry new work goes to from the calling thread: its worker's
 /// runtime's on a worker, else the global runtime's. The one "current or
 /// global" accessor (rayon's `Registry::current`).

@@ -6,7 +6,8 @@
 //! `libcuda.so.1`, `libcublas.so`, `libcublas.so.13`, `libcublas.so.12`, ...)
 //! through the dynamic loader, and panics if none loads or a symbol is
 //! missing. cuBLAS often lives outside the loader's path: in a Python
-//! wheel (`site-packages/nvidia/cublas/lib/libcublas.so.13`) or a toolkit
+//! wheel (`site-packages/nvidia/cu13/lib/libcublas.so.13`, or
+//! `nvidia/cublas/lib` for CUDA 12) or a toolkit
 //! directory. Such a library, or the one `SELVEDGE_CUBLAS` names, is loaded
 //! here by its full path first; the loader then hands cudarc that same
 //! library when it asks for it by its SONAME (a library already loaded
@@ -265,7 +266,14 @@ fn search_dirs() -> Vec<PathBuf> {
             packages.push(python.join("dist-packages"));
         }
     }
-    dirs.extend(packages.iter().map(|p| p.join("nvidia/cublas/lib")));
+    // `nvidia/cublas/lib` (the CUDA 12 wheels), `nvidia/cu13/lib` (the
+    // CUDA 13 ones), and whatever other `nvidia/cu*` wheel holds it.
+    dirs.extend(
+        packages
+            .iter()
+            .flat_map(|p| children(p.join("nvidia"), "cu"))
+            .map(|d| d.join("lib")),
+    );
     dirs.retain(|d| d.is_dir());
     dirs.dedup();
     dirs

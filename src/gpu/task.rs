@@ -8,7 +8,8 @@ use super::stream::KeptAlive;
 use super::{Device, GpuError, GpuStream};
 use crate::core::error::JoinError;
 use crate::core::handle::JoinHandle;
-use crate::core::pool::global_runtime;
+use crate::core::pool::started_global_registry;
+use crate::core::sync::{lock, Mutex};
 use crate::core::worker::Worker;
 use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
@@ -228,12 +229,14 @@ impl Device {
                     return Err(e);
                 }
             };
-            check_not_capturing(stream)?;
-            let recorded = RawEvent::new()?;
-            recorded.record(stream)?;
-            inner.enqueue_completion(lane, &recorded, move || {
-                // What the task kept alive goes first: its work is done.
-                drop(kept);
+            let recorded = match record_after_work(lane) {
+                Ok(recorded) => recorded,
+                Err(e) => {
+                    wait_then_drop(lane, kept);
+                    return Err(e);
+                }
+            };
+            complete_after(&inner, lane, &recorded, kept, move || {
                 done.fulfill();
                 finished.fulfill();
             })?;
@@ -310,7 +313,8 @@ impl Device {
         let inner = &self.inner;
         let own_runtime = match Worker::current() {
             Some(w) => Arc::ptr_eq(&w.shared, inner.runtime()),
-            None => Arc::ptr_eq(global_runtime().registry(), inner.runtime()),
+            // Not started, the global runtime cannot be the device's.
+            None => started_global_registry().is_some_and(|g| Arc::ptr_eq(g, inner.runtime())),
         };
         assert!(
             own_runtime,
@@ -334,10 +338,13 @@ impl Device {
                     keep_until_complete(inner, lane, kept);
                     return Err(e);
                 }
-                check_not_capturing(stream)?;
-                lane.iteration_done.record(stream)?;
-                inner.enqueue_completion(lane, &lane.iteration_done, move || {
-                    drop(kept);
+                let recorded = check_not_capturing(stream)
+                    .and_then(|()| Ok(lane.iteration_done.record(stream)?));
+                if let Err(e) = recorded {
+                    wait_then_drop(lane, kept);
+                    return Err(e);
+                }
+                complete_after(inner, lane, &lane.iteration_done, kept, move || {
                     iteration.fulfill();
                 })
             };
@@ -420,17 +427,72 @@ impl Drop for KeptSince<'_> {
     }
 }
 
+/// An event recorded after the work enqueued on `lane`'s stream so far,
+/// unless the stream is being captured.
+fn record_after_work(lane: &GpuStream) -> Result<RawEvent, GpuError> {
+    let stream = lane.stream.cu_stream();
+    check_not_capturing(stream)?;
+    let recorded = RawEvent::new()?;
+    recorded.record(stream)?;
+    Ok(recorded)
+}
+
+/// Has a worker drop `kept` and then run `then` once the work before
+/// `after`'s record is complete. If that cannot be enqueued, `kept` still
+/// outlives the work: the stream is waited for first.
+fn complete_after(
+    inner: &Arc<DeviceInner>,
+    lane: &GpuStream,
+    after: &RawEvent,
+    kept: KeptAlive,
+    then: impl FnOnce() + Send + 'static,
+) -> Result<(), GpuError> {
+    if kept.is_empty() {
+        return inner.enqueue_completion(lane, after, then);
+    }
+    // Shared with the action, so that an action dropped unrun (the enqueue
+    // failed) does not take the values with it.
+    let slot = Arc::new(Mutex::new(Some(kept)));
+    let in_action = Arc::clone(&slot);
+    let enqueued = inner.enqueue_completion(lane, after, move || {
+        // What the task kept alive goes first: its work is complete.
+        drop(lock(&in_action).take());
+        then();
+    });
+    if enqueued.is_err() {
+        if let Some(kept) = lock(&slot).take() {
+            wait_then_drop(lane, kept);
+        }
+    }
+    enqueued
+}
+
+/// Drops `kept` once the work enqueued on `lane`'s stream so far is
+/// complete, waiting for it on this thread: only where no completion could
+/// be enqueued (an error path). If the stream cannot be waited for (the
+/// context is lost, or it is capturing), there is nothing left to wait for
+/// and the values are dropped now.
+fn wait_then_drop(lane: &GpuStream, kept: KeptAlive) {
+    if !kept.is_empty() {
+        // SAFETY: the stream is live (the lane holds it).
+        let _ = unsafe { cudarc::driver::sys::cuStreamSynchronize(lane.stream.cu_stream()) };
+    }
+    drop(kept);
+}
+
 /// After a task failed: keeps what it kept alive until the work it did
-/// enqueue is complete (a completion of its own). If that cannot be
-/// enqueued, the context is lost or the stream is capturing, and the values
-/// are dropped now.
+/// enqueue is complete (a completion of its own, or a wait).
 fn keep_until_complete(inner: &Arc<DeviceInner>, lane: &GpuStream, kept: KeptAlive) {
     if kept.is_empty() {
         return;
     }
     let stream = lane.stream.cu_stream();
-    if check_not_capturing(stream).is_ok() && lane.iteration_done.record(stream).is_ok() {
-        // On `Err` the action, and with it `kept`, is dropped.
-        let _ = inner.enqueue_completion(lane, &lane.iteration_done, move || drop(kept));
+    let recorded =
+        check_not_capturing(stream).and_then(|()| Ok(lane.iteration_done.record(stream)?));
+    match recorded {
+        Ok(()) => {
+            let _ = complete_after(inner, lane, &lane.iteration_done, kept, || ());
+        }
+        Err(_) => wait_then_drop(lane, kept),
     }
 }
