@@ -216,7 +216,9 @@ pub fn global_runtime() -> &'static Runtime {
     })
 }
 
-/// The global runtime's registry if it was started (never starts it).
+/// The global runtime's registry if it was started (never starts it): for
+/// GPU devices, which must not start a runtime just to compare with it.
+#[cfg(feature = "cuda")]
 pub(crate) fn started_global_registry() -> Option<&'static Arc<Registry>> {
     GLOBAL.get().map(Runtime::registry)
 }

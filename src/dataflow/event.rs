@@ -113,11 +113,23 @@ impl PromiseCell {
     /// Closes the event as fulfilled. Returns the parked stack (newest
     /// first), or `None` when it was already closed.
     fn close_fulfilled(&self) -> Option<*mut Waiter> {
+        self.close(FULFILLED)
+    }
+
+    /// Closes the event as broken unless it was fulfilled. Returns the
+    /// parked stack, or `None` when it was already closed.
+    fn close_broken(&self) -> Option<*mut Waiter> {
+        self.close(BROKEN)
+    }
+
+    /// Closes the event in state `closed` (`FULFILLED` or `BROKEN`) unless
+    /// it is closed already: whichever closes it first decides, and a
+    /// closed event never changes (a loop promise's iteration can be broken
+    /// while another handle may still fulfill it). Repeated closes cost a
+    /// load, not a write to a shared line.
+    fn close(&self, closed: usize) -> Option<*mut Waiter> {
         let mut head = self.head.load(Ordering::Acquire);
         loop {
-            // Repeated fulfills cost a load, not a write to a shared line;
-            // a broken event stays broken (a loop promise's iteration can be
-            // broken while other handles may still fulfill it).
             if head == marker(FULFILLED) || head == marker(BROKEN) {
                 return None;
             }
@@ -126,27 +138,7 @@ impl PromiseCell {
             // contents.
             match self.head.compare_exchange(
                 head,
-                marker(FULFILLED),
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            ) {
-                Ok(old) => return Some(old),
-                Err(current) => head = current,
-            }
-        }
-    }
-
-    /// Closes the event as broken unless it was fulfilled. Returns the
-    /// parked stack, or `None` when it was already closed.
-    fn close_broken(&self) -> Option<*mut Waiter> {
-        let mut head = self.head.load(Ordering::Acquire);
-        loop {
-            if head == marker(FULFILLED) || head == marker(BROKEN) {
-                return None;
-            }
-            match self.head.compare_exchange(
-                head,
-                marker(BROKEN),
+                marker(closed),
                 Ordering::AcqRel,
                 Ordering::Acquire,
             ) {
