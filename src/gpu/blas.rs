@@ -42,18 +42,36 @@ pub struct BatchedGemm {
 
 impl BatchedGemm {
     /// Elements of all the `A`s.
+    ///
+    /// # Panics
+    /// When the count overflows `usize`, naming the shape.
     pub fn a_len(&self) -> usize {
-        self.batch * self.m * self.k
+        self.elements("a", self.m, self.k)
     }
 
     /// Elements of all the `B`s.
+    ///
+    /// # Panics
+    /// When the count overflows `usize`, naming the shape.
     pub fn b_len(&self) -> usize {
-        self.batch * self.k * self.n
+        self.elements("b", self.k, self.n)
     }
 
     /// Elements of all the `C`s.
+    ///
+    /// # Panics
+    /// When the count overflows `usize`, naming the shape.
     pub fn c_len(&self) -> usize {
-        self.batch * self.m * self.n
+        self.elements("c", self.m, self.n)
+    }
+
+    /// `batch · rows · cols`, checked: a length that wrapped would let a
+    /// short buffer pass the length checks.
+    fn elements(&self, name: &str, rows: usize, cols: usize) -> usize {
+        self.batch
+            .checked_mul(rows)
+            .and_then(|n| n.checked_mul(cols))
+            .unwrap_or_else(|| panic!("gemm: the length of {name} for {self:?} overflows usize"))
     }
 
     /// Floating-point operations of the whole batch (a multiply and an add
@@ -182,9 +200,11 @@ where
             ldc: n,
         },
         batch_size: dim("batch", g.batch),
-        stride_a: (g.k * g.n) as i64,
-        stride_b: (g.m * g.k) as i64,
-        stride_c: (g.m * g.n) as i64,
+        // Each dimension fits an i32 (checked above), so each product fits
+        // an i64.
+        stride_a: i64::from(k) * i64::from(n),
+        stride_b: i64::from(m) * i64::from(k),
+        stride_c: i64::from(m) * i64::from(n),
     };
     // SAFETY: the lengths were checked against the shape above, and every
     // pointer is used on `blas`'s stream (cudarc orders it after earlier

@@ -44,18 +44,37 @@ impl InFlight {
     }
 }
 
-/// `Err(StreamCapturing)` while `stream` is being captured into a graph: a
-/// completion enqueued then would be recorded into the graph (and fire once
-/// per launch of it, or never) instead of running after the work.
-pub(super) fn check_not_capturing(stream: sys::CUstream) -> Result<(), GpuError> {
+/// `Err(StreamCapturing)` if `stream` was left being captured into a graph
+/// (a completion enqueued then would be recorded into the graph, and fire
+/// once per launch of it, or never, instead of running after the work).
+/// The capture is ended and its graph destroyed first, so that the stream
+/// (the worker's lane) takes work again and can be waited for.
+pub(super) fn end_left_capture(stream: sys::CUstream) -> Result<(), GpuError> {
     let mut capture = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
     // SAFETY: the stream is live; `capture` is a valid out-pointer.
     unsafe { sys::cuStreamIsCapturing(stream, &mut capture) }.result()?;
     if capture == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
-        Ok(())
-    } else {
-        Err(GpuError::StreamCapturing)
+        return Ok(());
     }
+    let mut graph = std::ptr::null_mut();
+    // SAFETY: the stream is live and capturing (or its capture was
+    // invalidated, which this ends too); `graph` is a valid out-pointer.
+    let _ = unsafe { sys::cuStreamEndCapture(stream, &mut graph) };
+    if !graph.is_null() {
+        // SAFETY: the graph was just made by the capture and is ours.
+        let _ = unsafe { sys::cuGraphDestroy(graph) };
+    }
+    Err(GpuError::StreamCapturing)
+}
+
+/// Lets the calling thread make calls CUDA deems unsafe while another
+/// thread captures a stream in the global mode (the watchdog's queries):
+/// they are not prohibited then, and do not invalidate that capture.
+pub(super) fn relax_capture_mode() {
+    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    // SAFETY: `mode` is a valid in/out pointer; this sets only the calling
+    // thread's mode.
+    let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
 }
 
 /// Whether `error` means the context is lost: CUDA's sticky errors, after
@@ -75,6 +94,8 @@ pub(super) fn is_sticky(error: sys::CUresult) -> bool {
             | CUDA_ERROR_LAUNCH_FAILED
             | CUDA_ERROR_ECC_UNCORRECTABLE
             | CUDA_ERROR_NVLINK_UNCORRECTABLE
+            | CUDA_ERROR_CONTAINED
+            | CUDA_ERROR_TENSOR_MEMORY_LEAK
             | CUDA_ERROR_EXTERNAL_DEVICE
             | CUDA_ERROR_CONTEXT_IS_DESTROYED
             | CUDA_ERROR_DEINITIALIZED
@@ -134,7 +155,9 @@ impl DeviceInner {
             drop(registry);
             // SAFETY: never handed to CUDA, so it will never fire.
             drop(unsafe { self.runtime.inbox.discard(signal) });
-            return Err(e.into());
+            let e = GpuError::from(e);
+            self.fail_if_sticky(&e);
+            return Err(e);
         }
         drop(registry);
         if was_idle {
@@ -172,39 +195,31 @@ impl DeviceInner {
         self.runtime.sleep.wake_any();
     }
 
-    /// One watchdog round: a stream (work or completion) that reports a
-    /// sticky error means the context is lost, and its callbacks will never
-    /// come. Other errors are not the device's state: the watch goes on.
-    fn check_streams(&self) {
-        // Any driver call may return a sticky error: the context is lost
-        // whichever call says so first.
-        if let Err(DriverError(e)) = self.make_current() {
-            if is_sticky(e) {
-                self.fail(DriverError(e));
+    /// The device failed if `error` is a sticky one (whoever's call saw it
+    /// first): completions in flight are abandoned at once, not at the
+    /// watchdog's next round, and later spawns say `DeviceFailed`.
+    pub(super) fn fail_if_sticky(&self, error: &GpuError) {
+        if let GpuError::Driver(e) = error {
+            if is_sticky(e.0) {
+                self.fail(*e);
             }
+        }
+    }
+
+    /// One watchdog round: a completion stream that reports a sticky error
+    /// means the context is lost, and its callbacks will never come. Only
+    /// completion streams are queried: sticky errors are the context's, so
+    /// any of its streams reports them, and these are never captured (a
+    /// query of a stream a task is capturing would end its capture). Other
+    /// errors are not the device's state: the watch goes on.
+    fn check_streams(&self) {
+        if let Err(e) = self.make_current() {
+            self.fail_if_sticky(&e.into());
             return;
         }
-        let streams = self
-            .lanes
-            .iter()
-            .flat_map(|lane| [lane.stream.cu_stream(), lane.completions.cu_stream()]);
-        for stream in streams {
-            let mut capture = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-            // SAFETY: the stream is live; `capture` is a valid out-pointer.
-            let asked = unsafe { sys::cuStreamIsCapturing(stream, &mut capture) };
-            if is_sticky(asked) {
-                self.fail(DriverError(asked));
-                return;
-            }
-            // A stream being captured into a graph (by a task) must not be
-            // queried: that is an error, and it would end the capture.
-            if asked != sys::CUresult::CUDA_SUCCESS
-                || capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
-            {
-                continue;
-            }
+        for lane in self.lanes.iter() {
             // SAFETY: the stream is live.
-            let status = unsafe { sys::cuStreamQuery(stream) };
+            let status = unsafe { sys::cuStreamQuery(lane.completions.cu_stream()) };
             if is_sticky(status) {
                 self.fail(DriverError(status));
                 return;
@@ -231,6 +246,7 @@ unsafe extern "C" fn stream_reached(user_data: *mut c_void) {
 /// streams every `WATCHDOG_PERIOD`; parks while there are none; ends with
 /// the device.
 pub(super) fn watch(device: Weak<DeviceInner>) {
+    relax_capture_mode();
     loop {
         let busy = match device.upgrade() {
             Some(d) if d.failed.get().is_none() => {

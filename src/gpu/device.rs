@@ -2,7 +2,7 @@
 //! handle, completion stream) per worker, and closing it, also after the
 //! context was lost.
 
-use super::completion::{watch, InFlight};
+use super::completion::{end_left_capture, watch, InFlight};
 use super::libraries;
 use super::pinned::PinnedPool;
 use super::stream::GpuStream;
@@ -202,7 +202,13 @@ impl Drop for DeviceInner {
     /// leaked (destroying one in a lost context fails, and cudarc panics).
     fn drop(&mut self) {
         let mut all_done = self.make_current().is_ok();
-        // The work streams first: their completions wait on them.
+        // A capture a task left open would make its stream refuse the wait.
+        for lane in self.lanes.iter() {
+            let _ = end_left_capture(lane.stream.cu_stream());
+        }
+        // The work streams first: their completions wait on them. Every
+        // stream is waited for, even after one failed: a healthy one's host
+        // functions must have run before anything below lets go.
         let streams: Vec<sys::CUstream> = self
             .lanes
             .iter()
@@ -213,10 +219,18 @@ impl Drop for DeviceInner {
             // SAFETY: the stream is live. (cudarc's `synchronize` would bind
             // with `bind_to_thread` and could return an unrelated recorded
             // error without waiting.)
-            all_done = all_done && unsafe { sys::cuStreamSynchronize(stream) }.result().is_ok();
+            let waited = unsafe { sys::cuStreamSynchronize(stream) }.result().is_ok();
+            all_done &= waited;
         }
         if !all_done {
             self.abandon_in_flight();
+        }
+        if !all_done || self.failed.get().is_some() {
+            // A host function abandoned above (or one already running when
+            // the context was lost) may still fire its signal into the
+            // runtime's inbox: the runtime's registry must outlive it, so
+            // this device's hold on it is leaked, not released.
+            std::mem::forget(Arc::clone(&self.runtime));
         }
         let healthy = all_done && self.failed.get().is_none();
         for lane in self.lanes.iter_mut() {

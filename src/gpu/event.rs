@@ -4,11 +4,17 @@
 //! other thread's drop recorded on the context, so a task could fail with an
 //! error that is not its own, and the error would be lost for its owner.
 
-use cudarc::driver::{sys, DriverError};
+use cudarc::driver::{sys, CudaContext, DriverError};
+use std::sync::Arc;
 
 /// An event without timing (the cheapest kind). The caller makes the
-/// event's context current before each call.
-pub(super) struct RawEvent(sys::CUevent);
+/// event's context current before each call. The event holds its context,
+/// so that it is destroyed before the context is released, wherever its
+/// last holder (a GPU task's handle) goes.
+pub(super) struct RawEvent {
+    event: sys::CUevent,
+    _context: Arc<CudaContext>,
+}
 
 // SAFETY: a CUevent is a driver handle, usable from any thread whose
 // current context is its own; it carries no thread-affine state.
@@ -17,20 +23,23 @@ unsafe impl Send for RawEvent {}
 unsafe impl Sync for RawEvent {}
 
 impl RawEvent {
-    /// A new event in the current context.
-    pub(super) fn new() -> Result<Self, DriverError> {
+    /// A new event in `context`, which the caller made current.
+    pub(super) fn new(context: &Arc<CudaContext>) -> Result<Self, DriverError> {
         let mut event = std::ptr::null_mut();
         let flags = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
         // SAFETY: `event` is a valid out-pointer; the caller made a context
         // current.
         unsafe { sys::cuEventCreate(&mut event, flags) }.result()?;
-        Ok(RawEvent(event))
+        Ok(RawEvent {
+            event,
+            _context: Arc::clone(context),
+        })
     }
 
     /// Records the event after the work enqueued on `stream` so far.
     pub(super) fn record(&self, stream: sys::CUstream) -> Result<(), DriverError> {
         // SAFETY: both handles are live (the caller holds the stream's owner).
-        unsafe { sys::cuEventRecord(self.0, stream) }.result()
+        unsafe { sys::cuEventRecord(self.event, stream) }.result()
     }
 
     /// Makes the work enqueued on `stream` from now on wait, on the device,
@@ -38,14 +47,14 @@ impl RawEvent {
     /// that record at this call, so the event may be recorded again at once).
     pub(super) fn wait_on(&self, stream: sys::CUstream) -> Result<(), DriverError> {
         // SAFETY: both handles are live; flags 0 is the default wait.
-        unsafe { sys::cuStreamWaitEvent(stream, self.0, 0) }.result()
+        unsafe { sys::cuStreamWaitEvent(stream, self.event, 0) }.result()
     }
 
     /// Whether the work before the most recent record is complete, without
     /// waiting.
     pub(super) fn is_complete(&self) -> Result<bool, DriverError> {
         // SAFETY: the event is live.
-        match unsafe { sys::cuEventQuery(self.0) } {
+        match unsafe { sys::cuEventQuery(self.event) } {
             sys::CUresult::CUDA_SUCCESS => Ok(true),
             sys::CUresult::CUDA_ERROR_NOT_READY => Ok(false),
             error => Err(DriverError(error)),
@@ -56,7 +65,7 @@ impl RawEvent {
     /// record is complete.
     pub(super) fn synchronize(&self) -> Result<(), DriverError> {
         // SAFETY: the event is live.
-        unsafe { sys::cuEventSynchronize(self.0) }.result()
+        unsafe { sys::cuEventSynchronize(self.event) }.result()
     }
 }
 
@@ -66,6 +75,6 @@ impl Drop for RawEvent {
         // record is still pending is allowed: the driver frees it once the
         // record completes. A lost context may refuse: then the event leaks
         // with it, which is all a lost context allows.
-        let _ = unsafe { sys::cuEventDestroy_v2(self.0) };
+        let _ = unsafe { sys::cuEventDestroy_v2(self.event) };
     }
 }

@@ -8,8 +8,9 @@
 //! waits for the event on the device and then calls a host function whose
 //! only job is to fire a pre-allocated signal (no CUDA call, no allocation,
 //! no lock in the callback); a worker picks the signal up and fulfills the
-//! task's promise. No thread blocks on a stream meanwhile, and the next
-//! task's work on the stream does not wait for the callback.
+//! task's promise. No thread blocks on a stream meanwhile (except where
+//! cudarc stages an upload from pageable host memory), and the next task's
+//! work on the stream does not wait for the callback.
 //!
 //! A GPU task that depends on other GPU tasks of the same device
 //! ([`GpuHandle::gpu_dep`]) does not wait for their callbacks: it is
@@ -43,10 +44,19 @@
 //! The CUDA driver and cuBLAS are loaded at run time: the crate builds
 //! without a CUDA toolkit, and [`Device::open`] returns
 //! [`GpuError::NoDriver`], [`GpuError::NoBlas`] or [`GpuError::NoDevice`]
-//! (with the reason) where they are missing, never a panic. Any driver
-//! from CUDA 12.0 (525) on works, and cuBLAS 12 or 13: found on the
-//! loader's path, in a CUDA toolkit directory or a Python `nvidia-cublas`
-//! wheel, or named by `SELVEDGE_CUBLAS=/path/to/libcublas.so.N`.
+//! (with the reason) where they are missing, never a panic. cuBLAS 12
+//! works with any driver from CUDA 12.0 (525) on, cuBLAS 13 with one from
+//! CUDA 13.0 (580) on; it is found on the loader's path, in a CUDA toolkit
+//! directory or a Python `nvidia-cublas` wheel, or named by
+//! `SELVEDGE_CUBLAS=/path/to/libcublas.so.N`.
+//!
+//! # Graph capture
+//!
+//! A task may capture its stream into a CUDA graph, ending the capture
+//! before it returns (one left open is ended and discarded, and the task
+//! fails with [`GpuError::StreamCapturing`]). Capture in the thread-local
+//! or relaxed mode: other workers keep making calls (pinned allocations,
+//! queries) that the global mode forbids during another thread's capture.
 //!
 //! ```
 //! use selvedge::gpu::{Device, GpuError};
@@ -114,7 +124,7 @@ mod task;
 pub use blas::{gemm, BatchedGemm, GemmElement};
 pub use device::Device;
 pub use error::GpuError;
-pub use pinned::PinnedBuffer;
+pub use pinned::{AnyBitPattern, PinnedBuffer};
 pub use stream::GpuStream;
 pub use task::{GpuDep, GpuHandle};
 

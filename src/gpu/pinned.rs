@@ -66,7 +66,7 @@ impl PinnedPool {
                 return Ok(block);
             }
         }
-        let copied = RawEvent::new()?;
+        let copied = RawEvent::new(&self.ctx)?;
         let mut ptr = std::ptr::null_mut();
         // SAFETY: `ptr` is a valid out-pointer. Flags 0: cached memory, as
         // the host reads it (write-combined memory is slow to read).
@@ -111,6 +111,47 @@ impl Drop for PinnedPool {
     }
 }
 
+/// The element types a [`PinnedBuffer`] holds: plain numbers, for which
+/// any bytes the device wrote are a valid value (not `bool`, whose other
+/// bit patterns would be undefined behaviour to read).
+///
+/// ```
+/// fn readable<T: selvedge::gpu::AnyBitPattern>() {}
+/// readable::<f32>();
+/// readable::<selvedge::gpu::half::bf16>();
+/// ```
+pub trait AnyBitPattern: DeviceRepr + sealed::Sealed {}
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+macro_rules! any_bit_pattern {
+    ($($t:ty),*) => {$(
+        impl sealed::Sealed for $t {}
+        impl AnyBitPattern for $t {}
+    )*};
+}
+
+any_bit_pattern!(
+    i8,
+    i16,
+    i32,
+    i64,
+    i128,
+    isize,
+    u8,
+    u16,
+    u32,
+    u64,
+    u128,
+    usize,
+    f32,
+    f64,
+    half::f16,
+    half::bf16
+);
+
 /// Pinned host memory holding a copy of device memory, from
 /// [`GpuStream::download`](super::GpuStream::download). Reading it
 /// ([`PinnedBuffer::as_slice`]) waits for the copy only if it is not yet
@@ -147,7 +188,7 @@ unsafe impl<T: Send> Send for PinnedBuffer<T> {}
 // SAFETY: shared access only reads the memory (after the copy completed).
 unsafe impl<T: Sync> Sync for PinnedBuffer<T> {}
 
-impl<T: DeviceRepr> PinnedBuffer<T> {
+impl<T: AnyBitPattern> PinnedBuffer<T> {
     /// Enqueues on `stream` a copy of `bytes` bytes from `src` into a block
     /// of `pool`; the caller made the context current and checked that
     /// `bytes` is `len` elements of `T`, more than 0.
@@ -172,7 +213,13 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
         // bytes (the caller's device pointer of `len` elements).
         unsafe { sys::cuMemcpyDtoHAsync_v2(block.ptr.as_ptr().cast(), src, bytes, stream) }
             .result()?;
-        block.copied.record(stream)?;
+        if let Err(e) = block.copied.record(stream) {
+            // The copy is enqueued but nothing records its end: the block
+            // can never be known free again, so it is leaked.
+            let mut buffer = buffer;
+            std::mem::forget(buffer.block.take());
+            return Err(e.into());
+        }
         Ok(buffer)
     }
 
@@ -220,8 +267,8 @@ impl<T: DeviceRepr> PinnedBuffer<T> {
         self.wait()?;
         let block = self.block.as_ref().expect("a live buffer has its block");
         // SAFETY: the block holds `len` `T`s written by the completed copy
-        // (a `DeviceRepr` is plain data, valid for any bytes the device
-        // wrote), and nothing writes them any more.
+        // (an `AnyBitPattern` is valid for any bytes the device wrote), and
+        // nothing writes them any more.
         Ok(unsafe { std::slice::from_raw_parts(block.ptr.as_ptr().cast::<T>(), self.len) })
     }
 
@@ -274,7 +321,7 @@ impl<T> Drop for PinnedBuffer<T> {
     }
 }
 
-impl<T: DeviceRepr + std::fmt::Debug> std::fmt::Debug for PinnedBuffer<T> {
+impl<T: AnyBitPattern + std::fmt::Debug> std::fmt::Debug for PinnedBuffer<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PinnedBuffer")
             .field("len", &self.len)

@@ -3,11 +3,11 @@
 //! keep alive until their work is complete.
 
 use super::event::RawEvent;
-use super::pinned::{PinnedBuffer, PinnedPool};
+use super::pinned::{AnyBitPattern, PinnedBuffer, PinnedPool};
 use super::GpuError;
 use crate::core::sync::{lock, Mutex};
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{CudaStream, DevicePtr, DeviceRepr};
+use cudarc::driver::{CudaStream, DevicePtr};
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
@@ -50,12 +50,23 @@ impl GpuStream {
         completions: Arc<CudaStream>,
         pinned: Arc<PinnedPool>,
     ) -> Result<Self, GpuError> {
-        let blas = CudaBlas::new(stream.clone())?;
+        let iteration_done = RawEvent::new(stream.context())?;
+        let blas = CudaBlas::new(stream.clone()).map_err(|e| match e.0 {
+            // What a cuBLAS newer than the driver says.
+            cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_NOT_INITIALIZED => {
+                GpuError::NoBlas {
+                    reason: format!(
+                        "cuBLAS could not start ({e:?}): cuBLAS 13 needs a driver for CUDA 13 (580 or newer), cuBLAS 12 one for CUDA 12 (525 or newer)"
+                    ),
+                }
+            }
+            _ => GpuError::Blas(e),
+        })?;
         Ok(GpuStream {
             stream,
             blas: ManuallyDrop::new(blas),
             completions,
-            iteration_done: RawEvent::new()?,
+            iteration_done,
             kept: Mutex::new(Vec::new()),
             pinned,
         })
@@ -173,7 +184,7 @@ impl GpuStream {
     /// ```
     pub fn download<T, S>(&self, src: &S) -> Result<PinnedBuffer<T>, GpuError>
     where
-        T: DeviceRepr,
+        T: AnyBitPattern,
         S: DevicePtr<T>,
     {
         let len = src.len();

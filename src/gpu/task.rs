@@ -1,7 +1,7 @@
 //! GPU tasks: spawning, their handles, and dependencies that stay on the
 //! device.
 
-use super::completion::check_not_capturing;
+use super::completion::end_left_capture;
 use super::device::DeviceInner;
 use super::event::RawEvent;
 use super::stream::KeptAlive;
@@ -225,22 +225,16 @@ impl Device {
             let value = match value {
                 Ok(value) => value,
                 Err(e) => {
+                    inner.fail_if_sticky(&e);
                     keep_until_complete(&inner, lane, kept);
                     return Err(e);
                 }
             };
-            let recorded = match record_after_work(lane) {
-                Ok(recorded) => recorded,
-                Err(e) => {
-                    wait_then_drop(lane, kept);
-                    return Err(e);
-                }
-            };
-            complete_after(&inner, lane, &recorded, kept, move || {
+            let recorded = finish_work(&inner, lane, kept, Record::Own, move || {
                 done.fulfill();
                 finished.fulfill();
             })?;
-            let _ = event.set(recorded);
+            let _ = event.set(recorded.expect("a task's own event"));
             enqueued.fulfill();
             finish.defuse();
             Ok(value)
@@ -330,23 +324,18 @@ impl Device {
                 inner.check_failed()?;
                 inner.make_current()?;
                 let lane = inner.lane();
-                let stream = lane.stream.cu_stream();
                 let kept = KeptSince::mark(inner, lane);
                 let result = f(lane, i);
                 let kept = kept.take();
                 if let Err(e) = result {
+                    inner.fail_if_sticky(&e);
                     keep_until_complete(inner, lane, kept);
                     return Err(e);
                 }
-                let recorded = check_not_capturing(stream)
-                    .and_then(|()| Ok(lane.iteration_done.record(stream)?));
-                if let Err(e) = recorded {
-                    wait_then_drop(lane, kept);
-                    return Err(e);
-                }
-                complete_after(inner, lane, &lane.iteration_done, kept, move || {
+                finish_work(inner, lane, kept, Record::Lane, move || {
                     iteration.fulfill();
                 })
+                .map(drop)
             };
             if let Err(e) = enqueue() {
                 first_error
@@ -427,13 +416,54 @@ impl Drop for KeptSince<'_> {
     }
 }
 
-/// An event recorded after the work enqueued on `lane`'s stream so far,
-/// unless the stream is being captured.
-fn record_after_work(lane: &GpuStream) -> Result<RawEvent, GpuError> {
+/// Which event [`finish_work`] records after a task's work.
+#[derive(Clone, Copy)]
+enum Record {
+    /// One of the task's own, returned: GPU tasks behind it wait on it.
+    Own,
+    /// The lane's `iteration_done`, recorded anew for each completion.
+    Lane,
+}
+
+/// After a task's closure returned: records an event after the work it
+/// enqueued and has a worker drop `kept` and run `then` once that work is
+/// complete. On `Err` nothing will run `then` (it is dropped), and `kept`
+/// was still kept until the work was complete.
+fn finish_work(
+    inner: &Arc<DeviceInner>,
+    lane: &GpuStream,
+    kept: KeptAlive,
+    record: Record,
+    then: impl FnOnce() + Send + 'static,
+) -> Result<Option<RawEvent>, GpuError> {
     let stream = lane.stream.cu_stream();
-    check_not_capturing(stream)?;
-    let recorded = RawEvent::new()?;
-    recorded.record(stream)?;
+    let recorded = (|| -> Result<Option<RawEvent>, GpuError> {
+        // The closure may have left another context current (a call on
+        // another device's buffer binds that one).
+        inner.make_current()?;
+        end_left_capture(stream)?;
+        Ok(match record {
+            Record::Own => {
+                let own = RawEvent::new(&inner.ctx)?;
+                own.record(stream)?;
+                Some(own)
+            }
+            Record::Lane => {
+                lane.iteration_done.record(stream)?;
+                None
+            }
+        })
+    })();
+    let recorded = match recorded {
+        Ok(recorded) => recorded,
+        Err(e) => {
+            inner.fail_if_sticky(&e);
+            wait_then_drop(lane, kept);
+            return Err(e);
+        }
+    };
+    let after = recorded.as_ref().unwrap_or(&lane.iteration_done);
+    complete_after(inner, lane, after, kept, then)?;
     Ok(recorded)
 }
 
@@ -469,9 +499,10 @@ fn complete_after(
 
 /// Drops `kept` once the work enqueued on `lane`'s stream so far is
 /// complete, waiting for it on this thread: only where no completion could
-/// be enqueued (an error path). If the stream cannot be waited for (the
-/// context is lost, or it is capturing), there is nothing left to wait for
-/// and the values are dropped now.
+/// be enqueued (an error path). A capture the task left open was ended
+/// before, so the wait covers the work enqueued before it; if the stream
+/// cannot be waited for (the context is lost), no work of it will run any
+/// more and the values are dropped now.
 fn wait_then_drop(lane: &GpuStream, kept: KeptAlive) {
     if !kept.is_empty() {
         // SAFETY: the stream is live (the lane holds it).
@@ -483,16 +514,7 @@ fn wait_then_drop(lane: &GpuStream, kept: KeptAlive) {
 /// After a task failed: keeps what it kept alive until the work it did
 /// enqueue is complete (a completion of its own, or a wait).
 fn keep_until_complete(inner: &Arc<DeviceInner>, lane: &GpuStream, kept: KeptAlive) {
-    if kept.is_empty() {
-        return;
-    }
-    let stream = lane.stream.cu_stream();
-    let recorded =
-        check_not_capturing(stream).and_then(|()| Ok(lane.iteration_done.record(stream)?));
-    match recorded {
-        Ok(()) => {
-            let _ = complete_after(inner, lane, &lane.iteration_done, kept, || ());
-        }
-        Err(_) => wait_then_drop(lane, kept),
+    if !kept.is_empty() {
+        let _ = finish_work(inner, lane, kept, Record::Lane, || ());
     }
 }
