@@ -901,3 +901,46 @@ fn a_panicking_task_releases_what_it_kept_once_its_work_is_complete() {
         "a panicking task's kept value outlived its work by 10 s (it stays with the lane until the device is dropped)"
     );
 }
+
+/// A task that returns with its stream still being captured into a graph
+/// (a capture begun and never ended): it fails with `StreamCapturing`, its
+/// CPU dependent is cancelled instead of waiting for a completion that
+/// would have been captured into the graph (and never run), and its
+/// worker's lane takes work again (the capture was ended and discarded);
+/// a task that ends its own capture is fine.
+#[test]
+fn a_capture_left_open_fails_the_task_and_frees_the_lane() {
+    use selvedge::gpu::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+    let rt = Runtime::builder().num_threads(1).build().unwrap();
+    let Some(dev) = device(&rt, "capture left open") else {
+        return;
+    };
+    let _deadline = Deadline::new("capture left open", Duration::from_secs(60));
+    let mode = CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+    let left_open = dev.spawn(move |s| {
+        s.stream().begin_capture(mode)?;
+        Ok(())
+    });
+    let cpu = spawn_delayed([left_open.dep()], || ());
+    assert!(
+        matches!(left_open.join(), Err(GpuError::StreamCapturing)),
+        "a task that left its capture open did not fail with StreamCapturing"
+    );
+    assert!(cpu.try_join().unwrap_err().is_cancelled());
+    // One worker, so the same lane: it must work again.
+    let again = dev
+        .spawn(|s| s.download(&s.stream().clone_htod(&[5u32; 8])?))
+        .join()
+        .expect("the lane after a capture left open");
+    assert_eq!(again.as_slice().unwrap(), &[5; 8]);
+    // A capture ended inside the task is the task's business.
+    let ended = dev.spawn(move |s| {
+        s.stream().begin_capture(mode)?;
+        let graph = s.stream().end_capture(
+            CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH,
+        )?;
+        drop(graph);
+        Ok(16)
+    });
+    assert_eq!(ended.join().unwrap(), 16);
+}
