@@ -906,8 +906,9 @@ fn a_panicking_task_releases_what_it_kept_once_its_work_is_complete() {
 /// (a capture begun and never ended): it fails with `StreamCapturing`, its
 /// CPU dependent is cancelled instead of waiting for a completion that
 /// would have been captured into the graph (and never run), and its
-/// worker's lane takes work again (the capture was ended and discarded);
-/// a task that ends its own capture is fine.
+/// worker's lane takes work again (the capture was ended and discarded),
+/// also after a closure that failed or panicked mid-capture; a task that
+/// ends its own capture is fine.
 #[test]
 fn a_capture_left_open_fails_the_task_and_frees_the_lane() {
     use selvedge::gpu::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
@@ -933,6 +934,29 @@ fn a_capture_left_open_fails_the_task_and_frees_the_lane() {
         .join()
         .expect("the lane after a capture left open");
     assert_eq!(again.as_slice().unwrap(), &[5; 8]);
+    // A closure that fails or panics in the middle of its capture: the
+    // capture is ended all the same, and the lane works again.
+    let failed = dev.spawn(move |s| -> Result<(), GpuError> {
+        s.stream().begin_capture(mode)?;
+        Err(GpuError::NoDevice {
+            ordinal: 7,
+            count: 0,
+        })
+    });
+    assert!(matches!(
+        failed.join(),
+        Err(GpuError::NoDevice { ordinal: 7, .. })
+    ));
+    let panicked = dev.spawn(move |s| -> Result<(), GpuError> {
+        s.stream().begin_capture(mode)?;
+        panic!("a GPU task panics in the middle of its capture");
+    });
+    assert!(panicked.try_join().unwrap_err().is_panic());
+    let again = dev
+        .spawn(|s| s.download(&s.stream().clone_htod(&[6u32; 8])?))
+        .join()
+        .expect("the lane after a capture abandoned by an error or a panic");
+    assert_eq!(again.as_slice().unwrap(), &[6; 8]);
     // A capture ended inside the task is the task's business.
     let ended = dev.spawn(move |s| {
         s.stream().begin_capture(mode)?;

@@ -110,14 +110,27 @@ fn driver_source(exports: &[&str], driver: &Driver) -> String {
     c
 }
 
-/// C source of a libcublas exporting `exports`, each returning
+/// C source of a libcublas exporting `exports`: `cublasGetProperty` says
+/// it is version `major`, every other one returns
 /// CUBLAS_STATUS_NOT_SUPPORTED (15).
-fn blas_source(exports: &[&str]) -> String {
+fn blas_source_of_version(exports: &[&str], major: i32) -> String {
     let mut c = String::new();
-    for name in exports {
-        c.push_str(&format!("int {name}(void) {{ return 15; }}\n"));
+    for &name in exports {
+        let body = match name {
+            "cublasGetProperty" => format!(
+                "int cublasGetProperty(int type, int *value) {{ *value = type == 0 ? {major} : 0; return 0; }}"
+            ),
+            _ => format!("int {name}(void) {{ return 15; }}"),
+        };
+        c.push_str(&body);
+        c.push('\n');
     }
     c
+}
+
+/// [`blas_source_of_version`] for cuBLAS 13.
+fn blas_source(exports: &[&str]) -> String {
+    blas_source_of_version(exports, 13)
 }
 
 /// A directory of fake libraries for one case, removed when dropped.
@@ -519,4 +532,25 @@ fn a_cublas_in_a_python_wheel_is_found_and_checked() {
     let (kind, text) = fakes.open("wheel-absent", None);
     assert_eq!(kind, "NoBlas", "wheel-absent: {text}");
     assert_mentions("wheel-absent", &text, &["SELVEDGE_CUBLAS"]);
+}
+
+/// A cuBLAS that exports every name the crate calls but says it is version
+/// 11 (older ones export the same names, with other meanings for some
+/// arguments): `NoBlas` saying 12 is needed.
+#[test]
+fn an_old_cublas_is_no_blas_saying_12_is_needed() {
+    if !have_cc("old cuBLAS") {
+        return;
+    }
+    let fakes = Fakes::new("cublas-11");
+    fakes.driver(&symbols("DRIVER_SYMBOLS"), &WORKING);
+    fakes.library(
+        "libcublas.so.13",
+        &["libcublas.so"],
+        &blas_source_of_version(&symbols("BLAS_SYMBOLS"), 11),
+    );
+    let path = fakes.dir.join("libcublas.so.13");
+    let (kind, text) = fakes.open("cublas-11", Some(&path));
+    assert_eq!(kind, "NoBlas", "cublas-11: {text}");
+    assert_mentions("cublas-11", &text, &["version 11", "12 or newer"]);
 }

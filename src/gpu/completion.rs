@@ -59,22 +59,40 @@ pub(super) fn end_left_capture(stream: sys::CUstream) -> Result<(), GpuError> {
     let mut graph = std::ptr::null_mut();
     // SAFETY: the stream is live and capturing (or its capture was
     // invalidated, which this ends too); `graph` is a valid out-pointer.
+    // Ending fails where the capture is not this stream's to end (it joined
+    // one begun on another stream, or another thread began it): that is
+    // seen below.
     let _ = unsafe { sys::cuStreamEndCapture(stream, &mut graph) };
     if !graph.is_null() {
         // SAFETY: the graph was just made by the capture and is ours.
         let _ = unsafe { sys::cuGraphDestroy(graph) };
     }
+    let mut after = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: as above.
+    let asked = unsafe { sys::cuStreamIsCapturing(stream, &mut after) };
+    if asked == sys::CUresult::CUDA_SUCCESS
+        && after != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+    {
+        eprintln!(
+            "selvedge: a GPU task left its worker's stream in a capture it could not end (it joined a capture begun on another stream); that worker's GPU tasks fail until the capture ends"
+        );
+    }
     Err(GpuError::StreamCapturing)
 }
 
-/// Lets the calling thread make calls CUDA deems unsafe while another
-/// thread captures a stream in the global mode (the watchdog's queries):
-/// they are not prohibited then, and do not invalidate that capture.
-pub(super) fn relax_capture_mode() {
-    let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+/// The capture mode in which a thread may make calls CUDA deems unsafe
+/// while another thread captures a stream in the global mode (queries,
+/// waits): they are not prohibited then, and do not end that capture.
+pub(super) const RELAXED: sys::CUstreamCaptureMode =
+    sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+
+/// Sets the calling thread's capture mode; returns the one it had.
+pub(super) fn exchange_capture_mode(mode: sys::CUstreamCaptureMode) -> sys::CUstreamCaptureMode {
+    let mut mode = mode;
     // SAFETY: `mode` is a valid in/out pointer; this sets only the calling
     // thread's mode.
     let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+    mode
 }
 
 /// Whether `error` means the context is lost: CUDA's sticky errors, after
@@ -206,6 +224,22 @@ impl DeviceInner {
         }
     }
 
+    /// Whether the context is lost, asked of this device's own completion
+    /// streams (an error a task's closure returned may be another
+    /// device's): fails the device if so.
+    pub(super) fn check_lost(&self) {
+        if self.make_current().is_err() {
+            return;
+        }
+        if let Some(lane) = self.lanes.first() {
+            // SAFETY: the stream is live.
+            let status = unsafe { sys::cuStreamQuery(lane.completions.cu_stream()) };
+            if is_sticky(status) {
+                self.fail(DriverError(status));
+            }
+        }
+    }
+
     /// One watchdog round: a completion stream that reports a sticky error
     /// means the context is lost, and its callbacks will never come. Only
     /// completion streams are queried: sticky errors are the context's, so
@@ -246,7 +280,7 @@ unsafe extern "C" fn stream_reached(user_data: *mut c_void) {
 /// streams every `WATCHDOG_PERIOD`; parks while there are none; ends with
 /// the device.
 pub(super) fn watch(device: Weak<DeviceInner>) {
-    relax_capture_mode();
+    exchange_capture_mode(RELAXED);
     loop {
         let busy = match device.upgrade() {
             Some(d) if d.failed.get().is_none() => {

@@ -2,7 +2,9 @@
 //! handle, completion stream) per worker, and closing it, also after the
 //! context was lost.
 
-use super::completion::{end_left_capture, watch, InFlight};
+use super::completion::{
+    end_left_capture, exchange_capture_mode, is_sticky, watch, InFlight, RELAXED,
+};
 use super::libraries;
 use super::pinned::PinnedPool;
 use super::stream::GpuStream;
@@ -12,7 +14,6 @@ use crate::core::registry::Registry;
 use crate::core::sync::Mutex;
 use crate::core::worker::Worker;
 use cudarc::driver::{sys, CudaContext, DriverError};
-use std::mem::ManuallyDrop;
 use std::sync::{Arc, OnceLock};
 
 /// A CUDA device, ready for GPU tasks on one runtime's workers.
@@ -91,9 +92,24 @@ impl Device {
         libraries::blas()?;
         let ctx = CudaContext::new(ordinal)?;
         let pinned = Arc::new(PinnedPool::new(ctx.clone()));
-        let lanes = (0..runtime.num_threads())
-            .map(|_| GpuStream::new(ctx.new_stream()?, ctx.new_stream()?, pinned.clone()))
-            .collect::<Result<Box<[_]>, GpuError>>()?;
+        let mut lanes = Vec::with_capacity(runtime.num_threads());
+        for _ in 0..runtime.num_threads() {
+            let lane = ctx
+                .new_stream()
+                .map_err(GpuError::from)
+                .and_then(|work| GpuStream::new(work, ctx.new_stream()?, pinned.clone()));
+            match lane {
+                Ok(lane) => lanes.push(lane),
+                Err(e) => {
+                    // Nothing was enqueued on the lanes built so far.
+                    for lane in &mut lanes {
+                        lane.destroy_blas();
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        let lanes = lanes.into_boxed_slice();
         let inner = Arc::new(DeviceInner {
             ordinal,
             ctx,
@@ -201,7 +217,10 @@ impl Drop for DeviceInner {
     /// runtime does not wait for them forever, and the cuBLAS handles are
     /// leaked (destroying one in a lost context fails, and cudarc panics).
     fn drop(&mut self) {
-        let mut all_done = self.make_current().is_ok();
+        // Waiting for streams is forbidden to this thread while another
+        // captures in the global mode (and would end that capture).
+        let mode = exchange_capture_mode(RELAXED);
+        let current = self.make_current();
         // A capture a task left open would make its stream refuse the wait.
         for lane in self.lanes.iter() {
             let _ = end_left_capture(lane.stream.cu_stream());
@@ -215,37 +234,41 @@ impl Drop for DeviceInner {
             .map(|lane| lane.stream.cu_stream())
             .chain(self.lanes.iter().map(|lane| lane.completions.cu_stream()))
             .collect();
+        let mut all_done = current.is_ok();
+        let mut lost = matches!(current, Err(DriverError(e)) if is_sticky(e));
         for stream in streams {
             // SAFETY: the stream is live. (cudarc's `synchronize` would bind
             // with `bind_to_thread` and could return an unrelated recorded
             // error without waiting.)
-            let waited = unsafe { sys::cuStreamSynchronize(stream) }.result().is_ok();
-            all_done &= waited;
+            let waited = unsafe { sys::cuStreamSynchronize(stream) };
+            all_done &= waited == sys::CUresult::CUDA_SUCCESS;
+            lost |= is_sticky(waited);
         }
-        if !all_done {
+        lost |= self.failed.get().is_some();
+        if lost {
+            // The host functions still registered never will run: their
+            // actions are dropped, breaking their promises.
             self.abandon_in_flight();
         }
-        if !all_done || self.failed.get().is_some() {
+        if !all_done || lost {
             // A host function abandoned above (or one already running when
-            // the context was lost) may still fire its signal into the
-            // runtime's inbox: the runtime's registry must outlive it, so
-            // this device's hold on it is leaked, not released.
+            // the context was lost), or one that runs after a wait that
+            // failed for another reason, may still fire its signal into
+            // the runtime's inbox: the registry must outlive it, so this
+            // device's hold on it is leaked, not released.
             std::mem::forget(Arc::clone(&self.runtime));
         }
-        let healthy = all_done && self.failed.get().is_none();
+        // cuBLAS's destroy synchronizes the whole device, and cudarc panics
+        // if it fails: destroy the handles only when that will not fail.
+        // SAFETY: a plain driver call in the current context.
+        let healthy = all_done && !lost && unsafe { sys::cuCtxSynchronize() }.result().is_ok();
         for lane in self.lanes.iter_mut() {
             if healthy {
-                let destroyed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    // SAFETY: dropped once, here; never used again.
-                    unsafe { ManuallyDrop::drop(&mut lane.blas) }
-                }));
-                // cudarc's drop unwraps the destroy: a failure here leaks
-                // the handle (the panic was caught) rather than unwind out
-                // of a drop.
-                drop(destroyed);
+                lane.destroy_blas();
             }
             // Otherwise left in its `ManuallyDrop`: leaked with the context.
         }
+        exchange_capture_mode(mode);
         if let Some(t) = self.watchdog.get() {
             t.unpark();
         }

@@ -70,12 +70,17 @@ const DRIVER_SYMBOLS: &[&str] = &[
 
 /// The cuBLAS entry points the crate calls.
 const BLAS_SYMBOLS: &[&str] = &[
+    "cublasGetProperty",
     "cublasCreate_v2",
     "cublasDestroy_v2",
     "cublasSetStream_v2",
     "cublasSgemmStridedBatched",
     "cublasGemmStridedBatchedEx",
 ];
+
+/// The oldest cuBLAS the crate calls into (older ones export the same
+/// names, with other meanings for some arguments).
+const OLDEST_BLAS: i32 = 12;
 
 /// The cuBLAS file names looked for in the directories searched, newest
 /// first.
@@ -206,6 +211,25 @@ fn check_blas(path: Option<&Path>) -> Result<(), String> {
                 "the cuBLAS found has no {name}: it is older than CUDA 12"
             ));
         }
+    }
+    let mut major = 0;
+    // SAFETY: the symbol exists (checked above); `major` is a valid
+    // out-pointer. A query of the library's version, needing no handle.
+    let asked = unsafe {
+        cudarc::cublas::sys::cublasGetProperty(
+            cudarc::cublas::sys::libraryPropertyType::MAJOR_VERSION,
+            &mut major,
+        )
+    };
+    if asked != cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_SUCCESS {
+        return Err(format!(
+            "the cuBLAS found does not say its version ({asked:?})"
+        ));
+    }
+    if major < OLDEST_BLAS {
+        return Err(format!(
+            "the cuBLAS found is version {major}, selvedge needs {OLDEST_BLAS} or newer"
+        ));
     }
     if let Some(path) = path {
         // SAFETY: only looks the symbol up; nothing is called.

@@ -72,6 +72,19 @@ impl GpuStream {
         })
     }
 
+    /// Destroys the cuBLAS handle (once, when the device goes with its
+    /// context healthy). cudarc's drop unwraps the destroy: a failure
+    /// leaks the handle (the panic is caught) rather than unwind out of a
+    /// drop.
+    pub(super) fn destroy_blas(&mut self) {
+        let destroyed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            // SAFETY: called once per lane, by the device's drop or by a
+            // failed open; the handle is never used again.
+            unsafe { ManuallyDrop::drop(&mut self.blas) }
+        }));
+        drop(destroyed);
+    }
+
     /// The CUDA stream (cudarc's), for memory copies and kernel launches.
     ///
     /// ```no_run

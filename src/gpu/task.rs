@@ -1,7 +1,7 @@
 //! GPU tasks: spawning, their handles, and dependencies that stay on the
 //! device.
 
-use super::completion::end_left_capture;
+use super::completion::{end_left_capture, is_sticky};
 use super::device::DeviceInner;
 use super::event::RawEvent;
 use super::stream::KeptAlive;
@@ -225,8 +225,7 @@ impl Device {
             let value = match value {
                 Ok(value) => value,
                 Err(e) => {
-                    inner.fail_if_sticky(&e);
-                    keep_until_complete(&inner, lane, kept);
+                    after_failure(&inner, lane, kept);
                     return Err(e);
                 }
             };
@@ -328,8 +327,7 @@ impl Device {
                 let result = f(lane, i);
                 let kept = kept.take();
                 if let Err(e) = result {
-                    inner.fail_if_sticky(&e);
-                    keep_until_complete(inner, lane, kept);
+                    after_failure(inner, lane, kept);
                     return Err(e);
                 }
                 finish_work(inner, lane, kept, Record::Lane, move || {
@@ -411,7 +409,7 @@ impl Drop for KeptSince<'_> {
     fn drop(&mut self) {
         if !self.taken {
             let kept = self.lane.take_kept(self.mark);
-            keep_until_complete(self.inner, self.lane, kept);
+            after_failure(self.inner, self.lane, kept);
         }
     }
 }
@@ -499,22 +497,38 @@ fn complete_after(
 
 /// Drops `kept` once the work enqueued on `lane`'s stream so far is
 /// complete, waiting for it on this thread: only where no completion could
-/// be enqueued (an error path). A capture the task left open was ended
-/// before, so the wait covers the work enqueued before it; if the stream
-/// cannot be waited for (the context is lost), no work of it will run any
-/// more and the values are dropped now.
+/// be enqueued (an error path). If the stream says its context is lost, no
+/// work of it will run any more and the values are dropped now; if it
+/// cannot be waited for otherwise (a capture that could not be ended), the
+/// values are leaked rather than freed under work that may still read them.
 fn wait_then_drop(lane: &GpuStream, kept: KeptAlive) {
-    if !kept.is_empty() {
-        // SAFETY: the stream is live (the lane holds it).
-        let _ = unsafe { cudarc::driver::sys::cuStreamSynchronize(lane.stream.cu_stream()) };
+    if kept.is_empty() {
+        return;
     }
-    drop(kept);
+    // SAFETY: the stream is live (the lane holds it).
+    let waited = unsafe { cudarc::driver::sys::cuStreamSynchronize(lane.stream.cu_stream()) };
+    if waited == cudarc::driver::sys::CUresult::CUDA_SUCCESS || is_sticky(waited) {
+        drop(kept);
+    } else {
+        std::mem::forget(kept);
+    }
 }
 
-/// After a task failed: keeps what it kept alive until the work it did
-/// enqueue is complete (a completion of its own, or a wait).
-fn keep_until_complete(inner: &Arc<DeviceInner>, lane: &GpuStream, kept: KeptAlive) {
+/// After a task's closure failed (returned an error or panicked): a
+/// capture it left open is ended, what it kept alive is kept until the work
+/// it did enqueue is complete, and the device checks whether its context
+/// was lost (the closure's error may be another device's, so it is not
+/// taken as this one's).
+fn after_failure(inner: &Arc<DeviceInner>, lane: &GpuStream, kept: KeptAlive) {
+    let ended = inner
+        .make_current()
+        .map_err(GpuError::from)
+        .and_then(|()| end_left_capture(lane.stream.cu_stream()));
+    if let Err(e) = &ended {
+        inner.fail_if_sticky(e);
+    }
     if !kept.is_empty() {
         let _ = finish_work(inner, lane, kept, Record::Lane, || ());
     }
+    inner.check_lost();
 }
