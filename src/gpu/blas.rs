@@ -1,6 +1,7 @@
 //! Strided-batched GEMM on a stream, row-major, without cuBLAS
 //! configuration by hand.
 
+use super::raw;
 use super::{GpuError, GpuStream};
 use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
@@ -176,11 +177,8 @@ where
     }
     let (m, n, k) = (dim("m", g.m), dim("n", g.n), dim("k", g.k));
     // cuBLAS runs in the calling thread's current context, which need not
-    // be the buffers' on a thread of the caller's own: make it so. (Not
-    // cudarc's `bind_to_thread`, which would first return an error some
-    // other thread's drop recorded on the context.)
-    // SAFETY: the context is live (the buffer's stream holds it).
-    unsafe { cudarc::driver::sys::cuCtxSetCurrent(c.stream().context().cu_ctx()) }.result()?;
+    // be the buffers' on a thread of the caller's own: make it so.
+    raw::make_current(c.stream().context())?;
     let (one, zero) = T::ONE_ZERO;
     // cuBLAS is column-major: a row-major C = A·B is the column-major
     // Cᵀ = Bᵀ·Aᵀ, so B goes first and the roles of m and n swap.

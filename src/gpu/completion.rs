@@ -16,7 +16,7 @@
 //! they own break instead of waiting forever.
 
 use super::device::DeviceInner;
-use super::event::RawEvent;
+use super::raw::RawEvent;
 use super::stream::GpuStream;
 use super::GpuError;
 use crate::core::registry::fire_signal;

@@ -7,6 +7,7 @@ use super::completion::{
 };
 use super::libraries;
 use super::pinned::PinnedPool;
+use super::raw;
 use super::stream::GpuStream;
 use super::GpuError;
 use crate::core::pool::{current_registry, Runtime};
@@ -191,13 +192,10 @@ impl DeviceInner {
         &self.runtime
     }
 
-    /// Makes the device's context current on this thread. Not cudarc's
-    /// `bind_to_thread`, which first returns (and clears) any error a drop
-    /// anywhere recorded on the context: that error is not this caller's,
-    /// and clearing it would hide it from whoever checks next.
+    /// Makes the device's context current on this thread (see `raw.rs`
+    /// for why not cudarc's `bind_to_thread`).
     pub(super) fn make_current(&self) -> Result<(), DriverError> {
-        // SAFETY: the context is live (we hold it).
-        unsafe { sys::cuCtxSetCurrent(self.ctx.cu_ctx()) }.result()
+        raw::make_current(&self.ctx)
     }
 
     /// `Err` once the device failed.

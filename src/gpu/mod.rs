@@ -115,9 +115,9 @@ mod blas;
 mod completion;
 mod device;
 mod error;
-mod event;
 mod libraries;
 mod pinned;
+mod raw;
 mod stream;
 mod task;
 

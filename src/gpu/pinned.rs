@@ -2,7 +2,7 @@
 //! blocks, so that `GpuStream::download` does not pay a driver allocation
 //! (and a release that may synchronize the device) on every call.
 
-use super::event::RawEvent;
+use super::raw::{self, RawEvent};
 use super::GpuError;
 use crate::core::sync::{lock, AtomicBool, Mutex, Ordering};
 use cudarc::driver::{sys, CudaContext, DeviceRepr, DriverError};
@@ -50,8 +50,7 @@ impl PinnedPool {
     }
 
     fn make_current(&self) -> Result<(), DriverError> {
-        // SAFETY: the context is live (we hold it).
-        unsafe { sys::cuCtxSetCurrent(self.ctx.cu_ctx()) }.result()
+        raw::make_current(&self.ctx)
     }
 
     /// A block of at least `bytes` bytes (`bytes > 0`), from the pool or

@@ -2,8 +2,8 @@
 //! it, the stream its completions are signalled from, and what its tasks
 //! keep alive until their work is complete.
 
-use super::event::RawEvent;
 use super::pinned::{AnyBitPattern, PinnedBuffer, PinnedPool};
+use super::raw::{self, RawEvent};
 use super::GpuError;
 use crate::core::sync::{lock, Mutex};
 use cudarc::cublas::CudaBlas;
@@ -205,8 +205,7 @@ impl GpuStream {
             len > 0,
             "GpuStream::download of an empty buffer: there is nothing to copy"
         );
-        // SAFETY: the context is live (the stream holds it).
-        unsafe { cudarc::driver::sys::cuCtxSetCurrent(self.stream.context().cu_ctx()) }.result()?;
+        raw::make_current(self.stream.context())?;
         // cudarc's tracking: the copy waits for earlier writes of `src`, and
         // `_read` records this read when dropped, after the copy is enqueued.
         let (ptr, _read) = src.device_ptr(&self.stream);

@@ -3,7 +3,7 @@
 
 use super::completion::{end_left_capture, is_sticky};
 use super::device::DeviceInner;
-use super::event::RawEvent;
+use super::raw::RawEvent;
 use super::stream::KeptAlive;
 use super::{Device, GpuError, GpuStream};
 use crate::core::error::JoinError;

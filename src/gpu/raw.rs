@@ -1,11 +1,17 @@
-//! A CUDA event of the crate's own, created, recorded and waited on with
-//! raw driver calls: cudarc's event methods make the context current with
-//! `bind_to_thread`, which first returns (and clears) whatever error any
-//! other thread's drop recorded on the context, so a task could fail with an
-//! error that is not its own, and the error would be lost for its owner.
+//! The crate's own raw driver calls, where cudarc's would first make the
+//! context current with `bind_to_thread`: that returns (and clears)
+//! whatever error any other thread's drop recorded on the context, so a task
+//! could fail with an error that is not its own, and the error would be
+//! lost for its owner. Making a context current, and CUDA events.
 
 use cudarc::driver::{sys, CudaContext, DriverError};
 use std::sync::Arc;
+
+/// Makes `ctx` current on the calling thread.
+pub(super) fn make_current(ctx: &CudaContext) -> Result<(), DriverError> {
+    // SAFETY: the context is live (the caller holds it).
+    unsafe { sys::cuCtxSetCurrent(ctx.cu_ctx()) }.result()
+}
 
 /// An event without timing (the cheapest kind). The caller makes the
 /// event's context current before each call. The event holds its context,
