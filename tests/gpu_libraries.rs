@@ -153,11 +153,17 @@ impl Fakes {
     /// real library under that name elsewhere on the machine must not be
     /// found first.
     fn library(&self, file: &str, aliases: &[&str], source: &str) {
+        self.library_in(&self.dir, file, aliases, source);
+    }
+
+    /// [`Fakes::library`] into `dir` (the C source stays in the fakes'
+    /// directory).
+    fn library_in(&self, dir: &Path, file: &str, aliases: &[&str], source: &str) {
         let c = self.dir.join(format!("{file}.c"));
         std::fs::write(&c, source).unwrap();
         let out = Command::new("cc")
             .args(["-shared", "-fPIC", "-o"])
-            .arg(self.dir.join(file))
+            .arg(dir.join(file))
             .arg(format!("-Wl,-soname,{file}"))
             .arg(&c)
             .output()
@@ -169,7 +175,7 @@ impl Fakes {
             String::from_utf8_lossy(&out.stderr)
         );
         for alias in aliases {
-            std::os::unix::fs::symlink(file, self.dir.join(alias)).unwrap();
+            std::os::unix::fs::symlink(file, dir.join(alias)).unwrap();
         }
     }
 
@@ -484,20 +490,7 @@ impl Fakes {
         let venv = self.dir.join("venv");
         let lib = venv.join("lib/python3.12/site-packages/nvidia/cu13/lib");
         std::fs::create_dir_all(&lib).unwrap();
-        let c = self.dir.join("wheel-cublas.c");
-        std::fs::write(&c, blas_source(exports)).unwrap();
-        let out = Command::new("cc")
-            .args(["-shared", "-fPIC", "-o"])
-            .arg(lib.join("libcublas.so.13"))
-            .arg("-Wl,-soname,libcublas.so.13")
-            .arg(&c)
-            .output()
-            .expect("running cc");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        self.library_in(&lib, "libcublas.so.13", &[], &blas_source(exports));
         venv
     }
 }
