@@ -132,7 +132,7 @@ pub struct ReadmeDoctests;
 pub mod protocols {
     pub use crate::core::deque::{Deque, Popped};
     pub use crate::core::gate::Gate;
-    pub use crate::core::join_slot::{JoinSlot, Release};
+    pub use crate::core::join_slot::{CompletionHook, Install, JoinSlot, Release};
     pub use crate::core::latch::{CountLatch, Unpark};
     pub use crate::core::park::Sleep;
     pub use crate::core::rescue::{Guarded, Owner, OwnerGuard, RescueGuard};

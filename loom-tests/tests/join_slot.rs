@@ -10,7 +10,8 @@ use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::support::{model, thread_waker};
-use selvedge::protocols::{JoinSlot, Release};
+use selvedge::protocols::{CompletionHook, Install, JoinSlot, Release};
+use std::ptr::NonNull;
 
 /// A stand-in for a task block: the join state and the result storage.
 struct Block {
@@ -39,7 +40,7 @@ impl Block {
 
     fn run(&self, value: u64, handle_takes: bool) {
         self.result.with_mut(|r| unsafe { *r = Some(value) });
-        if let Release::Free { drop_result } = self.completion.complete() {
+        if let Release::Free { drop_result } = self.completion.complete(true) {
             self.free(drop_result, !handle_takes);
         }
     }
@@ -179,5 +180,112 @@ fn quiet_waker_panics() {
                 previous(info);
             }
         }));
+    });
+}
+
+/// A completion hook that counts its fires (with the task's success) in
+/// counters outside the block, and whose fire reads a cell that the
+/// installer wrote before installing it (so loom reports a fire that does
+/// not see the installation).
+#[repr(C)]
+struct CountingHook {
+    hook: CompletionHook,
+    written_before_install: UnsafeCell<u64>,
+    fires: Arc<AtomicUsize>,
+    releases: Arc<AtomicUsize>,
+}
+
+impl CountingHook {
+    fn new(fires: &Arc<AtomicUsize>, releases: &Arc<AtomicUsize>) -> NonNull<CompletionHook> {
+        let h = Box::new(CountingHook {
+            hook: CompletionHook {
+                fire: Self::fire,
+                release: Self::release,
+            },
+            written_before_install: UnsafeCell::new(0),
+            fires: fires.clone(),
+            releases: releases.clone(),
+        });
+        h.written_before_install.with_mut(|v| unsafe { *v = 41 });
+        NonNull::from(Box::leak(h)).cast()
+    }
+
+    unsafe fn fire(hook: NonNull<CompletionHook>, ok: bool) {
+        let h = unsafe { &*hook.cast::<CountingHook>().as_ptr() };
+        assert_eq!(h.written_before_install.with(|v| unsafe { *v }), 41);
+        assert!(ok);
+        h.fires.fetch_add(1, Ordering::SeqCst);
+    }
+
+    unsafe fn release(hook: NonNull<CompletionHook>) {
+        let h = unsafe { Box::from_raw(hook.cast::<CountingHook>().as_ptr()) };
+        h.releases.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Installs a hook as `JoinHandle::dep` does: fires it when the runner
+/// completed first, frees its own when another won.
+fn install(b: &Block, fires: &Arc<AtomicUsize>, releases: &Arc<AtomicUsize>) {
+    let hook = CountingHook::new(fires, releases);
+    match b.completion.install_hook(hook) {
+        Install::Installed => {}
+        Install::Raced(winner) => {
+            // As `JoinHandle::dep` does, read the winner's hook: its
+            // contents were written before it was installed.
+            let w = unsafe { &*winner.cast::<CountingHook>().as_ptr() };
+            assert_eq!(w.written_before_install.with(|v| unsafe { *v }), 41);
+            unsafe { CountingHook::release(hook) }
+        }
+        Install::FireNow => unsafe { CountingHook::fire(hook, true) },
+    }
+}
+
+#[test]
+fn hook_installed_while_the_runner_completes_fires_once() {
+    model(|| {
+        let fires = Arc::new(AtomicUsize::new(0));
+        let releases = Arc::new(AtomicUsize::new(0));
+        let b = Block::new();
+        let runner = spawn_runner(&b, 1, false);
+        install(&b, &fires, &releases);
+        if let Release::Free { drop_result } = b.completion.release_handle(false) {
+            b.free(drop_result, true);
+        }
+        runner.join().unwrap();
+        assert_eq!(
+            fires.load(Ordering::SeqCst),
+            1,
+            "the hook fired {} times",
+            fires.load(Ordering::SeqCst)
+        );
+        drop(b);
+        assert_eq!(releases.load(Ordering::SeqCst), 1);
+    });
+}
+
+#[test]
+fn two_installers_and_a_runner_fire_one_hook_once() {
+    model(|| {
+        let fires = Arc::new(AtomicUsize::new(0));
+        let releases = Arc::new(AtomicUsize::new(0));
+        let b = Block::new();
+        let other = {
+            let (b, fires, releases) = (b.clone(), fires.clone(), releases.clone());
+            thread::spawn(move || install(&b, &fires, &releases))
+        };
+        let runner = spawn_runner(&b, 1, false);
+        install(&b, &fires, &releases);
+        other.join().unwrap();
+        if let Release::Free { drop_result } = b.completion.release_handle(false) {
+            b.free(drop_result, true);
+        }
+        runner.join().unwrap();
+        assert_eq!(fires.load(Ordering::SeqCst), 1);
+        drop(b);
+        assert_eq!(
+            releases.load(Ordering::SeqCst),
+            2,
+            "one hook raced and was freed, one released with the slot"
+        );
     });
 }

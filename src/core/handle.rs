@@ -76,6 +76,11 @@ impl<T> JoinHandle<T> {
         self
     }
 
+    /// The task's block, while the handle holds it.
+    pub(crate) fn block(&self) -> NonNull<Header> {
+        self.block.expect("JoinHandle used after completion")
+    }
+
     fn join_slot(&self) -> &JoinSlot {
         let block = self.block.expect("JoinHandle used after completion");
         // SAFETY: the handle keeps the block alive until it releases it.

@@ -15,12 +15,20 @@
 //! - `RESULT_TAKEN`: set together with `HANDLE_GONE` when the handle moved the
 //!   result out, so a runner that frees the block does not drop it twice.
 //!
+//! - `HOOKED`: a [`CompletionHook`] is installed (a `JoinHandle::dep` was
+//!   asked for): the runner fires it, with whether the task succeeded,
+//!   before it leaves. The hook pointer is stored before the flag is set
+//!   (release), so a runner whose completion saw the flag reads the hook.
+//!   A handle that finds the task already complete when it would set the
+//!   flag fires the hook itself: exactly one party fires it.
+//!
 //! The common case costs one CAS on the runner's side (`COMPLETE |
 //! RUNNER_GONE` when nobody is waiting) and one load on the handle's side (it
 //! sees `RUNNER_GONE` and frees without a read-modify-write). A task joined
 //! while still in its owner's deque never touches this state at all.
 
-use crate::core::sync::{AtomicUsize, Ordering, UnsafeCell};
+use crate::core::sync::{AtomicPtr, AtomicUsize, Ordering, UnsafeCell};
+use std::ptr::{self, NonNull};
 use std::task::Waker;
 
 const COMPLETE: usize = 1;
@@ -28,6 +36,7 @@ const WAITER: usize = 2;
 const HANDLE_GONE: usize = 4;
 const RUNNER_GONE: usize = 8;
 const RESULT_TAKEN: usize = 16;
+const HOOKED: usize = 32;
 /// Set by [`JoinSlot::poison`] in the loom models: the block was freed.
 #[cfg(loom)]
 const POISONED: usize = 1 << 31;
@@ -53,11 +62,40 @@ pub enum Release {
     },
 }
 
+/// What a task's completion tells someone else (a higher layer's
+/// dependency on the task): two functions over the hook's own memory, which
+/// starts with this header. The core knows nothing else about it.
+#[derive(Debug)]
+#[repr(C)]
+pub struct CompletionHook {
+    /// Called once, by whichever party saw the task complete, with whether
+    /// it succeeded (false: it panicked or was cancelled). Must not unwind.
+    pub fire: unsafe fn(NonNull<CompletionHook>, bool),
+    /// Called once, when the slot is dropped (after `fire`, or instead of
+    /// it if the task never completed).
+    pub release: unsafe fn(NonNull<CompletionHook>),
+}
+
+/// What [`JoinSlot::install_hook`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Install {
+    /// The hook is installed; the runner will fire it.
+    Installed,
+    /// Another hook was installed first: use it, and free the one offered
+    /// (nobody else saw it).
+    Raced(NonNull<CompletionHook>),
+    /// The hook is installed but the task had already completed: the
+    /// caller must fire it (nobody else will).
+    FireNow,
+}
+
 /// The shared state of one task between its runner and its handle.
 #[derive(Debug)]
 pub struct JoinSlot {
     state: AtomicUsize,
     waker: UnsafeCell<Option<Waker>>,
+    /// Null, or the installed hook (never replaced once set).
+    hook: AtomicPtr<CompletionHook>,
 }
 
 impl Default for JoinSlot {
@@ -72,6 +110,68 @@ impl JoinSlot {
         Self {
             state: AtomicUsize::new(0),
             waker: UnsafeCell::new(None),
+            hook: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    /// The installed hook, if any. Once set it stays until the slot drops.
+    #[inline]
+    pub fn hook(&self) -> Option<NonNull<CompletionHook>> {
+        NonNull::new(self.hook.load(Ordering::Acquire))
+    }
+
+    /// Handle side: installs `hook` to be fired when the task completes.
+    /// The slot owns it from here on unless [`Install::Raced`] hands it
+    /// back; its `release` runs when the slot drops.
+    pub fn install_hook(&self, hook: NonNull<CompletionHook>) -> Install {
+        if let Err(existing) = self.hook.compare_exchange(
+            ptr::null_mut(),
+            hook.as_ptr(),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            // SAFETY: only non-null hooks are ever stored.
+            return Install::Raced(unsafe { NonNull::new_unchecked(existing) });
+        }
+        let mut s = self.state.load(Ordering::Acquire);
+        loop {
+            check_live(s);
+            if s & COMPLETE != 0 {
+                // The runner completed without seeing HOOKED: it will not
+                // fire the hook.
+                return Install::FireNow;
+            }
+            // Release: the hook pointer above is visible to a runner whose
+            // completion sees HOOKED.
+            match self.state.compare_exchange_weak(
+                s,
+                s | HOOKED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Install::Installed,
+                Err(actual) => s = actual,
+            }
+        }
+    }
+
+    /// Fires the installed hook, if any: for a task that completed without
+    /// going through [`JoinSlot::complete`] (run in place for its own
+    /// joining handle, which cannot race an installation).
+    #[inline]
+    pub fn fire_hook_inline(&self, ok: bool) {
+        if let Some(hook) = self.hook() {
+            Self::fire(hook, ok);
+        }
+    }
+
+    #[cold]
+    fn fire(hook: NonNull<CompletionHook>, ok: bool) {
+        // SAFETY: an installed hook lives until the slot drops, and the
+        // caller is the one party that fires it (see `HOOKED`).
+        unsafe {
+            let fire = hook.as_ref().fire;
+            fire(hook, ok)
         }
     }
 
@@ -81,13 +181,14 @@ impl JoinSlot {
         self.state.load(Ordering::Acquire) & COMPLETE != 0
     }
 
-    /// Runner side: the result is written; publish it and wake a waiter.
-    pub fn complete(&self) -> Release {
+    /// Runner side: the result is written; publish it, fire the hook (with
+    /// `ok`: whether the task succeeded) and wake a waiter.
+    pub fn complete(&self, ok: bool) -> Release {
         let mut s = self.state.load(Ordering::Acquire);
         loop {
             check_live(s);
             debug_assert_eq!(s & (COMPLETE | RUNNER_GONE), 0, "completed twice");
-            if s & WAITER == 0 {
+            if s & (WAITER | HOOKED) == 0 {
                 // Nobody to wake: publish and leave in one step.
                 match self.state.compare_exchange_weak(
                     s,
@@ -110,6 +211,25 @@ impl JoinSlot {
                     Err(actual) => s = actual,
                 }
             }
+        }
+        // We completed without leaving, so the block stays until
+        // RUNNER_GONE below. HOOKED was set before COMPLETE: the hook is ours
+        // to fire (the acquire of the CAS made its pointer visible).
+        if s & HOOKED != 0 {
+            if let Some(hook) = self.hook() {
+                Self::fire(hook, ok);
+            }
+        }
+        if s & WAITER == 0 {
+            let prev = self.state.fetch_or(RUNNER_GONE, Ordering::AcqRel);
+            check_live(prev);
+            return if prev & HANDLE_GONE != 0 {
+                Release::Free {
+                    drop_result: prev & RESULT_TAKEN == 0,
+                }
+            } else {
+                Release::Keep
+            };
         }
         // WAITER was set when we completed, so the handle only reads the cell
         // from now on and cannot free the block before RUNNER_GONE.
@@ -220,5 +340,25 @@ impl JoinSlot {
         // SAFETY: loom checks this access for races; that is the point.
         self.waker.with_mut(|w| unsafe { *w = None });
         self.state.store(POISONED, Ordering::Release);
+        // Freeing a block releases its hook: a fire after this finds none
+        // (and the models count one fire too few).
+        let hook = self.hook.swap(ptr::null_mut(), Ordering::AcqRel);
+        if let Some(hook) = NonNull::new(hook) {
+            // SAFETY: the slot owned the hook; it is released once, here.
+            unsafe { (hook.as_ref().release)(hook) }
+        }
+    }
+}
+
+impl Drop for JoinSlot {
+    fn drop(&mut self) {
+        if let Some(hook) = self.hook() {
+            // SAFETY: the slot owned the hook since its installation, and
+            // nobody uses the slot any more.
+            unsafe {
+                let release = hook.as_ref().release;
+                release(hook)
+            }
+        }
     }
 }

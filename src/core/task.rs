@@ -250,6 +250,7 @@ impl<F: FnOnce() -> T, T> Typed<F, T> {
     /// `block` is a live handled block of result type `T` whose payload is
     /// free, and this is its one completion.
     unsafe fn publish(block: NonNull<Header>, result: std::thread::Result<T>) {
+        let ok = result.is_ok();
         // SAFETY: the payload is free (caller).
         unsafe { store::<std::thread::Result<T>>(block, result) };
         // The handle may take the result and free the block from here on:
@@ -258,7 +259,7 @@ impl<F: FnOnce() -> T, T> Typed<F, T> {
         // caught; anything else unwinding is a scheduler bug.
         let guard = AbortIfPanic::new();
         // SAFETY: the block is live until this completion releases it.
-        let release = unsafe { join_slot(block) }.complete();
+        let release = unsafe { join_slot(block) }.complete(ok);
         // SAFETY: `release` is this block's runner-side decision, and `T`
         // is its result type.
         unsafe { finish_release::<T>(block, release) };
@@ -374,6 +375,12 @@ pub(crate) unsafe fn run_inline_for_handle<T>(task: TaskRef) -> std::thread::Res
     // SAFETY: the task is unrun and ours to run, its result type is `T`
     // (caller), and `out` has room for a `std::thread::Result<T>`.
     unsafe { run_inline(task.0, out.as_mut_ptr().cast()) };
+    // SAFETY: `run_inline` wrote the result.
+    let ok = unsafe { out.assume_init_ref() }.is_ok();
+    // The handle's dependency, if one was asked for: the joining handle
+    // consumed itself, so no installation races this.
+    // SAFETY: the block is live until freed below.
+    unsafe { join_slot(task.0) }.fire_hook_inline(ok);
     // SAFETY: `run_inline` moved the closure out and left the block to us;
     // nobody else ever saw it.
     unsafe { free_block(task.0) };
@@ -394,6 +401,24 @@ pub(crate) unsafe fn queued_at(block: NonNull<Header>) -> (Option<WorkerAddress>
         WorkerAddress::from_word(h.ready_worker.load(Ordering::Relaxed)),
         h.ready_pos.load(Ordering::Relaxed),
     )
+}
+
+/// Whether a completed block's result is a value (not a panic or a
+/// cancellation).
+///
+/// # Safety
+/// As for [`take_result`]: complete (acquired), untaken, of type `T`.
+pub(crate) unsafe fn result_is_ok<T>(block: NonNull<Header>) -> bool {
+    let p = payload(block);
+    if fits::<std::thread::Result<T>>() {
+        // SAFETY: the payload holds the published result inline (caller);
+        // it is only read.
+        unsafe { &*p.cast::<std::thread::Result<T>>() }.is_ok()
+    } else {
+        // SAFETY: the payload holds the box of the published result
+        // (caller); both are only read.
+        unsafe { &**p.cast::<Box<std::thread::Result<T>>>() }.is_ok()
+    }
 }
 
 /// Moves the result out of a completed block.

@@ -9,3 +9,5 @@ pub(crate) mod event;
 pub(crate) mod loop_promise;
 #[cfg(not(loom))]
 pub(crate) mod promise;
+#[cfg(not(loom))]
+pub(crate) mod task_dep;
