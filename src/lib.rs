@@ -104,6 +104,12 @@ pub use crate::core::pool::{global_runtime, Runtime};
 #[cfg(not(loom))]
 pub use crate::core::stats::{RuntimeStats, WorkerStats};
 #[cfg(not(loom))]
+pub use crate::dataflow::access::{Access, Accesses};
+#[cfg(not(loom))]
+pub use crate::dataflow::data::{Data, DataError, Read, ReadNow, Recover, Write};
+#[cfg(not(loom))]
+pub use crate::dataflow::declared::spawn_with;
+#[cfg(not(loom))]
 pub use crate::dataflow::delayed::spawn_delayed;
 #[cfg(not(loom))]
 pub use crate::dataflow::event::Dep;

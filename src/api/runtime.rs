@@ -8,6 +8,8 @@ use crate::core::pool::Runtime;
 use crate::core::stats::RuntimeStats;
 use crate::core::task;
 use crate::core::worker::Worker;
+use crate::dataflow::access::Accesses;
+use crate::dataflow::declared;
 use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
 use std::sync::Arc;
@@ -111,6 +113,31 @@ impl Runtime {
         T: Send + 'static,
     {
         delayed::submit_delayed(self.registry(), deps, f)
+    }
+
+    /// Queues `f` from any thread as a task of this runtime that declares
+    /// the accesses `accesses`, and returns its handle: see
+    /// [`crate::spawn_with`] for the rules; this one never blocks (beyond
+    /// a short lock on each declared handle) and always uses this runtime.
+    ///
+    /// ```
+    /// use selvedge::{Data, Runtime};
+    ///
+    /// let rt = Runtime::builder().num_threads(2).build()?;
+    /// let total = Data::new(0u64);
+    /// for i in 1..=100 {
+    ///     rt.submit_with(total.write(), move |t| *t += i);
+    /// }
+    /// assert_eq!(rt.submit_with(total.read(), |t| *t).join(), 5050);
+    /// # Ok::<(), selvedge::BuildError>(())
+    /// ```
+    pub fn submit_with<A, F, R>(&self, accesses: A, f: F) -> JoinHandle<R>
+    where
+        A: Accesses + 'static,
+        F: for<'a> FnOnce(A::Refs<'a>) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        declared::submit_with(self.registry(), accesses, f)
     }
 
     /// Waits until the whole runtime is quiescent: every task spawned so far

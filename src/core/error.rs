@@ -127,6 +127,35 @@ impl fmt::Display for Cancellation {
 /// a handle recognises it and reports [`JoinError`] cancellation instead.
 pub(crate) struct Cancelled(pub(crate) Cancellation);
 
+/// A task that gave up before doing its work, for a reason a layer above
+/// the scheduler states (data it was to access is poisoned): its "panic"
+/// payload, which a handle reports as a cancellation with this message.
+pub(crate) struct CancelledBecause(pub(crate) String);
+
+/// Why a task was cancelled, as a [`JoinError`] reports it.
+enum CancelReason {
+    Scheduler(Cancellation),
+    Said(String),
+}
+
+impl fmt::Display for CancelReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Scheduler(why) => why.fmt(f),
+            Self::Said(why) => f.write_str(why),
+        }
+    }
+}
+
+impl fmt::Debug for CancelReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Scheduler(why) => why.fmt(f),
+            Self::Said(why) => why.fmt(f),
+        }
+    }
+}
+
 /// Why [`crate::JoinHandle::try_join`] has no value: the task panicked, or
 /// it was cancelled before it could run (a delayed task whose dependency
 /// was dropped unfulfilled, or that became ready after its runtime shut
@@ -147,15 +176,18 @@ pub struct JoinError {
 
 enum JoinErrorRepr {
     Panic(Box<dyn std::any::Any + Send>),
-    Cancelled(Cancellation),
+    Cancelled(CancelReason),
 }
 
 impl JoinError {
     /// Classifies the payload of a task's failed result.
     pub(crate) fn from_payload(payload: Box<dyn std::any::Any + Send>) -> Self {
         let repr = match payload.downcast::<Cancelled>() {
-            Ok(c) => JoinErrorRepr::Cancelled(c.0),
-            Err(p) => JoinErrorRepr::Panic(p),
+            Ok(c) => JoinErrorRepr::Cancelled(CancelReason::Scheduler(c.0)),
+            Err(p) => match p.downcast::<CancelledBecause>() {
+                Ok(c) => JoinErrorRepr::Cancelled(CancelReason::Said(c.0)),
+                Err(p) => JoinErrorRepr::Panic(p),
+            },
         };
         Self { repr }
     }

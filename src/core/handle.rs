@@ -99,6 +99,19 @@ impl<T> JoinHandle<T> {
         self.block.is_none() || self.join_slot().is_complete()
     }
 
+    /// Lets the task run on without anyone waiting for it: what dropping the
+    /// handle does, said explicitly (for tasks whose effect is what counts,
+    /// such as tasks ordered by the data they declare).
+    ///
+    /// ```
+    /// let d = selvedge::Data::new(0);
+    /// selvedge::spawn_with(d.write(), |d| *d = 1).detach();
+    /// assert_eq!(d.into_inner(), 1);
+    /// ```
+    pub fn detach(self) {
+        drop(self);
+    }
+
     /// Waits for the task and returns its value; resumes its panic, with the
     /// original payload, if it panicked.
     ///

@@ -1,7 +1,13 @@
 //! Dataflow: promises any thread can fulfill, and tasks that wait for them
 //! without blocking a thread (see `docs/ARCHITECTURE.md`).
 
+#[cfg(not(loom))]
+pub(crate) mod access;
 pub(crate) mod bucket_counts;
+#[cfg(not(loom))]
+pub(crate) mod data;
+#[cfg(not(loom))]
+pub(crate) mod declared;
 #[cfg(not(loom))]
 pub(crate) mod delayed;
 pub(crate) mod event;

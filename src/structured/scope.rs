@@ -8,6 +8,8 @@ use crate::core::send_ptr::SendPtr;
 use crate::core::task;
 use crate::core::unwind::{self, FirstPanic};
 use crate::core::worker::{Until, Worker};
+use crate::dataflow::access::Accesses;
+use crate::dataflow::declared;
 use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
 use std::any::Any;
@@ -173,6 +175,38 @@ impl<'scope> Scope<'scope> {
         F: FnOnce(&Scope<'scope>) + Send + 'scope,
     {
         let task = self.new_task(f);
+        delayed::delay(self.runtime(), task, deps);
+    }
+
+    /// Spawns `f` in this scope as a task that declares the accesses
+    /// `accesses` (see [`crate::spawn_with`] for the order): `f` receives
+    /// the scope and the references, and may borrow from outside the scope.
+    /// The scope waits for it too; a panic in it (or its cancellation,
+    /// because a handle it declared is poisoned) is resumed when the scope
+    /// ends.
+    ///
+    /// ```
+    /// use selvedge::{scope, Data};
+    ///
+    /// let weights = vec![0.5f64; 8]; // borrowed by the tasks
+    /// let acc = Data::new(vec![0.0f64; 8]);
+    /// scope(|s| {
+    ///     for _ in 0..4 {
+    ///         s.spawn_with(acc.write(), |_, acc| {
+    ///             acc.iter_mut().zip(&weights).for_each(|(a, w)| *a += w);
+    ///         });
+    ///     }
+    /// });
+    /// assert_eq!(acc.into_inner(), [2.0; 8]);
+    /// ```
+    pub fn spawn_with<A, F>(&self, accesses: A, f: F)
+    where
+        A: Accesses + 'scope,
+        F: for<'a> FnOnce(&Scope<'scope>, A::Refs<'a>) + Send + 'scope,
+    {
+        let (deps, submission) = declared::submit(accesses, self.runtime());
+        let task = self
+            .new_task(move |s| submission.run(std::any::type_name::<F>(), move |refs| f(s, refs)));
         delayed::delay(self.runtime(), task, deps);
     }
 

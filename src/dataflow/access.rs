@@ -1,0 +1,248 @@
+//! What a task may declare it accesses ([`Access`]) and sets of such
+//! declarations ([`Accesses`]: one access, tuples, vectors and arrays),
+//! and the type-erased view the submission and the run work with.
+
+use crate::dataflow::data::{Read, Recover, Write};
+use crate::dataflow::event::Dep;
+
+/// How a task accesses one [`Data`](crate::Data) handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `&T`: after the previous write, alongside other reads.
+    Read,
+    /// `&mut T`: after the previous write and every read since.
+    Write,
+    /// `&mut T` as a write, granted even when the handle is poisoned; the
+    /// poison is cleared when the task returns.
+    Recover,
+}
+
+impl Mode {
+    pub(crate) fn writes(self) -> bool {
+        self != Mode::Read
+    }
+}
+
+pub(crate) mod sealed {
+    use super::Declared;
+    use crate::dataflow::data::Log;
+    use std::sync::{Arc, Mutex};
+
+    /// The data behind a handle, without its type.
+    pub trait Target: Sync {
+        /// The handle's ordering state (locked only at submission).
+        fn log(&self) -> &Mutex<Log>;
+        /// How messages name the handle.
+        fn describe(&self) -> String;
+        /// Why the handle is poisoned, if it is.
+        ///
+        /// # Safety
+        /// The caller holds a declared access that has its turn.
+        unsafe fn poison(&self) -> Option<Arc<str>>;
+        /// Poisons the handle (`Some`) or clears its poison (`None`).
+        ///
+        /// # Safety
+        /// The caller holds a declared write that has its turn.
+        unsafe fn set_poison(&self, cause: Option<Arc<str>>);
+    }
+
+    /// Implemented by the access types of this crate only.
+    pub trait SealedAccess {
+        /// Hands what this access declares to `each`.
+        fn declare<'s>(&'s self, each: &mut dyn FnMut(Declared<'s>));
+    }
+
+    /// Implemented by the access sets of this crate only.
+    pub trait SealedAccesses {
+        /// Hands every declaration of the set to `each`.
+        fn declare_all<'s>(&'s self, each: &mut dyn FnMut(Declared<'s>));
+    }
+}
+
+/// One declaration of a task.
+pub enum Declared<'s> {
+    /// An access to a data handle.
+    Data(&'s dyn sealed::Target, Mode),
+    /// A plain dependency.
+    After(&'s Dep),
+}
+
+impl std::fmt::Debug for Declared<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Declared::Data(t, mode) => write!(f, "{mode:?} {}", t.describe()),
+            Declared::After(_) => f.write_str("Dep"),
+        }
+    }
+}
+
+/// One access a task declares: [`Data::read`](crate::Data::read) (the task
+/// gets `&T`), [`Data::write`](crate::Data::write) and
+/// [`Data::recover`](crate::Data::recover) (`&mut T`), or a [`Dep`] (the
+/// task also waits for it, and gets `()`).
+///
+/// ```
+/// use selvedge::{spawn_with, Data};
+///
+/// let a = Data::new(2);
+/// let h = spawn_with(a.read(), |a: &i32| a * 10); // one access, no tuple
+/// assert_eq!(h.join(), 20);
+/// ```
+pub trait Access: sealed::SealedAccess + Send {
+    /// What the task's closure receives for this access.
+    type Ref<'a>
+    where
+        Self: 'a;
+
+    /// The reference, for the task's closure.
+    ///
+    /// # Safety
+    /// The access must have its turn: every access it is ordered after
+    /// finished, and none ordered after it started.
+    #[doc(hidden)]
+    unsafe fn get(&self) -> Self::Ref<'_>;
+}
+
+/// The accesses one task declares: a single [`Access`]; a `Vec` or an
+/// array of one access type (the closure receives a `Vec` or an array of
+/// references); or a tuple of up to eight of these (the closure receives a
+/// tuple of what each member gives, in the same order). Declaring one handle twice in a set panics at
+/// submission: declare it once, as a write if the task writes it.
+///
+/// ```
+/// use selvedge::{spawn_with, Data};
+///
+/// let parts: Vec<Data<u64>> = (1..=4).map(Data::new).collect();
+/// let total = Data::new(0);
+/// let reads: Vec<_> = parts.iter().map(Data::read).collect();
+/// spawn_with((reads, total.write()), |(parts, total)| {
+///     *total = parts.iter().copied().sum();
+/// });
+/// assert_eq!(total.into_inner(), 10);
+/// ```
+pub trait Accesses: sealed::SealedAccesses + Send {
+    /// What the task's closure receives.
+    type Refs<'a>
+    where
+        Self: 'a;
+
+    /// The references, for the task's closure.
+    ///
+    /// # Safety
+    /// As for [`Access::get`], for every access of the set.
+    #[doc(hidden)]
+    unsafe fn refs(&self) -> Self::Refs<'_>;
+}
+
+macro_rules! single_access_set {
+    ($($ty:ident),*) => {$(
+        impl<T: Send + Sync> sealed::SealedAccesses for $ty<T> {
+            fn declare_all<'s>(&'s self, each: &mut dyn FnMut(Declared<'s>)) {
+                sealed::SealedAccess::declare(self, each)
+            }
+        }
+
+        impl<T: Send + Sync> Accesses for $ty<T> {
+            type Refs<'a> = <Self as Access>::Ref<'a> where Self: 'a;
+
+            unsafe fn refs(&self) -> Self::Refs<'_> {
+                // SAFETY: the caller's contract is `get`'s.
+                unsafe { self.get() }
+            }
+        }
+    )*};
+}
+
+single_access_set!(Read, Write, Recover);
+
+impl sealed::SealedAccesses for Dep {
+    fn declare_all<'s>(&'s self, each: &mut dyn FnMut(Declared<'s>)) {
+        each(Declared::After(self))
+    }
+}
+
+impl Accesses for Dep {
+    type Refs<'a> = ();
+
+    unsafe fn refs(&self) -> Self::Refs<'_> {}
+}
+
+impl sealed::SealedAccess for Dep {
+    fn declare<'s>(&'s self, each: &mut dyn FnMut(Declared<'s>)) {
+        each(Declared::After(self))
+    }
+}
+
+impl Access for Dep {
+    type Ref<'a> = ();
+
+    unsafe fn get(&self) -> Self::Ref<'_> {}
+}
+
+macro_rules! tuple_access_set {
+    ($($name:ident $idx:tt),+) => {
+        impl<$($name: Accesses),+> sealed::SealedAccesses for ($($name,)+) {
+            fn declare_all<'s>(&'s self, each: &mut dyn FnMut(Declared<'s>)) {
+                $( self.$idx.declare_all(each); )+
+            }
+        }
+
+        impl<$($name: Accesses),+> Accesses for ($($name,)+) {
+            type Refs<'a> = ($($name::Refs<'a>,)+) where Self: 'a;
+
+            unsafe fn refs(&self) -> Self::Refs<'_> {
+                // SAFETY: the caller's contract covers every member.
+                unsafe { ($(self.$idx.refs(),)+) }
+            }
+        }
+    };
+}
+
+tuple_access_set!(A 0);
+tuple_access_set!(A 0, B 1);
+tuple_access_set!(A 0, B 1, C 2);
+tuple_access_set!(A 0, B 1, C 2, D 3);
+tuple_access_set!(A 0, B 1, C 2, D 3, E 4);
+tuple_access_set!(A 0, B 1, C 2, D 3, E 4, F 5);
+tuple_access_set!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+tuple_access_set!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+
+impl<A: Access> sealed::SealedAccesses for Vec<A> {
+    fn declare_all<'s>(&'s self, each: &mut dyn FnMut(Declared<'s>)) {
+        for a in self {
+            a.declare(each);
+        }
+    }
+}
+
+impl<A: Access> Accesses for Vec<A> {
+    type Refs<'a>
+        = Vec<A::Ref<'a>>
+    where
+        Self: 'a;
+
+    unsafe fn refs(&self) -> Self::Refs<'_> {
+        // SAFETY: the caller's contract covers every member.
+        self.iter().map(|a| unsafe { a.get() }).collect()
+    }
+}
+
+impl<A: Access, const N: usize> sealed::SealedAccesses for [A; N] {
+    fn declare_all<'s>(&'s self, each: &mut dyn FnMut(Declared<'s>)) {
+        for a in self {
+            a.declare(each);
+        }
+    }
+}
+
+impl<A: Access, const N: usize> Accesses for [A; N] {
+    type Refs<'a>
+        = [A::Ref<'a>; N]
+    where
+        Self: 'a;
+
+    unsafe fn refs(&self) -> Self::Refs<'_> {
+        // SAFETY: the caller's contract covers every member.
+        self.each_ref().map(|a| unsafe { a.get() })
+    }
+}

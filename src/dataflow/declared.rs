@@ -1,0 +1,235 @@
+//! Submitting a task with declared accesses: under the locks of the handles
+//! it declares (taken in address order, so concurrent submissions agree on
+//! one order), its dependencies are read off each handle's log and its own
+//! completion is recorded there; when it runs, it checks for poison, hands
+//! the closure its references, and then fulfills its completion, which is
+//! what lets the next accesses run. Its completion is fulfilled whether the
+//! closure returned or panicked (a panic poisons what it wrote); only a
+//! task dropped unrun breaks it.
+
+use crate::core::error::CancelledBecause;
+use crate::core::handle::JoinHandle;
+use crate::core::pool::current_registry;
+use crate::core::registry::Registry;
+use crate::core::sync::lock;
+use crate::core::unwind::{drop_or_report, panic_message};
+use crate::dataflow::access::{Accesses, Declared, Mode};
+use crate::dataflow::data::poisoned_message;
+use crate::dataflow::delayed;
+use crate::dataflow::event::Dep;
+use crate::dataflow::promise::Promise;
+use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Weak};
+
+/// A submitted task's accesses and its completion, moved into its closure.
+pub(crate) struct Submission<A> {
+    accesses: Option<A>,
+    done: Option<Promise>,
+}
+
+/// Registers `accesses` in their handles' logs (in one step for all of
+/// them) for a task of `runtime`, and returns what the task must wait for.
+///
+/// # Panics
+/// When one handle is declared twice.
+pub(crate) fn submit<A: Accesses>(
+    accesses: A,
+    runtime: &Arc<Registry>,
+) -> (Vec<Dep>, Submission<A>) {
+    let done = Promise::new();
+    let mut deps = Vec::new();
+    {
+        let mut data = Vec::with_capacity(4);
+        accesses.declare_all(&mut |d| match d {
+            Declared::Data(target, mode) => data.push((target, mode)),
+            Declared::After(dep) => deps.push(dep.clone()),
+        });
+        // Address order: two submissions lock their common handles in the
+        // same order, so they cannot deadlock, and each one's accesses are
+        // recorded at once: no task can end up ordered both before and
+        // after another.
+        data.sort_unstable_by_key(|(t, _)| address(*t));
+        for pair in data.windows(2) {
+            if address(pair[0].0) == address(pair[1].0) {
+                panic!(
+                    "selvedge: {} is declared twice by one task ({:?} and {:?}): declare \
+                     each handle once, as a write if the task writes it",
+                    pair[0].0.describe(),
+                    pair[0].1,
+                    pair[1].1
+                );
+            }
+        }
+        let mut logs: Vec<_> = data.iter().map(|(t, _)| lock(t.log())).collect();
+        for (log, (_, mode)) in logs.iter_mut().zip(&data) {
+            if mode.writes() {
+                deps.extend(log.pending());
+                log.reads.clear();
+                log.last_write = Some(done.dep());
+            } else {
+                if let Some(w) = log.last_write.as_ref().filter(|w| !w.is_fulfilled()) {
+                    deps.push(w.clone());
+                }
+                log.push_read(done.dep());
+            }
+            // Compared first: a downgrade is a write to the runtime's
+            // shared counts.
+            if Weak::as_ptr(&log.runtime) != Arc::as_ptr(runtime) {
+                log.runtime = Arc::downgrade(runtime);
+            }
+        }
+    }
+    let submission = Submission {
+        accesses: Some(accesses),
+        done: Some(done),
+    };
+    (deps, submission)
+}
+
+fn address(t: &dyn crate::dataflow::access::sealed::Target) -> *const () {
+    std::ptr::from_ref(t).cast()
+}
+
+impl<A: Accesses> Submission<A> {
+    /// Runs `body` with the declared references, once every access has its
+    /// turn (the task's dependencies are fulfilled). `task` names the task
+    /// in poison messages.
+    pub(crate) fn run<R>(
+        mut self,
+        task: &'static str,
+        body: impl for<'a> FnOnce(A::Refs<'a>) -> R,
+    ) -> R {
+        let accesses = self.accesses.as_ref().expect("a submission runs once");
+        let mut poisoned = None;
+        accesses.declare_all(&mut |d| {
+            if let (None, Declared::Data(t, mode)) = (&poisoned, d) {
+                if mode != Mode::Recover {
+                    // SAFETY: the task's dependencies are fulfilled: every
+                    // access has its turn.
+                    if let Some(cause) = unsafe { t.poison() } {
+                        poisoned = Some((t.describe(), cause));
+                    }
+                }
+            }
+        });
+        if let Some((handle, cause)) = poisoned {
+            // What this task would have written is not written either.
+            self.set_written_poison(Some(&cause), Some(&cause));
+            self.finish();
+            resume_unwind(Box::new(CancelledBecause(poisoned_message(
+                &handle, &cause,
+            ))));
+        }
+        // SAFETY: every access has its turn (as above), and the references
+        // do not outlive the call: `body` returns owned `R`.
+        let result = catch_unwind(AssertUnwindSafe(|| body(unsafe { accesses.refs() })));
+        match result {
+            Ok(value) => {
+                // A recover access that returned repaired its handle.
+                self.set_written_poison(None, None);
+                self.finish();
+                value
+            }
+            Err(payload) => {
+                let message = panic_message(&*payload).unwrap_or("(a non-string payload)");
+                let cause: Arc<str> =
+                    format!("task `{task}` panicked while it held a write to it: {message}").into();
+                self.set_written_poison(Some(&cause), Some(&cause));
+                self.finish();
+                resume_unwind(payload)
+            }
+        }
+    }
+
+    /// Sets the poison of every handle the task writes: `write` for plain
+    /// writes, `recover` for recover accesses.
+    fn set_written_poison(&self, write: Option<&Arc<str>>, recover: Option<&Arc<str>>) {
+        let accesses = self.accesses.as_ref().expect("a submission runs once");
+        accesses.declare_all(&mut |d| {
+            if let Declared::Data(t, mode) = d {
+                let cause = match mode {
+                    Mode::Read => return,
+                    Mode::Write if write.is_none() => return,
+                    Mode::Write => write,
+                    Mode::Recover => recover,
+                };
+                // SAFETY: the task's write has its turn.
+                unsafe { t.set_poison(cause.cloned()) };
+            }
+        });
+    }
+
+    /// Lets the next accesses run: drops the task's handles first (so a
+    /// waiting `into_inner` finds the value unshared), then fulfills.
+    fn finish(&mut self) {
+        if let Some(accesses) = self.accesses.take() {
+            drop_or_report("a dropped Data value", accesses);
+        }
+        if let Some(done) = self.done.take() {
+            done.fulfill();
+        }
+    }
+}
+
+impl<A> Drop for Submission<A> {
+    /// Dropped unrun (the task was cancelled): the completion breaks, and
+    /// with it every later access of the handles, which were not updated.
+    fn drop(&mut self) {
+        if let Some(accesses) = self.accesses.take() {
+            drop_or_report("a dropped Data value", accesses);
+        }
+        drop(self.done.take());
+    }
+}
+
+/// Spawns `f` as a task that declares the accesses `accesses`, and
+/// returns its handle. The task runs once each access has its turn (see
+/// [`Data`](crate::Data) for the order), and `f` receives the references:
+/// `&T` for a [`Data::read`](crate::Data::read), `&mut T` for a
+/// [`Data::write`](crate::Data::write), `()` for a [`Dep`], in the shape of
+/// `accesses` (one access, a tuple, a `Vec` or an array).
+///
+/// On a worker the task belongs to that worker's runtime; elsewhere to the
+/// global runtime ([`Runtime::submit_with`](crate::Runtime::submit_with)
+/// chooses). Submission takes a short lock on each declared handle's
+/// ordering state; reaching the value takes none.
+///
+/// # Panics
+/// When `accesses` declares one handle twice (the closure is dropped and
+/// nothing is registered).
+///
+/// ```
+/// use selvedge::{spawn_with, Data};
+///
+/// let a = Data::new(vec![1.0f64; 4]);
+/// let b = Data::new(vec![0.0f64; 4]);
+/// spawn_with((a.read(), b.write()), |(a, b)| b.copy_from_slice(a));
+/// let h = spawn_with((a.write(), b.read()), |(a, b)| {
+///     // Ordered after the copy (it writes what the copy read).
+///     a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+///     a.iter().sum::<f64>()
+/// });
+/// assert_eq!(h.join(), 8.0);
+/// ```
+pub fn spawn_with<A, F, R>(accesses: A, f: F) -> JoinHandle<R>
+where
+    A: Accesses + 'static,
+    F: for<'a> FnOnce(A::Refs<'a>) -> R + Send + 'static,
+    R: Send + 'static,
+{
+    submit_with(current_registry(), accesses, f)
+}
+
+/// [`spawn_with`] on `runtime`: what it, `Runtime::submit_with` and the
+/// GPU tasks share.
+pub(crate) fn submit_with<A, F, R>(runtime: &Arc<Registry>, accesses: A, f: F) -> JoinHandle<R>
+where
+    A: Accesses + 'static,
+    F: for<'a> FnOnce(A::Refs<'a>) -> R + Send + 'static,
+    R: Send + 'static,
+{
+    let (deps, submission) = submit(accesses, runtime);
+    delayed::submit_delayed(runtime, deps, move || {
+        submission.run(std::any::type_name::<F>(), f)
+    })
+}
