@@ -13,6 +13,7 @@ use crate::dataflow::access::sealed::{SealedAccess, Target};
 use crate::dataflow::access::{Access, Declared, Mode};
 use crate::dataflow::event::Dep;
 use crate::dataflow::promise::Promise;
+use crossbeam_utils::CachePadded;
 use std::cell::UnsafeCell;
 use std::fmt;
 use std::sync::{Arc, Mutex, Weak};
@@ -60,7 +61,9 @@ pub struct Data<T> {
 
 pub(crate) struct Inner<T> {
     slot: UnsafeCell<Slot<T>>,
-    log: Mutex<Log>,
+    /// On its own cache line: the submitting thread locks it while the
+    /// tasks' workers touch the value and the handle's reference count.
+    log: CachePadded<Mutex<Log>>,
     name: Option<Box<str>>,
 }
 
@@ -171,7 +174,7 @@ impl<T: Send + Sync> Data<T> {
                     value,
                     poison: None,
                 }),
-                log: Mutex::new(Log::default()),
+                log: CachePadded::new(Mutex::new(Log::default())),
                 name,
             }),
         }

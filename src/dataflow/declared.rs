@@ -11,10 +11,11 @@ use crate::core::error::CancelledBecause;
 use crate::core::handle::JoinHandle;
 use crate::core::pool::current_registry;
 use crate::core::registry::Registry;
-use crate::core::sync::lock;
+use crate::core::sync::{lock, MutexGuard};
 use crate::core::unwind::{drop_or_report, panic_message};
+use crate::dataflow::access::sealed::Target;
 use crate::dataflow::access::{Accesses, Declared, Mode};
-use crate::dataflow::data::poisoned_message;
+use crate::dataflow::data::{poisoned_message, Log};
 use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
 use crate::dataflow::promise::Promise;
@@ -37,33 +38,45 @@ pub(crate) fn submit<A: Accesses>(
     runtime: &Arc<Registry>,
 ) -> (Vec<Dep>, Submission<A>) {
     let done = Promise::new();
+    // A task declares a few accesses: they and their locks stay on the
+    // stack (no allocation below nine). Its dependencies are a vector:
+    // none (no allocation) when every access has its turn already.
     let mut deps = Vec::new();
     {
-        let mut data = Vec::with_capacity(4);
+        let mut data: Few<(&dyn Target, Mode)> = Few::default();
         accesses.declare_all(&mut |d| match d {
             Declared::Data(target, mode) => data.push((target, mode)),
             Declared::After(dep) => deps.push(dep.clone()),
         });
+        let data = data.slots();
         // Address order: two submissions lock their common handles in the
         // same order, so they cannot deadlock, and each one's accesses are
         // recorded at once: no task can end up ordered both before and
         // after another.
-        data.sort_unstable_by_key(|(t, _)| address(*t));
+        data.sort_unstable_by_key(|slot| slot.map(|(t, _)| address(t)));
         for pair in data.windows(2) {
-            if address(pair[0].0) == address(pair[1].0) {
-                panic!(
-                    "selvedge: {} is declared twice by one task ({:?} and {:?}): declare \
-                     each handle once, as a write if the task writes it",
-                    pair[0].0.describe(),
-                    pair[0].1,
-                    pair[1].1
-                );
+            if let [Some((a, mode_a)), Some((b, mode_b))] = pair {
+                if address(*a) == address(*b) {
+                    panic!(
+                        "selvedge: {} is declared twice by one task ({mode_a:?} and \
+                         {mode_b:?}): declare each handle once, as a write if the task \
+                         writes it",
+                        a.describe(),
+                    );
+                }
             }
         }
-        let mut logs: Vec<_> = data.iter().map(|(t, _)| lock(t.log())).collect();
-        for (log, (_, mode)) in logs.iter_mut().zip(&data) {
+        let mut logs: Few<MutexGuard<'_, Log>> = Few::default();
+        for (t, _) in data.iter().flatten() {
+            logs.push(lock(t.log()));
+        }
+        for (log, (_, mode)) in logs.slots().iter_mut().flatten().zip(data.iter().flatten()) {
             if mode.writes() {
-                deps.extend(log.pending());
+                for d in log.last_write.iter().chain(&log.reads) {
+                    if !d.is_fulfilled() {
+                        deps.push(d.clone());
+                    }
+                }
                 log.reads.clear();
                 log.last_write = Some(done.dep());
             } else {
@@ -86,7 +99,44 @@ pub(crate) fn submit<A: Accesses>(
     (deps, submission)
 }
 
-fn address(t: &dyn crate::dataflow::access::sealed::Target) -> *const () {
+/// Up to eight values on the stack, more on the heap.
+enum Few<T> {
+    Inline(usize, [Option<T>; 8]),
+    Heap(Vec<Option<T>>),
+}
+
+impl<T> Default for Few<T> {
+    fn default() -> Self {
+        Few::Inline(0, Default::default())
+    }
+}
+
+impl<T> Few<T> {
+    fn push(&mut self, value: T) {
+        match self {
+            Few::Inline(len, slots) if *len < slots.len() => {
+                slots[*len] = Some(value);
+                *len += 1;
+            }
+            Few::Inline(_, slots) => {
+                let mut heap: Vec<Option<T>> = slots.iter_mut().map(Option::take).collect();
+                heap.push(Some(value));
+                *self = Few::Heap(heap);
+            }
+            Few::Heap(heap) => heap.push(Some(value)),
+        }
+    }
+
+    /// The values pushed, each `Some`.
+    fn slots(&mut self) -> &mut [Option<T>] {
+        match self {
+            Few::Inline(len, slots) => &mut slots[..*len],
+            Few::Heap(heap) => heap,
+        }
+    }
+}
+
+fn address(t: &dyn Target) -> *const () {
     std::ptr::from_ref(t).cast()
 }
 

@@ -334,7 +334,14 @@ where
     let task = task::new_handled(f);
     // SAFETY: `F` and `T` are 'static.
     let handle = unsafe { JoinHandle::new(&task) };
-    match (delay(runtime, task, deps), Worker::current()) {
+    let deps = deps.into_iter();
+    let placement = if deps.size_hint().1 == Some(0) {
+        // Nothing to wait for (known without looking): a plain spawn.
+        runtime.schedule(task, Arrival::Delayed)
+    } else {
+        delay(runtime, task, deps)
+    };
+    match (placement, Worker::current()) {
         (Placement::Local(pos), Some(w)) => handle.at(w, pos),
         _ => handle,
     }

@@ -1,0 +1,286 @@
+//! Tiled Cholesky factorisation (A = L·Lᵀ, lower), the same tile algorithm
+//! three ways, shared by `examples/cholesky.rs` and `benches/cholesky.rs`:
+//!
+//! - **serial**: the tile loop on the calling thread;
+//! - **selvedge dataflow**: every tile a [`Data`], every kernel call a task
+//!   declaring what it reads and writes, submitted in the serial loop's
+//!   order; the runtime orders them per tile, so step k+1's work starts as
+//!   soon as its own tiles are ready (no barrier);
+//! - **rayon with barriers**: each step's triangular solves in one
+//!   `par_iter`, then its updates in another, then the next step: the
+//!   bulk-synchronous way to write it with fork-join.
+//!
+//! Step k of the tile algorithm, for an `nt × nt` grid of `t × t` tiles:
+//!
+//! ```text
+//! potrf  A[k][k] ← chol(A[k][k])
+//! trsm   A[i][k] ← A[i][k] · L[k][k]⁻ᵀ            (i > k)
+//! syrk   A[i][i] ← A[i][i] − A[i][k] · A[i][k]ᵀ   (i > k)
+//! gemm   A[i][j] ← A[i][j] − A[i][k] · A[j][k]ᵀ   (k < j < i)
+//! ```
+//!
+//! The kernels are faer's (single-threaded): blocked and vectorized, so
+//! the comparison is between schedules, not between kernels.
+
+use faer::dyn_stack::{MemBuffer, MemStack};
+use faer::linalg::cholesky::llt::factor::{cholesky_in_place, cholesky_in_place_scratch};
+use faer::linalg::matmul::matmul;
+use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
+use faer::{Accum, Mat, Par};
+use rayon::prelude::*;
+use selvedge::Data;
+
+/// The lower tiles of a matrix, column by column: tile (i, j), i ≥ j, is
+/// at `index(nt, i, j)`.
+pub struct Tiles {
+    pub nt: usize,
+    pub t: usize,
+    pub tiles: Vec<Mat<f64>>,
+}
+
+/// Where tile (i, j) (i ≥ j) sits: column c holds the nt − c tiles
+/// (c, c) … (nt−1, c), and the columns are stored one after another.
+pub fn index(nt: usize, i: usize, j: usize) -> usize {
+    debug_assert!(
+        j <= i && i < nt,
+        "tile ({i}, {j}) is not in the lower triangle"
+    );
+    j * nt - j * j.saturating_sub(1) / 2 + (i - j)
+}
+
+/// A symmetric positive definite `n × n` matrix (symmetric, entries in
+/// [0, 1), and `n` added to the diagonal: diagonally dominant).
+pub fn spd_matrix(n: usize, seed: u64) -> Mat<f64> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    };
+    let mut a = Mat::<f64>::zeros(n, n);
+    for j in 0..n {
+        for i in j..n {
+            let v = next();
+            a[(i, j)] = v;
+            a[(j, i)] = v;
+        }
+        a[(j, j)] += n as f64;
+    }
+    a
+}
+
+impl Tiles {
+    /// The lower tiles of `a` (`t` must divide its order).
+    pub fn from_matrix(a: &Mat<f64>, t: usize) -> Self {
+        let n = a.nrows();
+        assert!(
+            t > 0 && n % t == 0,
+            "tile size {t} does not divide the order {n}"
+        );
+        let nt = n / t;
+        let mut tiles = Vec::with_capacity(nt * (nt + 1) / 2);
+        for j in 0..nt {
+            for i in j..nt {
+                tiles.push(a.submatrix(i * t, j * t, t, t).to_owned());
+            }
+        }
+        Self { nt, t, tiles }
+    }
+
+    /// The factor L as a matrix: the lower triangle of the diagonal tiles,
+    /// the tiles below, zeros above.
+    pub fn to_lower(&self) -> Mat<f64> {
+        let (nt, t) = (self.nt, self.t);
+        let mut l = Mat::<f64>::zeros(nt * t, nt * t);
+        for j in 0..nt {
+            for i in j..nt {
+                let tile = &self.tiles[index(nt, i, j)];
+                for c in 0..t {
+                    for r in 0..t {
+                        if i > j || r >= c {
+                            l[(i * t + r, j * t + c)] = tile[(r, c)];
+                        }
+                    }
+                }
+            }
+        }
+        l
+    }
+}
+
+/// potrf: the tile's own Cholesky factor, in its lower triangle (the
+/// upper triangle is left as it was and never read).
+pub fn potrf(a: &mut Mat<f64>) {
+    let n = a.nrows();
+    let mut buf = MemBuffer::new(cholesky_in_place_scratch::<f64>(
+        n,
+        Par::Seq,
+        Default::default(),
+    ));
+    cholesky_in_place(
+        a.as_mut(),
+        Default::default(),
+        Par::Seq,
+        MemStack::new(&mut buf),
+        Default::default(),
+    )
+    .expect("the matrix is not positive definite");
+}
+
+/// trsm: `b ← b · L⁻ᵀ` for the lower-triangular factor `l` (solved as
+/// `L · bᵀ = bᵀ`).
+pub fn trsm(l: &Mat<f64>, b: &mut Mat<f64>) {
+    solve_lower_triangular_in_place(l.as_ref(), b.as_mut().transpose_mut(), Par::Seq);
+}
+
+/// syrk: `c ← c − a · aᵀ` (the whole tile: the upper half is not read
+/// later, and a full product is as fast as a triangular one at these sizes).
+pub fn syrk(a: &Mat<f64>, c: &mut Mat<f64>) {
+    matmul(
+        c.as_mut(),
+        Accum::Add,
+        a.as_ref(),
+        a.as_ref().transpose(),
+        -1.0,
+        Par::Seq,
+    );
+}
+
+/// gemm: `c ← c − a · bᵀ`.
+pub fn gemm(a: &Mat<f64>, b: &Mat<f64>, c: &mut Mat<f64>) {
+    matmul(
+        c.as_mut(),
+        Accum::Add,
+        a.as_ref(),
+        b.as_ref().transpose(),
+        -1.0,
+        Par::Seq,
+    );
+}
+
+/// The tile algorithm on the calling thread.
+pub fn factor_serial(tiles: &mut Tiles) {
+    let nt = tiles.nt;
+    let a = &mut tiles.tiles;
+    for k in 0..nt {
+        potrf(&mut a[index(nt, k, k)]);
+        let (done, rest) = a.split_at_mut(index(nt, k, k) + 1);
+        let lkk = &done[index(nt, k, k)];
+        for b in &mut rest[..nt - k - 1] {
+            trsm(lkk, b);
+        }
+        if k + 1 == nt {
+            break;
+        }
+        let (left, right) = a.split_at_mut(index(nt, k + 1, k + 1));
+        for i in k + 1..nt {
+            let aik = &left[index(nt, i, k)];
+            for j in k + 1..=i {
+                let c = &mut right[index(nt, i, j) - index(nt, k + 1, k + 1)];
+                if i == j {
+                    syrk(aik, c);
+                } else {
+                    gemm(aik, &left[index(nt, j, k)], c);
+                }
+            }
+        }
+    }
+}
+
+/// The tile algorithm with rayon: each step's solves in one parallel
+/// loop, its updates in another, a barrier after each (`pool` runs them).
+pub fn factor_rayon_barrier(pool: &rayon::ThreadPool, tiles: &mut Tiles) {
+    let nt = tiles.nt;
+    let a = &mut tiles.tiles;
+    pool.install(|| {
+        for k in 0..nt {
+            potrf(&mut a[index(nt, k, k)]);
+            let (done, rest) = a.split_at_mut(index(nt, k, k) + 1);
+            let lkk = &done[index(nt, k, k)];
+            rest[..nt - k - 1].par_iter_mut().for_each(|b| trsm(lkk, b));
+            if k + 1 == nt {
+                break;
+            }
+            let first = index(nt, k + 1, k + 1);
+            let (left, right) = a.split_at_mut(first);
+            let left = &*left;
+            // Every tile (i, j) of the trailing matrix, with its position.
+            let mut targets: Vec<(usize, usize, &mut Mat<f64>)> = Vec::new();
+            let mut rest = right;
+            for j in k + 1..nt {
+                let (col, tail) = rest.split_at_mut(nt - j);
+                for (off, c) in col.iter_mut().enumerate() {
+                    targets.push((j + off, j, c));
+                }
+                rest = tail;
+            }
+            targets.into_par_iter().for_each(|(i, j, c)| {
+                let aik = &left[index(nt, i, k)];
+                if i == j {
+                    syrk(aik, c);
+                } else {
+                    gemm(aik, &left[index(nt, j, k)], c);
+                }
+            });
+        }
+    });
+}
+
+/// The tile algorithm as dataflow on `rt`: the serial loop, with each
+/// kernel call a task that declares the tiles it reads and writes.
+/// Returns once every task finished.
+pub fn factor_selvedge(rt: &selvedge::Runtime, tiles: &mut Tiles) {
+    let nt = tiles.nt;
+    let data: Vec<Data<Mat<f64>>> = std::mem::take(&mut tiles.tiles)
+        .into_iter()
+        .map(Data::new)
+        .collect();
+    let at = |i: usize, j: usize| &data[index(nt, i, j)];
+    rt.run(|| {
+        for k in 0..nt {
+            selvedge::spawn_with(at(k, k).write(), potrf).detach();
+            for i in k + 1..nt {
+                selvedge::spawn_with((at(k, k).read(), at(i, k).write()), |(l, b)| trsm(l, b))
+                    .detach();
+            }
+            for i in k + 1..nt {
+                selvedge::spawn_with((at(i, k).read(), at(i, i).write()), |(a, c)| syrk(a, c))
+                    .detach();
+                for j in k + 1..i {
+                    selvedge::spawn_with(
+                        (at(i, k).read(), at(j, k).read(), at(i, j).write()),
+                        |(a, b, c)| gemm(a, b, c),
+                    )
+                    .detach();
+                }
+            }
+        }
+    });
+    tiles.tiles = data.into_iter().map(Data::into_inner).collect();
+}
+
+/// ‖A − L·Lᵀ‖_F / ‖A‖_F.
+pub fn residual(a: &Mat<f64>, l: &Mat<f64>) -> f64 {
+    let mut r = a.clone();
+    matmul(
+        r.as_mut(),
+        Accum::Add,
+        l.as_ref(),
+        l.as_ref().transpose(),
+        -1.0,
+        Par::Seq,
+    );
+    r.norm_l2() / a.norm_l2()
+}
+
+/// The largest difference between two factors, entry by entry.
+pub fn max_difference(x: &Mat<f64>, y: &Mat<f64>) -> f64 {
+    let mut d = 0.0f64;
+    for j in 0..x.ncols() {
+        for i in 0..x.nrows() {
+            d = d.max((x[(i, j)] - y[(i, j)]).abs());
+        }
+    }
+    d
+}
