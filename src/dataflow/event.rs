@@ -192,25 +192,14 @@ impl Group {
         let mut rest = Vec::new();
         rest.try_reserve_exact(len.saturating_sub(1))?;
         rest.extend((1..len).map(|_| PromiseCell::new()));
-        let group = Group {
+        let group = Box::new(Group {
             handles: AtomicUsize::new(1),
             refs: AtomicUsize::new(1),
             len,
             first: PromiseCell::new(),
             rest: rest.into_boxed_slice(),
-        };
-        // On a worker, a pooled block: promises are made and dropped at
-        // task rates, and a pooled block costs no trip to the allocator
-        // (nor a free from another thread than the one that allocated).
-        #[cfg(not(loom))]
-        {
-            let p = crate::core::task::alloc_raw::<Group>();
-            // SAFETY: fresh memory, sized and aligned for a `Group`.
-            unsafe { p.as_ptr().write(group) };
-            Ok(p)
-        }
-        #[cfg(loom)]
-        Ok(NonNull::from(Box::leak(Box::new(group))))
+        });
+        Ok(NonNull::from(Box::leak(group)))
     }
 
     /// PromiseCell `i`; `i` must be below [`Group::len`].
@@ -274,12 +263,8 @@ impl Group {
         // this acquire orders them before the free (as `Arc`'s drop).
         crate::core::sync::fence(Ordering::Acquire);
         #[cfg(not(loom))]
-        // SAFETY: the last ref is gone; the group came from `alloc_raw`,
-        // and is dropped and returned once, here.
-        unsafe {
-            ptr::drop_in_place(this.as_ptr());
-            crate::core::task::free_raw(this);
-        }
+        // SAFETY: the last ref is gone; the group came from `Box::leak`.
+        drop(unsafe { Box::from_raw(this.as_ptr()) });
         #[cfg(loom)]
         // SAFETY: still allocated (loom builds never free groups).
         unsafe { this.as_ref() }
