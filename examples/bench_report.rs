@@ -17,7 +17,7 @@
 //! the median is reported, in milliseconds.
 //!
 //! ```text
-//! cargo run --release --example bench_report -- [--samples N] [--threads N] [--only weave|dataflow|loops|gemm] [--markdown]
+//! cargo run --release --example bench_report -- [--samples N] [--threads N] [--only weave|dataflow|data|loops|gemm] [--markdown]
 //! ```
 //!
 //! The thread count defaults to `SELVEDGE_BENCH_THREADS`, or 2. For the
@@ -47,6 +47,11 @@
 //! cargo run --release --example bench_report -- --markdown > BENCHMARKS.md
 //! ```
 
+#[path = "../benches/workloads/access.rs"]
+mod access;
+#[allow(dead_code)] // the residual is the example's
+#[path = "../benches/workloads/cholesky.rs"]
+mod cholesky;
 #[path = "../benches/workloads/dataflow.rs"]
 mod dataflow;
 // Only the CPU implementations; the kernel-only timing is the demonstration's.
@@ -80,6 +85,8 @@ struct Args {
     dataflow: bool,
     loops: bool,
     gemm: bool,
+    /// Declared data access: its overhead and the tiled Cholesky.
+    data: bool,
     /// `--markdown`: a whole document for `BENCHMARKS.md`.
     markdown: bool,
 }
@@ -92,6 +99,7 @@ fn parse_args() -> Args {
         dataflow: true,
         loops: true,
         gemm: true,
+        data: true,
         markdown: false,
     };
     let mut it = std::env::args().skip(1);
@@ -113,13 +121,15 @@ fn parse_args() -> Args {
             "--threads" => args.threads = value("--threads"),
             "--only" => {
                 let section = inline.clone().or_else(|| it.next()).unwrap_or_default();
-                (args.weave, args.dataflow, args.loops, args.gemm) = match section.as_str() {
-                    "weave" => (true, false, false, false),
-                    "dataflow" => (false, true, false, false),
-                    "loops" => (false, false, true, false),
-                    "gemm" => (false, false, false, true),
-                    _ => usage("--only needs `weave`, `dataflow`, `loops` or `gemm`"),
-                };
+                (args.weave, args.dataflow, args.loops, args.gemm, args.data) =
+                    match section.as_str() {
+                        "weave" => (true, false, false, false, false),
+                        "dataflow" => (false, true, false, false, false),
+                        "data" => (false, false, false, false, true),
+                        "loops" => (false, false, true, false, false),
+                        "gemm" => (false, false, false, true, false),
+                        _ => usage("--only needs `weave`, `dataflow`, `data`, `loops` or `gemm`"),
+                    };
             }
             "--markdown" => {
                 if inline.is_some() {
@@ -140,7 +150,7 @@ fn usage(msg: &str) -> ! {
         eprintln!("error: {msg}");
     }
     eprintln!(
-        "usage: bench_report [--samples N] [--threads N] [--only weave|dataflow|loops|gemm] [--markdown]"
+        "usage: bench_report [--samples N] [--threads N] [--only weave|dataflow|data|loops|gemm] [--markdown]"
     );
     std::process::exit(if msg.is_empty() { 0 } else { 2 })
 }
@@ -285,6 +295,9 @@ fn main() {
     if args.gemm {
         gemm_section(&pools, args.samples, md);
     }
+    if args.data {
+        data_section(&pools, args.samples, md);
+    }
     let total: Duration = started.elapsed();
     if md {
         eprintln!("bench_report: the report took {:.1} s", total.as_secs_f64());
@@ -309,6 +322,7 @@ fn markdown_header(args: &Args, threads: usize, cores: usize) {
         (args.dataflow, "dataflow"),
         (args.loops, "parallel loops"),
         (args.gemm, "nested batched GEMM"),
+        (args.data, "declared data access"),
     ]
     .iter()
     .filter(|(on, _)| *on)
@@ -1333,5 +1347,242 @@ fn gemm_section(pools: &Pools, samples: usize, md: bool) {
             ours_ms / median
         );
     }
+    println!();
+}
+
+/// Takes `samples` samples of each of `runs` in turns (one of each per
+/// round, after warm-ups), a sample being the mean of as many back-to-back
+/// runs as last `min_sample_ms`; returns each one's median, min and max in
+/// ms per run.
+fn interleaved(
+    runs: &mut [(&str, &mut dyn FnMut())],
+    samples: usize,
+    min_sample_ms: f64,
+) -> Vec<(f64, f64, f64)> {
+    let reps: Vec<usize> = runs
+        .iter_mut()
+        .map(|(_, run)| {
+            let mut last = 0.0;
+            for _ in 0..WARMUPS {
+                let t = Instant::now();
+                run();
+                last = t.elapsed().as_secs_f64() * 1e3;
+            }
+            ((min_sample_ms / last.max(1e-6)).ceil() as usize).max(1)
+        })
+        .collect();
+    let mut ms: Vec<Vec<f64>> = vec![Vec::with_capacity(samples); runs.len()];
+    for _ in 0..samples {
+        for (k, (_, run)) in runs.iter_mut().enumerate() {
+            let t = Instant::now();
+            for _ in 0..reps[k] {
+                run();
+            }
+            ms[k].push(t.elapsed().as_secs_f64() * 1e3 / reps[k] as f64);
+        }
+    }
+    ms.into_iter().map(median_min_max).collect()
+}
+
+fn data_section(pools: &Pools, samples: usize, md: bool) {
+    let threads = pools.threads;
+    let rt = &pools.selvedge;
+
+    // What a declared access costs.
+    progress(md, "timing declared access overhead");
+    let k = access::TASKS;
+    let handles = access::read_handles();
+    let reads_1 = access::serial_reads::<1>(k);
+    let writes = access::serial_writes(k);
+    assert_eq!(rt.run(|| access::spawn(k)), reads_1);
+    assert_eq!(rt.run(|| access::reads::<1>(&handles, k)), reads_1);
+    assert_eq!(
+        rt.run(|| access::reads::<3>(&handles, k)),
+        access::serial_reads::<3>(k)
+    );
+    assert_eq!(rt.run(|| access::writes(k)), writes);
+    assert_eq!(rt.run(|| access::promise_chains(k)), writes);
+    assert_eq!(pools.rayon.install(|| access::rayon_unordered(k)), reads_1);
+    let mut runs: [(&str, &mut dyn FnMut()); 7] = [
+        (access::SERIAL, &mut || {
+            black_box(access::serial_writes(black_box(k)));
+        }),
+        (access::SPAWN, &mut || {
+            black_box(rt.run(|| access::spawn(k)));
+        }),
+        (access::READ_1, &mut || {
+            black_box(rt.run(|| access::reads::<1>(&handles, k)));
+        }),
+        (access::READ_3, &mut || {
+            black_box(rt.run(|| access::reads::<3>(&handles, k)));
+        }),
+        (access::WRITE_1, &mut || {
+            black_box(rt.run(|| access::writes(k)));
+        }),
+        (access::PROMISES, &mut || {
+            black_box(rt.run(|| access::promise_chains(k)));
+        }),
+        (access::RAYON, &mut || {
+            black_box(pools.rayon.install(|| access::rayon_unordered(k)));
+        }),
+    ];
+    let access_ms = interleaved(&mut runs, samples, DATAFLOW_MIN_SAMPLE_MS);
+    let names: Vec<&str> = runs.iter().map(|(n, _)| *n).collect();
+    let per_task = |i: usize| access_ms[i].0 * 1e6 / k as f64;
+    let spawn_ns = per_task(1);
+    println!("## Declared data access");
+    println!();
+    if md {
+        println!(
+            "### What a declared access costs ({k} trivial tasks over {} handles)",
+            access::HANDLES
+        );
+        println!();
+        println!(
+            "Each run creates and joins {k} tasks inside `rt.run`. The read rows read \
+             handles nothing writes, so no task waits: their time over `selvedge spawn` \
+             is the declaration (the handle's lock, the task's completion promise, its \
+             record in the handle's log). The write rows chain the tasks of each handle \
+             (task i updates handle i mod {}): `spawn_with` against the same chains \
+             written by hand with a promise per task and a `Mutex` per value. Samples \
+             taken in turns; a sample is the mean of runs lasting at least \
+             {DATAFLOW_MIN_SAMPLE_MS} ms.",
+            access::HANDLES
+        );
+        println!();
+    } else {
+        println!("### declared access overhead ({k} trivial tasks)");
+        println!();
+    }
+    println!(
+        "| implementation | median ms | min | max | ns per task | over spawn, ns per access |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (i, (name, (median, min, max))) in names.iter().zip(&access_ms).enumerate() {
+        let over = match *name {
+            access::READ_1 | access::WRITE_1 => format!("{:.0}", per_task(i) - spawn_ns),
+            access::READ_3 => format!("{:.0}", (per_task(i) - spawn_ns) / 3.0),
+            _ => "—".to_string(),
+        };
+        println!(
+            "| {name} | {median:.3} | {min:.3} | {max:.3} | {:.0} | {over} |",
+            per_task(i)
+        );
+    }
+    println!();
+    let read_1_over = per_task(2) - spawn_ns;
+    let read_3_over = (per_task(3) - spawn_ns) / 3.0;
+    let write_vs_promises = access_ms[4].0 / access_ms[5].0;
+
+    // The tiled Cholesky.
+    const N: usize = 2048;
+    let a = cholesky::spd_matrix(N, 1);
+    let mut cholesky_ratios = Vec::new();
+    for t in [128, 64] {
+        progress(md, &format!("timing the tiled Cholesky, tiles of {t}"));
+        let mut reference = cholesky::Tiles::from_matrix(&a, t);
+        cholesky::factor_serial(&mut reference);
+        let l_ref = reference.to_lower();
+        type Factor<'a> = Box<dyn FnMut(&mut cholesky::Tiles) + 'a>;
+        let mut factors: Vec<(&str, Factor)> = vec![
+            ("serial (tile loop)", Box::new(cholesky::factor_serial)),
+            (
+                "rayon, barrier per half-step",
+                Box::new(|tiles: &mut cholesky::Tiles| {
+                    cholesky::factor_rayon_barrier(&pools.rayon, tiles)
+                }),
+            ),
+            (
+                "selvedge, declared access",
+                Box::new(|tiles: &mut cholesky::Tiles| cholesky::factor_selvedge(rt, tiles)),
+            ),
+        ];
+        for (name, factor) in factors.iter_mut() {
+            let mut tiles = cholesky::Tiles::from_matrix(&a, t);
+            factor(&mut tiles);
+            let diff = cholesky::max_difference(&tiles.to_lower(), &l_ref);
+            assert!(
+                diff < 1e-8 * N as f64,
+                "{name}: differs from the serial factor by {diff:e}"
+            );
+        }
+        // The tiles are copied out of A before each timed factorisation.
+        let mut ms: Vec<Vec<f64>> = vec![Vec::with_capacity(samples); factors.len()];
+        for round in 0..WARMUPS + samples {
+            for (i, (_, factor)) in factors.iter_mut().enumerate() {
+                let mut tiles = cholesky::Tiles::from_matrix(&a, t);
+                let start = Instant::now();
+                factor(&mut tiles);
+                let elapsed = start.elapsed().as_secs_f64() * 1e3;
+                if round >= WARMUPS {
+                    ms[i].push(elapsed);
+                }
+                drop(black_box(tiles));
+            }
+        }
+        let medians: Vec<(f64, f64, f64)> = ms.into_iter().map(median_min_max).collect();
+        let nt = N / t;
+        println!(
+            "### Tiled Cholesky, n = {N}, tiles of {t} ({} kernel calls)",
+            nt + nt * (nt - 1) + nt * (nt - 1) * (nt - 2) / 6
+        );
+        println!();
+        if md && t == 128 {
+            println!(
+                "`examples/cholesky.rs`'s workload: A = L·Lᵀ by tiles (potrf, trsm, \
+                 syrk, gemm on tiles, faer's single-threaded kernels). selvedge submits \
+                 the serial loop's kernel calls as tasks declaring the tiles they read \
+                 and write; rayon runs each step's solves in one `par_iter` and its \
+                 updates in another, with a barrier after each. Every factor is checked \
+                 against the serial one; samples taken in turns."
+            );
+            println!();
+        }
+        println!("| implementation | median ms | min | max | GFLOP/s | vs serial/{threads} | selvedge / it |");
+        println!("|---|---:|---:|---:|---:|---:|---:|");
+        let serial = medians[0].0;
+        let ours = medians[2].0;
+        let flops = (N as f64).powi(3) / 3.0;
+        for ((name, _), (median, min, max)) in factors.iter().zip(&medians) {
+            println!(
+                "| {name} | {median:.1} | {min:.1} | {max:.1} | {:.1} | {:.2} | {:.2}x |",
+                flops / (median / 1e3) / 1e9,
+                median / (serial / threads as f64),
+                ours / median
+            );
+        }
+        println!();
+        cholesky_ratios.push((t, ours / (serial / threads as f64), ours / medians[1].0));
+    }
+
+    println!("| target | measured | goal | |");
+    println!("|---|---:|---:|---|");
+    for (t, vs_half_serial, vs_rayon) in &cholesky_ratios {
+        if *t == 128 {
+            println!(
+                "| Cholesky {N}/{t}: selvedge / (serial / {threads}) | {vs_half_serial:.2} | ≤ 1.10 | {} |",
+                met(*vs_half_serial <= 1.10)
+            );
+            println!(
+                "| Cholesky {N}/{t}: selvedge / rayon barrier | {vs_rayon:.2}x | < 1.00x | {} |",
+                met(*vs_rayon < 1.0)
+            );
+        } else {
+            println!(
+                "| Cholesky {N}/{t}: selvedge / (serial / {threads}), selvedge / rayon barrier | {vs_half_serial:.2}, {vs_rayon:.2}x | (reported) | |"
+            );
+        }
+    }
+    println!(
+        "| declared access over `spawn`, 1 read | {read_1_over:.0} ns | ≤ 100 ns | {} |",
+        met(read_1_over <= 100.0)
+    );
+    println!(
+        "| declared access over `spawn`, per access of 3 reads | {read_3_over:.0} ns | ≤ 100 ns | {} |",
+        met(read_3_over <= 100.0)
+    );
+    println!(
+        "| declared write chains / hand-written promise chains | {write_vs_promises:.2}x | (reported) | |"
+    );
     println!();
 }
