@@ -51,6 +51,16 @@
 //!   promise per iteration, so loops pipeline without barriers. A promise
 //!   dropped unfulfilled cancels its waiters: [`JoinHandle::try_join`]
 //!   returns a [`JoinError`] saying so.
+//! - Declared data access: a [`Data`] handle holds a value that tasks reach
+//!   only by declaring it: [`spawn_with`] (and [`Runtime::submit_with`],
+//!   [`Scope::spawn_with`]) hands the closure `&T` for each
+//!   [`Data::read`] and `&mut T` for each [`Data::write`], ordering the
+//!   tasks of each handle in submission order (a write after the previous
+//!   write and the reads since; reads of one version together), with no
+//!   lock on the value. A panic while writing poisons the handle: later
+//!   accesses are cancelled with a message naming it, until a
+//!   [`Data::recover`] access repairs it. [`JoinHandle::dep`] is any task's
+//!   completion as a [`Dep`].
 //! - Loops: [`parallel_for`] (with [`ParallelFor::stride`],
 //!   [`ParallelFor::reduce`], [`ParallelFor::depends_on_each`] and
 //!   [`ParallelFor::spawn`]), [`par_chunks_mut`] and [`par_iter_mut`]. A loop

@@ -228,16 +228,16 @@ pub fn factor_rayon_barrier(pool: &rayon::ThreadPool, tiles: &mut Tiles) {
 }
 
 /// The tile algorithm as dataflow on `rt`: the serial loop, with each
-/// kernel call a task that declares the tiles it reads and writes.
-/// Returns once every task finished.
+/// kernel call a task that declares the tiles it reads and writes, all
+/// inside one root task. Returns once every task finished.
 pub fn factor_selvedge(rt: &selvedge::Runtime, tiles: &mut Tiles) {
     let nt = tiles.nt;
     let data: Vec<Data<Mat<f64>>> = std::mem::take(&mut tiles.tiles)
         .into_iter()
         .map(Data::new)
         .collect();
-    let at = |i: usize, j: usize| &data[index(nt, i, j)];
-    rt.run(|| {
+    tiles.tiles = rt.run(|| {
+        let at = |i: usize, j: usize| &data[index(nt, i, j)];
         for k in 0..nt {
             selvedge::spawn_with(at(k, k).write(), potrf).detach();
             for i in k + 1..nt {
@@ -256,8 +256,10 @@ pub fn factor_selvedge(rt: &selvedge::Runtime, tiles: &mut Tiles) {
                 }
             }
         }
+        // Taking the tiles back waits for their last accesses; on a worker
+        // the wait runs tasks meanwhile.
+        data.into_iter().map(Data::into_inner).collect()
     });
-    tiles.tiles = data.into_iter().map(Data::into_inner).collect();
 }
 
 /// ‖A − L·Lᵀ‖_F / ‖A‖_F.
