@@ -355,3 +355,26 @@ fn arrays_and_single_accesses() {
     .detach();
     assert_eq!(rt.submit_with(out.read(), |o| *o).join(), 3);
 }
+
+#[test]
+fn waiting_on_a_handle_inside_a_task_that_declared_it_panics_instead_of_hanging() {
+    let rt = runtime(2);
+    let d = Data::named("self", 1);
+    let inner = d.clone();
+    let h = rt.submit_with(d.write(), move |v| {
+        *v += 1;
+        let _ = inner.read_now();
+    });
+    let e = h.try_join().unwrap_err();
+    let msg = e.try_into_panic().ok().unwrap();
+    let msg = msg.downcast_ref::<String>().unwrap();
+    assert!(
+        msg.contains("read_now on Data \"self\" inside a task that declared it"),
+        "{msg}"
+    );
+    let other = Data::new(0);
+    // A handle the task did not declare may be waited for.
+    let o = other.clone();
+    let ok = rt.submit_with(d.recover(), move |_| *o.read_now().unwrap());
+    assert_eq!(ok.join(), 0);
+}

@@ -25,8 +25,9 @@ impl Mode {
 
 pub(crate) mod sealed {
     use super::Declared;
+    use crate::core::sync::Mutex;
     use crate::dataflow::data::Log;
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
 
     /// The data behind a handle, without its type.
     pub trait Target: Sync {

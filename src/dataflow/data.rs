@@ -8,7 +8,7 @@
 
 use crate::core::error::{CancelledBecause, JoinError};
 use crate::core::registry::Registry;
-use crate::core::sync::lock;
+use crate::core::sync::{lock, Mutex};
 use crate::dataflow::access::sealed::{SealedAccess, Target};
 use crate::dataflow::access::{Access, Declared, Mode};
 use crate::dataflow::event::Dep;
@@ -16,7 +16,7 @@ use crate::dataflow::promise::Promise;
 use crossbeam_utils::CachePadded;
 use std::cell::UnsafeCell;
 use std::fmt;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 /// A shared value that tasks access by declaring it: [`Data::read`] gives
 /// a task `&T`, [`Data::write`] gives it `&mut T`, and the runtime orders
@@ -253,7 +253,8 @@ impl<T: Send + Sync> Data<T> {
     /// # Panics
     /// When [`Data::try_into_inner`] would return an error: the handle is
     /// poisoned, another handle to it still exists, or an access to it was
-    /// cancelled before it ran.
+    /// cancelled before it ran. Like `try_into_inner`, when called inside
+    /// a task that declared this handle (it would wait for itself).
     ///
     /// ```
     /// use selvedge::{spawn_with, Data};
@@ -272,6 +273,10 @@ impl<T: Send + Sync> Data<T> {
     /// Waits until every access submitted so far finished (working
     /// meanwhile, on a worker), and returns the value; or says why it
     /// cannot, handing back the value or the handle.
+    ///
+    /// # Panics
+    /// Inside a task that declared this handle: it would wait for its own
+    /// access.
     ///
     /// ```
     /// use selvedge::{spawn_with, Data, DataError};
@@ -296,6 +301,7 @@ impl<T: Send + Sync> Data<T> {
     /// }
     /// ```
     pub fn try_into_inner(self) -> Result<T, DataError<T>> {
+        self.refuse_self_wait("try_into_inner");
         let (pending, runtime) = {
             let log = lock(&self.inner.log);
             (log.pending(), log.runtime.clone())
@@ -333,7 +339,12 @@ impl<T: Send + Sync> Data<T> {
     ///
     /// An error is the one a task reading it would get: cancelled, because
     /// the handle is poisoned or its ordering was broken.
+    ///
+    /// # Panics
+    /// Inside a task that declared this handle: it would wait for its own
+    /// access.
     pub fn read_now(&self) -> Result<ReadNow<'_, T>, JoinError> {
+        self.refuse_self_wait("read_now");
         let done = Promise::new();
         let (pending, runtime) = {
             let mut log = lock(&self.inner.log);
@@ -364,6 +375,22 @@ impl<T: Send + Sync> Data<T> {
             inner: &self.inner,
             done,
         })
+    }
+}
+
+impl<T: Send + Sync> Data<T> {
+    /// Panics when a task running on this thread declared this handle: it
+    /// would wait for its own access, forever.
+    fn refuse_self_wait(&self, what: &str) {
+        let address = std::ptr::from_ref::<dyn Target>(&*self.inner).cast::<()>() as usize;
+        if crate::dataflow::declared::held_here::contains(address) {
+            panic!(
+                "selvedge: Data::{what} on {} inside a task that declared it: the wait \
+                 would never end (the task's own access comes first); use the reference \
+                 the task was given",
+                self.inner.describe()
+            );
+        }
     }
 }
 

@@ -170,9 +170,11 @@ impl<A: Accesses> Submission<A> {
                 &handle, &cause,
             ))));
         }
+        let held = held_here::Held::enter(accesses);
         // SAFETY: every access has its turn (as above), and the references
         // do not outlive the call: `body` returns owned `R`.
         let result = catch_unwind(AssertUnwindSafe(|| body(unsafe { accesses.refs() })));
+        drop(held);
         match result {
             Ok(value) => {
                 // A recover access that returned repaired its handle.
@@ -282,4 +284,55 @@ where
     delayed::submit_delayed(runtime, deps, move || {
         submission.run(std::any::type_name::<F>(), f)
     })
+}
+
+/// The handles the tasks running on this thread declared (a task that
+/// waits, working meanwhile, may run another one nested on the same
+/// thread): a wait for one of them from inside such a task could never
+/// end, so `Data::into_inner` and `Data::read_now` refuse it.
+pub(crate) mod held_here {
+    use super::{address, Accesses, Declared};
+    use std::cell::RefCell;
+
+    thread_local! {
+        static HELD: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// Whether a task running on this thread declared the handle at
+    /// `address`.
+    pub(crate) fn contains(address: usize) -> bool {
+        HELD.try_with(|h| h.borrow().contains(&address))
+            .unwrap_or(false)
+    }
+
+    /// The running task's handles, on this thread's list until dropped.
+    pub(crate) struct Held {
+        count: usize,
+    }
+
+    impl Held {
+        pub(crate) fn enter<A: Accesses>(accesses: &A) -> Self {
+            let mut count = 0;
+            let _ = HELD.try_with(|h| {
+                let mut h = h.borrow_mut();
+                accesses.declare_all(&mut |d| {
+                    if let Declared::Data(t, _) = d {
+                        h.push(address(t) as usize);
+                        count += 1;
+                    }
+                });
+            });
+            Self { count }
+        }
+    }
+
+    impl Drop for Held {
+        fn drop(&mut self) {
+            let _ = HELD.try_with(|h| {
+                let mut h = h.borrow_mut();
+                let keep = h.len().saturating_sub(self.count);
+                h.truncate(keep);
+            });
+        }
+    }
 }
