@@ -196,7 +196,7 @@ struct CountingHook {
 }
 
 impl CountingHook {
-    fn new(fires: &Arc<AtomicUsize>, releases: &Arc<AtomicUsize>) -> NonNull<CompletionHook> {
+    fn boxed(fires: &Arc<AtomicUsize>, releases: &Arc<AtomicUsize>) -> NonNull<CompletionHook> {
         let h = Box::new(CountingHook {
             hook: CompletionHook {
                 fire: Self::fire,
@@ -226,7 +226,7 @@ impl CountingHook {
 /// Installs a hook as `JoinHandle::dep` does: fires it when the runner
 /// completed first, frees its own when another won.
 fn install(b: &Block, fires: &Arc<AtomicUsize>, releases: &Arc<AtomicUsize>) {
-    let hook = CountingHook::new(fires, releases);
+    let hook = CountingHook::boxed(fires, releases);
     match b.completion.install_hook(hook) {
         Install::Installed => {}
         Install::Raced(winner) => {
