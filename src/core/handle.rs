@@ -173,7 +173,12 @@ impl<T> JoinHandle<T> {
                 // SAFETY: the handle keeps the block alive.
                 unsafe { task::queued_at(block) }
             };
-            if origin == Some(w.address()) {
+            // A task whose dependency was asked for (`dep`) completes
+            // through its join slot, which fires it: it is not run in
+            // place but waited for (this worker runs it from its deque).
+            // SAFETY: the handle keeps the block alive.
+            let hooked = unsafe { task::join_slot(block) }.has_hook();
+            if origin == Some(w.address()) && !hooked {
                 if let Some(task) = w.take_back(pos, block) {
                     w.count_task_run();
                     // SAFETY: the task is ours, of result type T, and never

@@ -71,8 +71,8 @@ pub struct CompletionHook {
     /// Called once, by whichever party saw the task complete, with whether
     /// it succeeded (false: it panicked or was cancelled). Must not unwind.
     pub fire: unsafe fn(NonNull<CompletionHook>, bool),
-    /// Called once, when the slot is dropped (after `fire`, or instead of
-    /// it if the task never completed).
+    /// Called once, when the block is freed (after `fire`, or instead of
+    /// it if the task never completed): see [`JoinSlot::release_hook`].
     pub release: unsafe fn(NonNull<CompletionHook>),
 }
 
@@ -155,14 +155,12 @@ impl JoinSlot {
         }
     }
 
-    /// Fires the installed hook, if any: for a task that completed without
-    /// going through [`JoinSlot::complete`] (run in place for its own
-    /// joining handle, which cannot race an installation).
-    #[inline]
-    pub fn fire_hook_inline(&self, ok: bool) {
-        if let Some(hook) = self.hook() {
-            Self::fire(hook, ok);
-        }
+    /// Whether a hook is installed (one relaxed load: for the joining
+    /// handle's own thread, which cannot race an installation, and for the
+    /// slot's drop).
+    #[inline(always)]
+    pub fn has_hook(&self) -> bool {
+        !self.hook.load(Ordering::Relaxed).is_null()
     }
 
     #[cold]
@@ -350,11 +348,18 @@ impl JoinSlot {
     }
 }
 
-impl Drop for JoinSlot {
-    fn drop(&mut self) {
+impl JoinSlot {
+    /// Releases the installed hook, if any: the block is being freed (its
+    /// owner calls this, once, before dropping the slot; a slot is not
+    /// `Drop` so that the hot free path stays small). Out of line: most
+    /// slots never get a hook.
+    #[cold]
+    #[inline(never)]
+    pub fn release_hook(&mut self) {
         if let Some(hook) = self.hook() {
+            self.hook = AtomicPtr::new(ptr::null_mut());
             // SAFETY: the slot owned the hook since its installation, and
-            // nobody uses the slot any more.
+            // nobody uses the slot any more (`&mut self`).
             unsafe {
                 let release = hook.as_ref().release;
                 release(hook)

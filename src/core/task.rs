@@ -363,7 +363,9 @@ pub(crate) unsafe fn join_slot<'a>(block: NonNull<Header>) -> &'a JoinSlot {
 /// seen the block.
 ///
 /// # Safety
-/// `task` must be the handled task of type `T` belonging to the calling handle.
+/// `task` must be the handled task of type `T` belonging to the calling
+/// handle, and no completion hook may be installed (it would never fire:
+/// the handle runs such a task through its completion instead).
 #[inline]
 pub(crate) unsafe fn run_inline_for_handle<T>(task: TaskRef) -> std::thread::Result<T> {
     let mut out = MaybeUninit::<std::thread::Result<T>>::uninit();
@@ -375,15 +377,9 @@ pub(crate) unsafe fn run_inline_for_handle<T>(task: TaskRef) -> std::thread::Res
     // SAFETY: the task is unrun and ours to run, its result type is `T`
     // (caller), and `out` has room for a `std::thread::Result<T>`.
     unsafe { run_inline(task.0, out.as_mut_ptr().cast()) };
-    // SAFETY: `run_inline` wrote the result.
-    let ok = unsafe { out.assume_init_ref() }.is_ok();
-    // The handle's dependency, if one was asked for: the joining handle
-    // consumed itself, so no installation races this.
-    // SAFETY: the block is live until freed below.
-    unsafe { join_slot(task.0) }.fire_hook_inline(ok);
     // SAFETY: `run_inline` moved the closure out and left the block to us;
-    // nobody else ever saw it.
-    unsafe { free_block(task.0) };
+    // nobody else ever saw it, and it has no hook (caller).
+    unsafe { free_unhooked_block(task.0) };
     // SAFETY: `run_inline` wrote the result.
     unsafe { out.assume_init() }
 }
@@ -601,6 +597,24 @@ pub(crate) unsafe fn free_raw<T>(p: NonNull<T>) {
 /// No one may use `block` afterwards.
 #[inline]
 unsafe fn free_block(block: NonNull<Header>) {
+    // SAFETY: the header is live until freed below (caller).
+    let completion = unsafe { ptr::addr_of_mut!((*block.as_ptr()).join_slot) };
+    // A handle's dependency (`JoinHandle::dep`) lives as long as the slot.
+    // SAFETY: nobody else uses the slot any more (caller).
+    if unsafe { (*completion).has_hook() } {
+        // SAFETY: as above.
+        unsafe { (*completion).release_hook() };
+    }
+    // SAFETY: the hook is released; the caller's contract otherwise.
+    unsafe { free_unhooked_block(block) };
+}
+
+/// [`free_block`] for a block whose slot has no hook.
+///
+/// # Safety
+/// As for `free_block`, and no hook is installed in the block's slot.
+#[inline]
+unsafe fn free_unhooked_block(block: NonNull<Header>) {
     // SAFETY: the header is live until freed below (caller).
     let completion = unsafe { ptr::addr_of_mut!((*block.as_ptr()).join_slot) };
     // The completion may hold a handle's waker, whose destructor is user
