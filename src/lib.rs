@@ -79,6 +79,8 @@
 //!   task's promise, so nobody blocks on the stream; GPU tasks depending on
 //!   GPU tasks wait on events on the device. Built on cudarc, loaded at run
 //!   time: without a driver `Device::open` returns an error.
+//!   `gpu::Device::spawn_with` declares [`Data`] accesses for a GPU task,
+//!   ordered on the device between GPU tasks (events per handle).
 //! - Outside any runtime, [`spawn`], [`scope`], [`join`] and [`sync_root`] use
 //!   a global runtime built on first use ([`global_runtime`]); its size comes
 //!   from `SELVEDGE_NUM_THREADS`, else the available parallelism.

@@ -968,3 +968,63 @@ fn a_capture_left_open_fails_the_task_and_frees_the_lane() {
     });
     assert_eq!(ended.join().unwrap(), 16);
 }
+
+/// Declared access between GPU tasks: a copy that reads `x` slowly (a spin
+/// kernel first) and a write of `x` submitted after it, on another worker's
+/// stream: the write must wait for the copy's event on the device, or `y`
+/// would receive the zeros. CPU accesses afterwards wait for completion.
+#[test]
+fn declared_gpu_accesses_keep_their_order_on_the_device() {
+    let rt = Runtime::builder().num_threads(4).build().unwrap();
+    let Some(dev) = device(&rt, "declared gpu data") else {
+        return;
+    };
+    let _deadline = Deadline::new("declared gpu data", Duration::from_secs(60));
+    let kernels = Kernels::load(&dev);
+    let len = 1 << 16;
+    let alloc = || {
+        selvedge::Data::new(
+            dev.spawn(move |s| Ok(s.stream().alloc_zeros::<f32>(len)?))
+                .join()
+                .unwrap(),
+        )
+    };
+    let (x, y) = (alloc(), alloc());
+    for round in 0..20 {
+        let value = round as f32 + 1.0;
+        let write = dev.spawn_with(x.write(), move |s, x| {
+            Ok(s.stream().memcpy_htod(&vec![value; len], x)?)
+        });
+        let copy = dev.spawn_with((x.read(), y.write()), move |s, (x, y)| {
+            kernels.spin(s.stream(), Duration::from_millis(5))?;
+            Ok(s.stream().memcpy_dtod(x, y)?)
+        });
+        let clear = dev.spawn_with(x.write(), |s, x| Ok(s.stream().memset_zeros(x)?));
+        // A CPU task ordered after the GPU write of `y`: it runs once the
+        // copy is complete on the device (its callback), not before.
+        let check = rt.submit_with(y.read(), |_y| ());
+        check.join();
+        assert!(
+            copy.is_finished(),
+            "a CPU access to y ran before the GPU copy completed"
+        );
+        let yv = y.read_now().unwrap();
+        let back = {
+            let yv: &selvedge::gpu::cudarc::driver::CudaSlice<f32> = &yv;
+            let stream = dev.context().default_stream();
+            stream.clone_dtoh(yv).unwrap()
+        };
+        drop(yv);
+        assert!(
+            back.iter().all(|&v| v == value),
+            "round {round}: y holds {:?}, not {value}: the write of x did not wait for the copy",
+            &back[..4]
+        );
+        write.join().unwrap();
+        copy.join().unwrap();
+        clear.join().unwrap();
+    }
+    let x = x.into_inner();
+    let back = dev.spawn(move |s| s.download(&x)).join().unwrap();
+    assert!(back.as_slice().unwrap().iter().all(|&v| v == 0.0));
+}

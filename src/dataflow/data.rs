@@ -14,6 +14,7 @@ use crate::dataflow::access::{Access, Declared, Mode};
 use crate::dataflow::event::Dep;
 use crate::dataflow::promise::Promise;
 use crossbeam_utils::CachePadded;
+use std::any::Any;
 use std::cell::UnsafeCell;
 use std::fmt;
 use std::sync::{Arc, Weak};
@@ -75,37 +76,73 @@ struct Slot<T> {
 }
 
 /// The ordering state of one handle, touched only while a task that
-/// declares it is submitted (under the mutex): the completion of the last
-/// write and of every read since it.
+/// declares it is submitted (under the mutex): the last write and every
+/// read since it.
 #[derive(Default)]
 pub struct Log {
-    pub(crate) last_write: Option<Dep>,
-    pub(crate) reads: Vec<Dep>,
+    last_write: Option<Recorded>,
+    reads: Vec<Recorded>,
     /// The runtime of the latest access: where a wait from outside a task
     /// (`into_inner`, `read_now`) parks its waiting task.
     pub(crate) runtime: Weak<Registry>,
 }
 
+/// One access in a handle's log: its completion, and for a GPU task what
+/// the same device's later tasks wait for on the device instead (the GPU
+/// layer's sync object: its event and when it is recorded).
+#[derive(Clone)]
+pub(crate) struct Recorded {
+    /// Fulfilled once the access is over (for a GPU task: its work is
+    /// complete on the device); broken if it never ran.
+    pub(crate) done: Dep,
+    pub(crate) device: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+impl Recorded {
+    /// A CPU task's access.
+    pub(crate) fn host(done: Dep) -> Self {
+        Self { done, device: None }
+    }
+}
+
 impl Log {
-    /// Every access a new write must wait for, as open dependencies
-    /// (fulfilled ones need no waiting).
-    pub(crate) fn pending(&self) -> Vec<Dep> {
+    /// The accesses a new access in `mode` waits for, skipping those
+    /// finished already: the last write, and for a write the reads since.
+    pub(crate) fn before(&self, mode: Mode) -> impl Iterator<Item = &Recorded> {
+        let reads = if mode.writes() { &self.reads[..] } else { &[] };
         self.last_write
             .iter()
-            .chain(&self.reads)
-            .filter(|d| !d.is_fulfilled())
-            .cloned()
-            .collect()
+            .chain(reads)
+            .filter(|r| !r.done.is_fulfilled())
     }
 
-    /// Records a read by the task whose completion is `done`; drops the
-    /// reads that finished, now and then, so a value read many times
-    /// between writes keeps a short list.
-    pub(crate) fn push_read(&mut self, done: Dep) {
-        if self.reads.len() == self.reads.capacity() && self.reads.len() >= 8 {
-            self.reads.retain(|d| !d.is_fulfilled());
+    /// Records a new access in `mode`.
+    pub(crate) fn record(&mut self, mode: Mode, access: Recorded) {
+        if mode.writes() {
+            self.reads.clear();
+            self.last_write = Some(access);
+        } else {
+            // Drops the reads that finished, now and then, so a value read
+            // many times between writes keeps a short list.
+            if self.reads.len() == self.reads.capacity() && self.reads.len() >= 8 {
+                self.reads.retain(|r| !r.done.is_fulfilled());
+            }
+            self.reads.push(access);
         }
-        self.reads.push(done);
+    }
+
+    /// Every access not finished yet, as dependencies.
+    pub(crate) fn pending(&self) -> Vec<Dep> {
+        self.before(Mode::Write).map(|r| r.done.clone()).collect()
+    }
+
+    /// Notes `runtime` as the latest access's.
+    pub(crate) fn note_runtime(&mut self, runtime: &Arc<Registry>) {
+        // Compared first: a downgrade is a write to the runtime's shared
+        // counts.
+        if Weak::as_ptr(&self.runtime) != Arc::as_ptr(runtime) {
+            self.runtime = Arc::downgrade(runtime);
+        }
     }
 }
 
@@ -348,13 +385,8 @@ impl<T: Send + Sync> Data<T> {
         let done = Promise::new();
         let (pending, runtime) = {
             let mut log = lock(&self.inner.log);
-            let pending: Vec<Dep> = log
-                .last_write
-                .iter()
-                .filter(|d| !d.is_fulfilled())
-                .cloned()
-                .collect();
-            log.push_read(done.dep());
+            let pending: Vec<Dep> = log.before(Mode::Read).map(|r| r.done.clone()).collect();
+            log.record(Mode::Read, Recorded::host(done.dep()));
             (pending, log.runtime.clone())
         };
         if !wait_fulfilled(pending, &runtime) {

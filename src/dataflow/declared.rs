@@ -15,12 +15,12 @@ use crate::core::sync::{lock, MutexGuard};
 use crate::core::unwind::{drop_or_report, panic_message};
 use crate::dataflow::access::sealed::Target;
 use crate::dataflow::access::{Accesses, Declared, Mode};
-use crate::dataflow::data::{poisoned_message, Log};
+use crate::dataflow::data::{poisoned_message, Log, Recorded};
 use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
 use crate::dataflow::promise::Promise;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 /// A submitted task's accesses and its completion, moved into its closure.
 pub(crate) struct Submission<A> {
@@ -38,65 +38,75 @@ pub(crate) fn submit<A: Accesses>(
     runtime: &Arc<Registry>,
 ) -> (Vec<Dep>, Submission<A>) {
     let done = Promise::new();
-    // A task declares a few accesses: they and their locks stay on the
-    // stack (no allocation below nine). Its dependencies are a vector:
-    // none (no allocation) when every access has its turn already.
+    // Its dependencies are a vector: none (no allocation) when every
+    // access has its turn already.
     let mut deps = Vec::new();
-    {
-        let mut data: Few<(&dyn Target, Mode)> = Few::default();
-        accesses.declare_all(&mut |d| match d {
-            Declared::Data(target, mode) => data.push((target, mode)),
-            Declared::After(dep) => deps.push(dep.clone()),
-        });
-        let data = data.slots();
-        // Address order: two submissions lock their common handles in the
-        // same order, so they cannot deadlock, and each one's accesses are
-        // recorded at once: no task can end up ordered both before and
-        // after another.
-        data.sort_unstable_by_key(|slot| slot.map(|(t, _)| address(t)));
-        for pair in data.windows(2) {
-            if let [Some((a, mode_a)), Some((b, mode_b))] = pair {
-                if address(*a) == address(*b) {
-                    panic!(
-                        "selvedge: {} is declared twice by one task ({mode_a:?} and \
-                         {mode_b:?}): declare each handle once, as a write if the task \
-                         writes it",
-                        a.describe(),
-                    );
-                }
+    with_logs(&accesses, runtime, |after, logs| {
+        deps.extend(after.cloned());
+        {
+            for (log, mode) in logs {
+                deps.extend(log.before(*mode).map(|r| r.done.clone()));
+                log.record(*mode, Recorded::host(done.dep()));
             }
         }
-        let mut logs: Few<MutexGuard<'_, Log>> = Few::default();
-        for (t, _) in data.iter().flatten() {
-            logs.push(lock(t.log()));
-        }
-        for (log, (_, mode)) in logs.slots().iter_mut().flatten().zip(data.iter().flatten()) {
-            if mode.writes() {
-                for d in log.last_write.iter().chain(&log.reads) {
-                    if !d.is_fulfilled() {
-                        deps.push(d.clone());
-                    }
-                }
-                log.reads.clear();
-                log.last_write = Some(done.dep());
-            } else {
-                if let Some(w) = log.last_write.as_ref().filter(|w| !w.is_fulfilled()) {
-                    deps.push(w.clone());
-                }
-                log.push_read(done.dep());
-            }
-            // Compared first: a downgrade is a write to the runtime's
-            // shared counts.
-            if Weak::as_ptr(&log.runtime) != Arc::as_ptr(runtime) {
-                log.runtime = Arc::downgrade(runtime);
-            }
-        }
-    }
+    });
     let submission = Submission {
         accesses: Some(accesses),
         done: Some(done),
     };
     (deps, submission)
+}
+
+/// Locks the logs of the handles `accesses` declares, all at once, and
+/// hands them to `record` with each one's mode, and the plain `Dep`s it
+/// declares. Notes `runtime` as the handles' latest.
+///
+/// # Panics
+/// When one handle is declared twice (before anything is recorded).
+pub(crate) fn with_logs<'s, A: Accesses>(
+    accesses: &'s A,
+    runtime: &Arc<Registry>,
+    record: impl FnOnce(&mut dyn Iterator<Item = &'s Dep>, &mut dyn Iterator<Item = (&mut Log, &Mode)>),
+) {
+    // A task declares a few accesses: they and their locks stay on the
+    // stack (no allocation below nine).
+    let mut data: Few<(&dyn Target, Mode)> = Few::default();
+    let mut after: Few<&Dep> = Few::default();
+    accesses.declare_all(&mut |d| match d {
+        Declared::Data(target, mode) => data.push((target, mode)),
+        Declared::After(dep) => after.push(dep),
+    });
+    let data = data.slots();
+    // Address order: two submissions lock their common handles in the
+    // same order, so they cannot deadlock, and each one's accesses are
+    // recorded at once: no task can end up ordered both before and after
+    // another.
+    data.sort_unstable_by_key(|slot| slot.map(|(t, _)| address(t)));
+    for pair in data.windows(2) {
+        if let [Some((a, mode_a)), Some((b, mode_b))] = pair {
+            if address(*a) == address(*b) {
+                panic!(
+                    "selvedge: {} is declared twice by one task ({mode_a:?} and \
+                     {mode_b:?}): declare each handle once, as a write if the task \
+                     writes it",
+                    a.describe(),
+                );
+            }
+        }
+    }
+    let mut logs: Few<MutexGuard<'_, Log>> = Few::default();
+    for (t, _) in data.iter().flatten() {
+        let mut log = lock(t.log());
+        log.note_runtime(runtime);
+        logs.push(log);
+    }
+    let mut pairs = logs
+        .slots()
+        .iter_mut()
+        .flatten()
+        .map(|g| &mut **g)
+        .zip(data.iter().flatten().map(|(_, mode)| mode));
+    record(&mut after.slots().iter().flatten().copied(), &mut pairs);
 }
 
 /// Up to eight values on the stack, more on the heap.

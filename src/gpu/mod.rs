@@ -113,6 +113,7 @@
 
 mod blas;
 mod completion;
+mod data;
 mod device;
 mod error;
 mod libraries;

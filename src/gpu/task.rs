@@ -34,12 +34,12 @@ use std::sync::{Arc, OnceLock};
 /// ```
 pub struct GpuHandle<T> {
     join: JoinHandle<Result<T, GpuError>>,
-    link: Link,
+    pub(super) link: Link,
 }
 
 /// What a consumer needs of a GPU task to depend on it.
 #[derive(Clone)]
-struct Link {
+pub(super) struct Link {
     /// Fulfilled when the stream reached the end of the task's work;
     /// broken if the task failed.
     done: Dep,
@@ -180,28 +180,63 @@ impl Device {
         F: FnOnce(&GpuStream) -> Result<T, GpuError> + Send + 'static,
         T: Send + 'static,
     {
-        let inner = self.inner.clone();
-        let me = Arc::as_ptr(&inner) as usize;
+        let me = self.id();
         let mut host_deps = Vec::new();
         let mut device_waits = Vec::new();
         for dep in deps {
             match dep.into().0 {
                 DepKind::Host(d) => host_deps.push(d),
-                DepKind::Gpu(link) if link.device == me => {
-                    host_deps.push(link.enqueued);
-                    device_waits.push(link.event);
-                }
-                DepKind::Gpu(link) => host_deps.push(link.done),
+                DepKind::Gpu(link) => link.wait_from(me, &mut host_deps, &mut device_waits),
             }
         }
-        let (enqueued, done, finished) = (Promise::new(), Promise::new(), Promise::new());
-        let event = Arc::new(OnceLock::new());
-        let link = Link {
-            done: done.dep(),
-            enqueued: enqueued.dep(),
-            event: event.clone(),
-            device: me,
+        let (link, promises) = self.new_link();
+        self.spawn_linked(host_deps, device_waits, link, promises, f)
+    }
+
+    /// What identifies this device in a [`Link`].
+    pub(super) fn id(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
+    }
+
+    /// A new task's link and the promises behind it, made before the task
+    /// is submitted (so its dependents can be recorded first).
+    pub(super) fn new_link(&self) -> (Link, LinkPromises) {
+        let promises = LinkPromises {
+            enqueued: Promise::new(),
+            done: Promise::new(),
+            finished: Promise::new(),
+            event: Arc::new(OnceLock::new()),
         };
+        let link = Link {
+            done: promises.done.dep(),
+            enqueued: promises.enqueued.dep(),
+            event: promises.event.clone(),
+            device: self.id(),
+        };
+        (link, promises)
+    }
+
+    /// Submits the task of `link`: once `host_deps` are fulfilled, on a
+    /// worker's stream that first waits for `device_waits` on the device.
+    pub(super) fn spawn_linked<T, F>(
+        &self,
+        host_deps: Vec<Dep>,
+        device_waits: Vec<Arc<OnceLock<RawEvent>>>,
+        link: Link,
+        promises: LinkPromises,
+        f: F,
+    ) -> GpuHandle<T>
+    where
+        F: FnOnce(&GpuStream) -> Result<T, GpuError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let inner = self.inner.clone();
+        let LinkPromises {
+            enqueued,
+            done,
+            finished,
+            event,
+        } = promises;
         let finished_dep = finished.dep();
         let runtime = inner.runtime().clone();
         let work = delayed::submit_delayed(&runtime, host_deps, move || {
@@ -240,6 +275,39 @@ impl Device {
         });
         let join = delayed::submit_delayed(&runtime, [finished_dep], move || work.join());
         GpuHandle { join, link }
+    }
+}
+
+/// The promises of a task's [`Link`], kept by the task until it fulfills
+/// them (dropped unfulfilled, they break its dependents).
+pub(super) struct LinkPromises {
+    enqueued: Promise,
+    done: Promise,
+    finished: Promise,
+    event: Arc<OnceLock<RawEvent>>,
+}
+
+impl Link {
+    /// What a task of device `me` waits for to come after this one: on the
+    /// same device, its enqueueing on the host and its event on the
+    /// device; on another, its completion.
+    pub(super) fn wait_from(
+        &self,
+        me: usize,
+        host_deps: &mut Vec<Dep>,
+        device_waits: &mut Vec<Arc<OnceLock<RawEvent>>>,
+    ) {
+        if self.device == me {
+            host_deps.push(self.enqueued.clone());
+            device_waits.push(self.event.clone());
+        } else {
+            host_deps.push(self.done.clone());
+        }
+    }
+
+    /// Fulfilled once the device finished the task's work.
+    pub(super) fn done(&self) -> &Dep {
+        &self.done
     }
 }
 
