@@ -95,6 +95,8 @@ pub(crate) struct Recorded {
     /// Fulfilled once the access is over (for a GPU task: its work is
     /// complete on the device); broken if it never ran.
     pub(crate) done: Dep,
+    /// Read by GPU tasks only (feature `cuda`).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) device: Option<Arc<dyn Any + Send + Sync>>,
 }
 
