@@ -160,19 +160,22 @@ impl<A: Accesses> Submission<A> {
         body: impl for<'a> FnOnce(A::Refs<'a>) -> R,
     ) -> R {
         let accesses = self.accesses.as_ref().expect("a submission runs once");
+        // One walk over the accesses: note them as held on this thread,
+        // look for poison, and see whether any clears it.
         let mut poisoned = None;
-        accesses.declare_all(&mut |d| {
-            if let (None, Declared::Data(t, mode)) = (&poisoned, d) {
-                if mode != Mode::Recover {
-                    // SAFETY: the task's dependencies are fulfilled: every
-                    // access has its turn.
-                    if let Some(cause) = unsafe { t.poison() } {
-                        poisoned = Some((t.describe(), cause));
-                    }
+        let mut recovers = false;
+        let held = held_here::Held::enter(accesses, |t, mode| {
+            recovers |= mode == Mode::Recover;
+            if poisoned.is_none() && mode != Mode::Recover {
+                // SAFETY: the task's dependencies are fulfilled: every
+                // access has its turn.
+                if let Some(cause) = unsafe { t.poison() } {
+                    poisoned = Some((t.describe(), cause));
                 }
             }
         });
         if let Some((handle, cause)) = poisoned {
+            drop(held);
             // What this task would have written is not written either.
             self.set_written_poison(Some(&cause), Some(&cause));
             self.finish();
@@ -180,7 +183,6 @@ impl<A: Accesses> Submission<A> {
                 &handle, &cause,
             ))));
         }
-        let held = held_here::Held::enter(accesses);
         // SAFETY: every access has its turn (as above), and the references
         // do not outlive the call: `body` returns owned `R`.
         let result = catch_unwind(AssertUnwindSafe(|| body(unsafe { accesses.refs() })));
@@ -188,7 +190,9 @@ impl<A: Accesses> Submission<A> {
         match result {
             Ok(value) => {
                 // A recover access that returned repaired its handle.
-                self.set_written_poison(None, None);
+                if recovers {
+                    self.set_written_poison(None, None);
+                }
                 self.finish();
                 value
             }
@@ -301,7 +305,7 @@ where
 /// thread): a wait for one of them from inside such a task could never
 /// end, so `Data::into_inner` and `Data::read_now` refuse it.
 pub(crate) mod held_here {
-    use super::{address, Accesses, Declared};
+    use super::{address, Accesses, Declared, Mode, Target};
     use std::cell::RefCell;
 
     thread_local! {
@@ -321,17 +325,31 @@ pub(crate) mod held_here {
     }
 
     impl Held {
-        pub(crate) fn enter<A: Accesses>(accesses: &A) -> Self {
+        /// Notes the handles `accesses` declares, handing each to `each`
+        /// with its mode.
+        pub(crate) fn enter<A: Accesses>(
+            accesses: &A,
+            mut each: impl FnMut(&dyn Target, Mode),
+        ) -> Self {
             let mut count = 0;
-            let _ = HELD.try_with(|h| {
+            let noted = HELD.try_with(|h| {
                 let mut h = h.borrow_mut();
                 accesses.declare_all(&mut |d| {
-                    if let Declared::Data(t, _) = d {
+                    if let Declared::Data(t, mode) = d {
                         h.push(address(t) as usize);
                         count += 1;
+                        each(t, mode);
                     }
                 });
             });
+            if noted.is_err() {
+                // During thread-local teardown: nothing noted.
+                accesses.declare_all(&mut |d| {
+                    if let Declared::Data(t, mode) = d {
+                        each(t, mode);
+                    }
+                });
+            }
             Self { count }
         }
     }
