@@ -159,6 +159,17 @@ pub fn gemm(a: &Mat<f64>, b: &Mat<f64>, c: &mut Mat<f64>) {
     );
 }
 
+/// Step k's update of tile (i, j) of the trailing matrix, from the
+/// solved tiles of column k (in `left`, the tiles before column k + 1).
+fn update(left: &[Mat<f64>], nt: usize, k: usize, i: usize, j: usize, c: &mut Mat<f64>) {
+    let aik = &left[index(nt, i, k)];
+    if i == j {
+        syrk(aik, c);
+    } else {
+        gemm(aik, &left[index(nt, j, k)], c);
+    }
+}
+
 /// The tile algorithm on the calling thread.
 pub fn factor_serial(tiles: &mut Tiles) {
     let nt = tiles.nt;
@@ -175,14 +186,9 @@ pub fn factor_serial(tiles: &mut Tiles) {
         }
         let (left, right) = a.split_at_mut(index(nt, k + 1, k + 1));
         for i in k + 1..nt {
-            let aik = &left[index(nt, i, k)];
             for j in k + 1..=i {
                 let c = &mut right[index(nt, i, j) - index(nt, k + 1, k + 1)];
-                if i == j {
-                    syrk(aik, c);
-                } else {
-                    gemm(aik, &left[index(nt, j, k)], c);
-                }
+                update(left, nt, k, i, j, c);
             }
         }
     }
@@ -215,14 +221,9 @@ pub fn factor_rayon_barrier(pool: &rayon::ThreadPool, tiles: &mut Tiles) {
                 }
                 rest = tail;
             }
-            targets.into_par_iter().for_each(|(i, j, c)| {
-                let aik = &left[index(nt, i, k)];
-                if i == j {
-                    syrk(aik, c);
-                } else {
-                    gemm(aik, &left[index(nt, j, k)], c);
-                }
-            });
+            targets
+                .into_par_iter()
+                .for_each(|(i, j, c)| update(left, nt, k, i, j, c));
         }
     });
 }
