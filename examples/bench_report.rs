@@ -977,13 +977,31 @@ fn measure_interleaved(
     samples: usize,
     min_sample_ms: f64,
 ) -> Vec<(f64, f64, f64)> {
-    let once = |run: TimedRun| black_box(run(pools)).1.as_secs_f64() * 1e3;
-    let reps: Vec<usize> = runs
+    let mut once: Vec<Box<dyn FnMut() -> f64 + '_>> = runs
         .iter()
         .map(|&run| {
+            Box::new(move || black_box(run(pools)).1.as_secs_f64() * 1e3)
+                as Box<dyn FnMut() -> f64 + '_>
+        })
+        .collect();
+    interleaved(&mut once, samples, min_sample_ms)
+}
+
+/// The interleaving of [`measure_interleaved`] for any runs, each returning
+/// its own time in ms: warm-ups, then `samples` rounds of one sample of
+/// each (after [`SETTLE`]), a sample being the mean of as many back-to-back
+/// runs as last `min_sample_ms`. Returns each one's median, min and max.
+fn interleaved(
+    runs: &mut [Box<dyn FnMut() -> f64 + '_>],
+    samples: usize,
+    min_sample_ms: f64,
+) -> Vec<(f64, f64, f64)> {
+    let reps: Vec<usize> = runs
+        .iter_mut()
+        .map(|run| {
             let mut last = 0.0;
             for _ in 0..WARMUPS {
-                last = once(run);
+                last = run();
             }
             if last > 0.0 {
                 ((min_sample_ms / last).ceil() as usize).max(1)
@@ -994,9 +1012,9 @@ fn measure_interleaved(
         .collect();
     let mut ms: Vec<Vec<f64>> = vec![Vec::with_capacity(samples); runs.len()];
     for _ in 0..samples {
-        for (k, &run) in runs.iter().enumerate() {
+        for (k, run) in runs.iter_mut().enumerate() {
             std::thread::sleep(SETTLE);
-            let t = (0..reps[k]).map(|_| once(run)).sum::<f64>() / reps[k] as f64;
+            let t = (0..reps[k]).map(|_| run()).sum::<f64>() / reps[k] as f64;
             ms[k].push(t);
         }
     }
@@ -1350,40 +1368,6 @@ fn gemm_section(pools: &Pools, samples: usize, md: bool) {
     println!();
 }
 
-/// Takes `samples` samples of each of `runs` in turns (one of each per
-/// round, after warm-ups), a sample being the mean of as many back-to-back
-/// runs as last `min_sample_ms`; returns each one's median, min and max in
-/// ms per run.
-fn interleaved(
-    runs: &mut [(&str, &mut dyn FnMut())],
-    samples: usize,
-    min_sample_ms: f64,
-) -> Vec<(f64, f64, f64)> {
-    let reps: Vec<usize> = runs
-        .iter_mut()
-        .map(|(_, run)| {
-            let mut last = 0.0;
-            for _ in 0..WARMUPS {
-                let t = Instant::now();
-                run();
-                last = t.elapsed().as_secs_f64() * 1e3;
-            }
-            ((min_sample_ms / last.max(1e-6)).ceil() as usize).max(1)
-        })
-        .collect();
-    let mut ms: Vec<Vec<f64>> = vec![Vec::with_capacity(samples); runs.len()];
-    for _ in 0..samples {
-        for (k, (_, run)) in runs.iter_mut().enumerate() {
-            let t = Instant::now();
-            for _ in 0..reps[k] {
-                run();
-            }
-            ms[k].push(t.elapsed().as_secs_f64() * 1e3 / reps[k] as f64);
-        }
-    }
-    ms.into_iter().map(median_min_max).collect()
-}
-
 fn data_section(pools: &Pools, samples: usize, md: bool) {
     let threads = pools.threads;
     let rt = &pools.selvedge;
@@ -1403,31 +1387,47 @@ fn data_section(pools: &Pools, samples: usize, md: bool) {
     assert_eq!(rt.run(|| access::writes(k)), writes);
     assert_eq!(rt.run(|| access::promise_chains(k)), writes);
     assert_eq!(pools.rayon.install(|| access::rayon_unordered(k)), reads_1);
-    let mut runs: [(&str, &mut dyn FnMut()); 7] = [
-        (access::SERIAL, &mut || {
+    // Each run timed by itself, in ms.
+    fn timed(mut f: impl FnMut()) -> impl FnMut() -> f64 {
+        move || {
+            let start = Instant::now();
+            f();
+            start.elapsed().as_secs_f64() * 1e3
+        }
+    }
+    let names = [
+        access::SERIAL,
+        access::SPAWN,
+        access::READ_1,
+        access::READ_3,
+        access::WRITE_1,
+        access::PROMISES,
+        access::RAYON,
+    ];
+    let mut runs: Vec<Box<dyn FnMut() -> f64 + '_>> = vec![
+        Box::new(timed(|| {
             black_box(access::serial_writes(black_box(k)));
-        }),
-        (access::SPAWN, &mut || {
+        })),
+        Box::new(timed(|| {
             black_box(rt.run(|| access::spawn(k)));
-        }),
-        (access::READ_1, &mut || {
+        })),
+        Box::new(timed(|| {
             black_box(rt.run(|| access::reads::<1>(&handles, k)));
-        }),
-        (access::READ_3, &mut || {
+        })),
+        Box::new(timed(|| {
             black_box(rt.run(|| access::reads::<3>(&handles, k)));
-        }),
-        (access::WRITE_1, &mut || {
+        })),
+        Box::new(timed(|| {
             black_box(rt.run(|| access::writes(k)));
-        }),
-        (access::PROMISES, &mut || {
+        })),
+        Box::new(timed(|| {
             black_box(rt.run(|| access::promise_chains(k)));
-        }),
-        (access::RAYON, &mut || {
+        })),
+        Box::new(timed(|| {
             black_box(pools.rayon.install(|| access::rayon_unordered(k)));
-        }),
+        })),
     ];
     let access_ms = interleaved(&mut runs, samples, DATAFLOW_MIN_SAMPLE_MS);
-    let names: Vec<&str> = runs.iter().map(|(n, _)| *n).collect();
     let per_task = |i: usize| access_ms[i].0 * 1e6 / k as f64;
     let spawn_ns = per_task(1);
     println!("## Declared data access");
@@ -1506,21 +1506,24 @@ fn data_section(pools: &Pools, samples: usize, md: bool) {
                 "{name}: differs from the serial factor by {diff:e}"
             );
         }
-        // The tiles are copied out of A before each timed factorisation.
-        let mut ms: Vec<Vec<f64>> = vec![Vec::with_capacity(samples); factors.len()];
-        for round in 0..WARMUPS + samples {
-            for (i, (_, factor)) in factors.iter_mut().enumerate() {
-                let mut tiles = cholesky::Tiles::from_matrix(&a, t);
-                let start = Instant::now();
-                factor(&mut tiles);
-                let elapsed = start.elapsed().as_secs_f64() * 1e3;
-                if round >= WARMUPS {
-                    ms[i].push(elapsed);
-                }
-                drop(black_box(tiles));
-            }
-        }
-        let medians: Vec<(f64, f64, f64)> = ms.into_iter().map(median_min_max).collect();
+        // The tiles are copied out of A before each timed factorisation
+        // (one factorisation per sample).
+        let a = &a;
+        let mut runs: Vec<Box<dyn FnMut() -> f64 + '_>> = factors
+            .iter_mut()
+            .map(|(_, factor)| {
+                Box::new(move || {
+                    let mut tiles = cholesky::Tiles::from_matrix(a, t);
+                    let start = Instant::now();
+                    factor(&mut tiles);
+                    let elapsed = start.elapsed().as_secs_f64() * 1e3;
+                    drop(black_box(tiles));
+                    elapsed
+                }) as Box<dyn FnMut() -> f64 + '_>
+            })
+            .collect();
+        let medians = interleaved(&mut runs, samples, 0.0);
+        drop(runs);
         let nt = N / t;
         println!(
             "### Tiled Cholesky, n = {N}, tiles of {t} ({} kernel calls)",
