@@ -358,6 +358,17 @@ fn arrays_and_single_accesses() {
 
 #[test]
 fn waiting_on_a_handle_inside_a_task_that_declared_it_panics_instead_of_hanging() {
+    // Without the check the task waits for itself forever: fail loudly
+    // rather than hang the test run.
+    let (done, watch) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+            watch.recv_timeout(Duration::from_secs(30))
+        {
+            eprintln!("a task waiting on its own Data hung for 30 s");
+            std::process::abort();
+        }
+    });
     let rt = runtime(2);
     let d = Data::named("self", 1);
     let inner = d.clone();
@@ -377,4 +388,5 @@ fn waiting_on_a_handle_inside_a_task_that_declared_it_panics_instead_of_hanging(
     let o = other.clone();
     let ok = rt.submit_with(d.recover(), move |_| *o.read_now().unwrap());
     assert_eq!(ok.join(), 0);
+    drop(done);
 }

@@ -416,7 +416,7 @@ impl<T: Send + Sync> Data<T> {
     /// Panics when a task running on this thread declared this handle: it
     /// would wait for its own access, forever.
     fn refuse_self_wait(&self, what: &str) {
-        let address = std::ptr::from_ref::<dyn Target>(&*self.inner).cast::<()>() as usize;
+        let address = crate::dataflow::declared::address(&*self.inner) as usize;
         if crate::dataflow::declared::held_here::contains(address) {
             panic!(
                 "selvedge: Data::{what} on {} inside a task that declared it: the wait \

@@ -146,7 +146,8 @@ impl<T> Few<T> {
     }
 }
 
-fn address(t: &dyn Target) -> *const () {
+/// A handle's identity: the address of its data.
+pub(crate) fn address(t: &dyn Target) -> *const () {
     std::ptr::from_ref(t).cast()
 }
 
