@@ -142,6 +142,51 @@ fn join_waits_for_b_when_a_panics() {
     assert_eq!(r.unwrap_err().downcast_ref::<&str>(), Some(&"b"));
 }
 
+/// Three nested joins on one worker: the outer two offer their second
+/// closures (queued, not yet run), so the innermost one runs both of its
+/// closures inline. Its panics must behave as any join's.
+#[test]
+fn an_inlined_join_runs_b_after_a_panics_and_resumes_the_first_panic() {
+    let rt = Runtime::builder().num_threads(1).build().unwrap();
+    let nested = |inner: &(dyn Fn() + Sync)| {
+        join(|| join(|| inner(), || ()), || ());
+    };
+    let before = rt.stats().total().joins_inlined;
+    let b_ran = AtomicUsize::new(0);
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        rt.run(|| {
+            nested(&|| {
+                join(
+                    || panic!("a"),
+                    || {
+                        b_ran.fetch_add(1, Ordering::SeqCst);
+                    },
+                );
+            })
+        })
+    }));
+    assert_eq!(r.unwrap_err().downcast_ref::<&str>(), Some(&"a"));
+    assert_eq!(b_ran.load(Ordering::SeqCst), 1, "b did not run after a panicked");
+    assert_eq!(
+        rt.stats().total().joins_inlined - before,
+        1,
+        "the innermost join was not the inlined one"
+    );
+    // Both panic: a's payload wins, b's is dropped.
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        rt.run(|| nested(&|| drop(join(|| -> i32 { panic!("a") }, || -> i32 { panic!("b") }))))
+    }));
+    assert_eq!(r.unwrap_err().downcast_ref::<&str>(), Some(&"a"));
+    // Only b panics: b's payload.
+    let r = catch_unwind(AssertUnwindSafe(|| {
+        rt.run(|| nested(&|| drop(join(|| 1, || -> i32 { panic!("b") }))))
+    }));
+    assert_eq!(r.unwrap_err().downcast_ref::<&str>(), Some(&"b"));
+    assert_eq!(rt.stats().total().joins_inlined - before, 3);
+    // The worker survived all three.
+    assert_eq!(rt.run(|| fib_join(20)), 6765);
+}
+
 #[test]
 fn dropped_handles_detach_and_tasks_still_run() {
     let rt = Runtime::builder().num_threads(4).build().unwrap();

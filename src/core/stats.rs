@@ -52,6 +52,7 @@ pub(crate) struct WorkerCounters {
     /// or reclaimed), whichever worker parked them.
     pub(crate) dependency_releases: Counter,
     pub(crate) rescues: Counter,
+    pub(crate) joins_inlined: Counter,
 }
 
 pub(crate) type Counters = Box<[CachePadded<WorkerCounters>]>;
@@ -69,10 +70,11 @@ pub struct WorkerStats {
     /// Tasks this worker ran: those it took from a queue (its deque, the
     /// injector or a theft), and those a join took back from its own deque
     /// and ran in place ([`crate::JoinHandle::join`], the second closure of
-    /// [`crate::join`]). Code run directly by its caller is not a task and
-    /// is not counted: the first closure of `join`, the share of a parallel
-    /// loop its caller runs itself, [`crate::Runtime::run`] called on one
-    /// of the runtime's own workers.
+    /// [`crate::join`] once offered). Code run directly by its caller is
+    /// not a task and is not counted: the first closure of `join`, the
+    /// second one of a join that never offered it (see `joins_inlined`),
+    /// the share of a parallel loop its caller runs itself,
+    /// [`crate::Runtime::run`] called on one of the runtime's own workers.
     ///
     /// ```
     /// let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
@@ -101,6 +103,24 @@ pub struct WorkerStats {
     /// the steal requests waiting for such a worker; a rescue that found
     /// no task to hand out is not counted.)
     pub rescues: u64,
+    /// Calls of [`crate::join`] on this worker that ran both closures in
+    /// place without offering the second one to thieves, because this
+    /// worker's deque already held tasks enough for them and no thief was
+    /// asking. The second closure of such a join is not a task and is not
+    /// counted in `tasks_run`.
+    ///
+    /// ```
+    /// fn fib(n: u64) -> u64 {
+    ///     if n < 2 { return n; }
+    ///     let (a, b) = selvedge::join(|| fib(n - 1), || fib(n - 2));
+    ///     a + b
+    /// }
+    /// let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
+    /// assert_eq!(rt.run(|| fib(20)), 6765);
+    /// // On one worker, once a few joins are queued, the rest run inline.
+    /// assert!(rt.stats().total().joins_inlined > 0);
+    /// ```
+    pub joins_inlined: u64,
 }
 
 impl WorkerStats {
@@ -115,6 +135,7 @@ impl WorkerStats {
             parks: c.parks.load(),
             loop_splits: c.loop_splits.load(),
             rescues: c.rescues.load(),
+            joins_inlined: c.joins_inlined.load(),
         }
     }
 
@@ -129,6 +150,7 @@ impl WorkerStats {
             parks: self.parks + o.parks,
             loop_splits: self.loop_splits + o.loop_splits,
             rescues: self.rescues + o.rescues,
+            joins_inlined: self.joins_inlined + o.joins_inlined,
         }
     }
 }

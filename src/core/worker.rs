@@ -23,6 +23,10 @@ use std::sync::Arc;
 use std::task::{Wake, Waker};
 use std::time::{Duration, Instant};
 
+/// How many tasks must already be queued on a worker's deque before a
+/// `join` on it stops offering its second closure (see
+/// `Worker::may_inline_join`).
+const INLINE_JOIN_QUEUED: usize = 2;
 /// Failed rounds spent spinning before yielding the CPU.
 const SPIN_ROUNDS: u32 = 32;
 /// Failed rounds before an idle or waiting worker parks.
@@ -248,6 +252,26 @@ impl Worker {
     #[inline]
     fn top(&self) -> u64 {
         self.owner.top()
+    }
+
+    /// Whether a `join` may run both closures here, one after the other,
+    /// without offering the second to thieves: this worker's deque already
+    /// holds at least [`INLINE_JOIN_QUEUED`] tasks for them (older, so
+    /// larger, than anything this join could offer), no thief is waiting
+    /// for an answer, and no worker sleeps for want of work. A request that
+    /// arrives meanwhile is answered at the next join that does push.
+    #[inline(always)]
+    pub(crate) fn may_inline_join(&self) -> bool {
+        self.owner.data().queued_estimate() >= INLINE_JOIN_QUEUED
+            && self.shared.mailboxes[self.index].is_empty()
+            && !self.shared.sleep.has_sleepers()
+    }
+
+    /// Counts a `join` whose second closure ran in place without being
+    /// offered (see `may_inline_join`).
+    #[inline(always)]
+    pub(crate) fn count_inlined_join(&self) {
+        self.shared.counters[self.index].joins_inlined.bump();
     }
 
     /// Pushes a task spawned on this worker; returns its deque position.

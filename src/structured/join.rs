@@ -11,6 +11,12 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 /// is offered to idle workers while the caller runs `a`; if nobody took it,
 /// the caller runs it next, in place. Both closures may borrow.
 ///
+/// When the calling worker already has tasks queued for thieves and none
+/// is asking, `b` is not offered at all: the caller runs `a` then `b`
+/// directly, which costs little more than two calls. Deep recursion thus
+/// pays for offering work only near its top, where thieves take it.
+/// ([`crate::WorkerStats::joins_inlined`] counts these joins.)
+///
 /// If either panics, `join` still waits for the other, then resumes the
 /// panic (`a`'s if both panicked).
 ///
@@ -34,6 +40,12 @@ where
     RB: Send,
 {
     on_worker(|w| {
+        if w.may_inline_join() {
+            w.count_inlined_join();
+            let ra = catch_unwind(AssertUnwindSafe(a));
+            let rb = w.nested(|| catch_unwind(AssertUnwindSafe(b)));
+            return settle(ra, rb);
+        }
         let job_b = StackJob::new(b, w.index, &w.shared);
         // SAFETY: `job_b` stays in this frame until it was taken back, or
         // its latch is set (waited for below on every path: a's panic is
@@ -52,19 +64,25 @@ where
             // SAFETY: the latch is set.
             unsafe { job_b.take_result() }
         };
-        // On a panic the other side's value or payload is dropped before
-        // the panic is resumed: a destructor that panicked while this one
-        // unwinds would abort the process.
-        match (ra, rb) {
-            (Ok(ra), Ok(rb)) => (ra, rb),
-            (Err(p), other) => {
-                unwind::drop_or_report("the other side of a panicking join", other);
-                resume_unwind(p)
-            }
-            (Ok(ra), Err(p)) => {
-                unwind::drop_or_report("the other side of a panicking join", ra);
-                resume_unwind(p)
-            }
-        }
+        settle(ra, rb)
     })
+}
+
+/// Both results, or the first panic (`a`'s if both panicked). On a panic
+/// the other side's value or payload is dropped before the panic is
+/// resumed: a destructor that panicked while this one unwinds would abort
+/// the process.
+#[inline(always)]
+fn settle<RA, RB>(ra: std::thread::Result<RA>, rb: std::thread::Result<RB>) -> (RA, RB) {
+    match (ra, rb) {
+        (Ok(ra), Ok(rb)) => (ra, rb),
+        (Err(p), other) => {
+            unwind::drop_or_report("the other side of a panicking join", other);
+            resume_unwind(p)
+        }
+        (Ok(ra), Err(p)) => {
+            unwind::drop_or_report("the other side of a panicking join", ra);
+            resume_unwind(p)
+        }
+    }
 }
