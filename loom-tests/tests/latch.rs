@@ -247,7 +247,14 @@ fn owner_waits(frame: &Frame, runtime: &Parking) -> usize {
     }
     while !frame.latch.is_set() {
         match runtime.owner {
-            Owner::Parks => runtime.sleep.join_park(0, || frame.latch.is_set()),
+            Owner::Parks => {
+                // As `Worker::park`: its own counts go into the shared
+                // count first, so the last decrement sees zero.
+                if frame.latch.flush_local() {
+                    break;
+                }
+                runtime.sleep.join_park(0, || frame.latch.is_set())
+            }
             Owner::Polls => thread::yield_now(),
         }
     }
@@ -416,4 +423,89 @@ fn a_worker_and_a_foreign_finisher_race_to_wake_the_parked_owner() {
 #[test]
 fn a_worker_and_a_foreign_finisher_race_to_finish_a_polling_owner() {
     a_worker_and_a_foreign_finisher_race(Owner::Polls);
+}
+
+/// A scope's owner counts the two tasks it spawns on its own thread
+/// (`increment_local`, no atomic). A thief takes the first and finishes it
+/// on its thread (`decrement_on_worker`, taking one off a shared count that
+/// never held it); the owner runs the second itself after its body
+/// (`decrement_local`), then waits as a worker does, moving its own counts
+/// into the shared one before it parks (`flush_local`).
+///
+/// Checks: the owner is always woken when it parks (a deadlock otherwise);
+/// it reads each task's write only after the task's count is gone (a loom
+/// race otherwise); the runtime outlives the wake-up.
+///
+/// Catches: the flush before parking taken out (the owner parks with its
+/// `-1` unflushed, the thief's decrement never reaches zero: deadlock);
+/// `flush_local`'s `AcqRel` weakened to `Release` (the owner, seeing zero
+/// through it, reads the thief's result unordered). `release_own`'s
+/// weakened the same way is caught by every model above.
+fn owner_counted_tasks(owner: Owner) {
+    model(move || {
+        let runtime = Parking::new(owner, true);
+        let frame = Frame::new(&runtime);
+        // SAFETY: this thread is the owner's.
+        unsafe {
+            frame.latch.increment_local();
+            frame.latch.increment_local();
+        }
+        let address = &*frame as *const Frame as usize;
+        let finished = Arc::new(AtomicBool::new(false));
+        let own = runtime.clone();
+        let thief = {
+            let finished = finished.clone();
+            thread::spawn(move || {
+                let frame = address as *const Frame;
+                // SAFETY: the task's count keeps the frame alive until its
+                // decrement, and the owner reads the result only after it.
+                unsafe { (*frame).results[0].with_mut(|r| *r = 1) };
+                // SAFETY: a worker of the latch's runtime (`own`), holding
+                // a count, released once, here.
+                unsafe { CountLatch::decrement_on_worker(&raw const (*frame).latch) };
+                drop(own);
+                finished.store(true, Ordering::SeqCst);
+            })
+        };
+        // The body ends; the owner runs its second task in its wait loop.
+        let body_was_last = frame.latch.release_own();
+        frame.results[1].with_mut(|r| unsafe { *r = 2 });
+        // SAFETY: the owner's thread, and the task holds a count.
+        unsafe { frame.latch.decrement_local() };
+        if !body_was_last {
+            while !frame.latch.is_set() {
+                match owner {
+                    Owner::Parks => {
+                        if frame.latch.flush_local() {
+                            break;
+                        }
+                        runtime.sleep.join_park(0, || frame.latch.is_set())
+                    }
+                    Owner::Polls => thread::yield_now(),
+                }
+            }
+        }
+        let sum: u32 = frame
+            .results
+            .iter()
+            .map(|r| r.with(|v| unsafe { *v }))
+            .sum();
+        assert_eq!(sum, 3);
+        let witness = owner_returns(frame, runtime);
+        join_after(thief, &finished);
+        assert!(
+            witness.runtime_dropped.load(Ordering::SeqCst),
+            "runtime leaked"
+        );
+    });
+}
+
+#[test]
+fn owner_counted_tasks_finished_by_a_thief_wake_the_parked_owner() {
+    owner_counted_tasks(Owner::Parks);
+}
+
+#[test]
+fn owner_counted_tasks_finished_by_a_thief_are_seen_by_a_polling_owner() {
+    owner_counted_tasks(Owner::Polls);
 }

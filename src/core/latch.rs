@@ -21,6 +21,25 @@
 //! check, so whatever a task wrote before its decrement (its result, a
 //! recorded panic) is visible to the owner after the wait.
 //!
+//! # The owner's own counts
+//!
+//! Most tasks of a scope are spawned by its owner and run by it too. Those
+//! need no atomic read-modify-write: the owner's thread counts them in a
+//! plain cell, `local` ([`CountLatch::increment_local`],
+//! [`CountLatch::decrement_local`]), which only that thread touches. The
+//! unfinished things are then `count + local`, in wrapping arithmetic (a
+//! task counted locally and finished on a thief's thread takes one off
+//! `count`, which may go "below zero" meanwhile). Since only the owner reads
+//! `local`, only the owner can tell that the sum is zero ([`is_set`]); a
+//! decrement that brings `count` to zero wakes the owner, which may be a
+//! spurious wake-up (its own cell not being zero) but never a missed one:
+//! the owner moves `local` into `count` ([`flush_local`]) before it parks,
+//! so while it is parked `count` alone is the whole sum. Zero is final: once
+//! nothing is unfinished nothing can add a count (adding needs one held).
+//!
+//! [`is_set`]: CountLatch::is_set
+//! [`flush_local`]: CountLatch::flush_local
+//!
 //! loom model: `loom-tests/tests/latch.rs`.
 
 use crate::core::sync::{Arc, AtomicUsize, Ordering, UnsafeCell};
@@ -49,6 +68,9 @@ impl<R> Copy for Target<R> {}
 /// A count of unfinished things a worker waits for (see the module docs).
 pub struct CountLatch<R> {
     count: AtomicUsize,
+    /// The owner's thread's own counts (module docs), as a wrapping
+    /// difference: increments minus decrements not yet moved into `count`.
+    local: UnsafeCell<usize>,
     /// Read by decrements, written only at creation (and by the loom
     /// models' [`CountLatch::poison`]): a cell, so loom reports a read
     /// that races with the owner freeing the latch.
@@ -57,7 +79,8 @@ pub struct CountLatch<R> {
 
 // SAFETY: `target` is written only at creation (before the latch is shared)
 // and read by decrements; the runtime it points to is `Sync` and kept alive
-// as the module docs explain.
+// as the module docs explain. `local` is touched only on the owner's thread
+// (the contract of every method that reaches it).
 unsafe impl<R: Sync + Send> Sync for CountLatch<R> {}
 // SAFETY: as above.
 unsafe impl<R: Sync + Send> Send for CountLatch<R> {}
@@ -68,6 +91,7 @@ impl<R: Unpark> CountLatch<R> {
     pub fn new(owner: usize, runtime: &Arc<R>) -> Self {
         Self {
             count: AtomicUsize::new(1),
+            local: UnsafeCell::new(0),
             target: UnsafeCell::new(Target {
                 owner,
                 runtime: Arc::as_ptr(runtime),
@@ -82,18 +106,82 @@ impl<R: Unpark> CountLatch<R> {
         self.count.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Whether every count was released. Acquires what the decrements
-    /// released.
+    /// Adds a count on the owner's thread, for a task it spawns, without
+    /// an atomic read-modify-write (module docs). The caller holds a count
+    /// already.
+    ///
+    /// # Safety
+    /// The calling thread is the owner's (the one that created the latch
+    /// and waits for it).
     #[inline]
-    pub fn is_set(&self) -> bool {
-        self.count.load(Ordering::Acquire) == 0
+    pub unsafe fn increment_local(&self) {
+        // SAFETY: only the owner's thread touches `local` (caller).
+        self.local.with_mut(|l| unsafe { *l = (*l).wrapping_add(1) });
     }
 
-    /// Releases the owner's own count. Returns whether the latch is set
-    /// (then the owner need not wait).
+    /// Releases one count on the owner's thread, for a task that finished
+    /// there (wherever it was counted), without an atomic read-modify-write.
+    /// It never wakes anyone: the only waiter is this thread, which checks
+    /// [`CountLatch::is_set`] before it parks.
+    ///
+    /// # Safety
+    /// As for [`CountLatch::increment_local`], and the caller holds a count
+    /// it has not released.
+    #[inline]
+    pub unsafe fn decrement_local(&self) {
+        // SAFETY: only the owner's thread touches `local` (caller).
+        self.local.with_mut(|l| unsafe { *l = (*l).wrapping_sub(1) });
+    }
+
+    /// The owner's own counts, not yet moved into `count`.
+    #[inline]
+    fn local(&self) -> usize {
+        // SAFETY: called only on the owner's thread (every caller's
+        // contract), the only one that touches `local`.
+        self.local.with(|l| unsafe { *l })
+    }
+
+    /// Whether every count was released. Acquires what the decrements
+    /// released. Only the owner asks (it alone knows its own counts).
+    #[inline]
+    pub fn is_set(&self) -> bool {
+        self.count.load(Ordering::Acquire).wrapping_add(self.local()) == 0
+    }
+
+    /// Moves the owner's own counts into the shared count, so the
+    /// decrement that finishes the last task sees zero and wakes the owner.
+    /// The owner calls it before it parks. Returns whether the latch is
+    /// set.
+    #[inline]
+    pub fn flush_local(&self) -> bool {
+        let local = self.local();
+        if local == 0 {
+            return self.is_set();
+        }
+        self.local.with_mut(|l| {
+            // SAFETY: the owner's thread (the caller) alone touches `local`.
+            unsafe { *l = 0 }
+        });
+        self.count
+            .fetch_add(local, Ordering::AcqRel)
+            .wrapping_add(local)
+            == 0
+    }
+
+    /// Releases the owner's own count (the body's), moving its own counts
+    /// into the shared one as [`CountLatch::flush_local`] does. Returns
+    /// whether the latch is set (then the owner need not wait).
     #[inline]
     pub fn release_own(&self) -> bool {
-        self.count.fetch_sub(1, Ordering::AcqRel) == 1
+        let delta = self.local().wrapping_sub(1);
+        self.local.with_mut(|l| {
+            // SAFETY: the owner's thread (the caller) alone touches `local`.
+            unsafe { *l = 0 }
+        });
+        self.count
+            .fetch_add(delta, Ordering::AcqRel)
+            .wrapping_add(delta)
+            == 0
     }
 
     /// Releases one count; the last one wakes the owner. `current` is the

@@ -839,7 +839,11 @@ impl Worker {
                 );
             }
             Until::Latch(latch) => {
-                // The task that brings the count to zero unparks us.
+                // The task that brings the count to zero unparks us, once
+                // our own counts are in it.
+                if latch.flush_local() {
+                    return;
+                }
                 shared.sleep.join_park_for(
                     me,
                     || incoming() || !shared.outside_empty() || latch.is_set(),

@@ -36,6 +36,9 @@ pub struct Scope<'scope> {
     /// The owner worker's handle on its runtime (the worker outlives the
     /// scope, which it is running).
     runtime: *const Arc<Registry>,
+    /// The owner worker's index: tasks it spawns and runs itself are
+    /// counted on its thread alone (see `CountLatch::increment_local`).
+    owner: usize,
     panic: FirstPanic,
     /// Invariant in `'scope`, as std's scoped threads.
     _borrows: PhantomData<&'scope mut &'scope ()>,
@@ -82,6 +85,7 @@ where
         let scope = Scope {
             latch: CountLatch::new(w.index, &w.shared),
             runtime: &w.shared,
+            owner: w.index,
             panic: FirstPanic::new(),
             _borrows: PhantomData,
         };
@@ -129,7 +133,6 @@ impl<'scope> Scope<'scope> {
     where
         F: FnOnce(&Scope<'scope>) + Send + 'scope,
     {
-        self.latch.increment();
         let scope = SendPtr::from_ref(self);
         // Not a `ScopeMember`: a spawned task always runs, and the plain
         // closure keeps the hottest path of nested scopes lean.
@@ -140,12 +143,32 @@ impl<'scope> Scope<'scope> {
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(scope))) {
                 scope.record_panic(p);
             }
-            // SAFETY: this task holds a count, released once, here; it runs
-            // on a worker of the scope's runtime (it is queued there, and a
-            // plain spawned task is never cancelled while its scope waits).
-            unsafe { CountLatch::decrement_on_worker(&raw const scope.latch) };
+            // It runs on a worker of the scope's runtime: it is queued
+            // there, and a plain spawned task is never cancelled while its
+            // scope waits.
+            let here = Worker::current().map(|w| w.index);
+            if here == Some(scope.owner) {
+                // SAFETY: this is the owner's thread, and this task holds a
+                // count, released once, here.
+                unsafe { scope.latch.decrement_local() };
+            } else {
+                // SAFETY: this task holds a count, released once, here, on
+                // a worker of the scope's runtime (above).
+                unsafe { CountLatch::decrement_on_worker(&raw const scope.latch) };
+            }
         });
-        self.runtime().schedule(task, Arrival::Spawned);
+        match Worker::current() {
+            Some(w) if w.index == self.owner && std::ptr::eq(&*w.shared, &**self.runtime()) => {
+                // SAFETY: this is the owner's thread (its worker), and the
+                // caller holds a count (the body's, or its own task's).
+                unsafe { self.latch.increment_local() };
+                w.push(task);
+            }
+            _ => {
+                self.latch.increment();
+                self.runtime().schedule(task, Arrival::Spawned);
+            }
+        }
     }
 
     /// Spawns `f` in this scope to run once every dependency in `deps` is
