@@ -68,9 +68,10 @@
 //!   the busy worker gives it the back of its remaining iterations. Nested
 //!   loops need no barrier, reductions merge in index order, and a
 //!   `depends_on_each` loop runs iteration `i` as soon as its promise is
-//!   fulfilled. [`ParChunksMut::for_each_span`] hands a worker every chunk
-//!   its part has left as one slice, so a kernel with a cost per call (one
-//!   that packs its operands) is called once per part, not per chunk.
+//!   fulfilled. [`ParChunksMut::for_each_span`] hands a worker the chunks
+//!   it runs together as one slice, so a kernel with a cost per call (one
+//!   that packs its operands) is called once per part, not per chunk,
+//!   while no other worker is asking for work.
 //! - [`Builder::pin_threads`] pins workers to CPUs (Linux), for machines
 //!   whose kernel wakes a parked worker onto a busy CPU.
 //! - GPU tasks (feature `cuda`): `gpu::Device::spawn` runs a closure that

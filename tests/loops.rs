@@ -2479,6 +2479,35 @@ fn for_each_span_in_an_outer_loop_splits_only_when_the_outer_loop_cannot_feed_th
 }
 
 #[test]
+fn a_lone_span_loop_still_feeds_a_worker_that_asks_after_it_began() {
+    // As in a batched GEMM of one matrix: the scope's first task (which
+    // the idle worker takes at once, and which ends at once) is all the
+    // other work there is, and the idle worker asks again only after the
+    // span loop started. It must still get a share of the loop: spans
+    // stay short while workers are asking.
+    let rt = runtime(2);
+    let mut v = vec![0u8; 16];
+    for rep in 0..5 {
+        let threads = Mutex::new(HashSet::new());
+        rt.run(|| {
+            scope(|s| {
+                s.spawn(|_| {});
+                par_chunks_mut(&mut v, 1).for_each_span(|_, span| {
+                    threads.lock().unwrap().insert(std::thread::current().id());
+                    // A kernel call: uninterruptible, 5 ms per chunk.
+                    std::thread::sleep(Duration::from_millis(5) * span.len() as u32);
+                    span.fill(1);
+                })
+            })
+        });
+        assert!(v.iter().all(|&x| x == 1));
+        v.fill(0);
+        let threads = threads.into_inner().unwrap().len();
+        assert_eq!(threads, 2, "rep {rep}: the loop ran on {threads} worker(s)");
+    }
+}
+
+#[test]
 fn chunks_of_zero_sized_elements_near_usize_max() {
     // A slice of `()` may be as long as usize::MAX: the last span's end
     // must not overflow.

@@ -149,7 +149,7 @@ fn join_waits_for_b_when_a_panics() {
 fn an_inlined_join_runs_b_after_a_panics_and_resumes_the_first_panic() {
     let rt = Runtime::builder().num_threads(1).build().unwrap();
     let nested = |inner: &(dyn Fn() + Sync)| {
-        join(|| join(|| inner(), || ()), || ());
+        join(|| join(inner, || ()), || ());
     };
     let before = rt.stats().total().joins_inlined;
     let b_ran = AtomicUsize::new(0);
@@ -166,7 +166,11 @@ fn an_inlined_join_runs_b_after_a_panics_and_resumes_the_first_panic() {
         })
     }));
     assert_eq!(r.unwrap_err().downcast_ref::<&str>(), Some(&"a"));
-    assert_eq!(b_ran.load(Ordering::SeqCst), 1, "b did not run after a panicked");
+    assert_eq!(
+        b_ran.load(Ordering::SeqCst),
+        1,
+        "b did not run after a panicked"
+    );
     assert_eq!(
         rt.stats().total().joins_inlined - before,
         1,
@@ -174,12 +178,20 @@ fn an_inlined_join_runs_b_after_a_panics_and_resumes_the_first_panic() {
     );
     // Both panic: a's payload wins, b's is dropped.
     let r = catch_unwind(AssertUnwindSafe(|| {
-        rt.run(|| nested(&|| drop(join(|| -> i32 { panic!("a") }, || -> i32 { panic!("b") }))))
+        rt.run(|| {
+            nested(&|| {
+                let _ = join(|| -> i32 { panic!("a") }, || -> i32 { panic!("b") });
+            })
+        })
     }));
     assert_eq!(r.unwrap_err().downcast_ref::<&str>(), Some(&"a"));
     // Only b panics: b's payload.
     let r = catch_unwind(AssertUnwindSafe(|| {
-        rt.run(|| nested(&|| drop(join(|| 1, || -> i32 { panic!("b") }))))
+        rt.run(|| {
+            nested(&|| {
+                let _ = join(|| 1, || -> i32 { panic!("b") });
+            })
+        })
     }));
     assert_eq!(r.unwrap_err().downcast_ref::<&str>(), Some(&"b"));
     assert_eq!(rt.stats().total().joins_inlined - before, 3);

@@ -116,7 +116,8 @@ impl<R: Unpark> CountLatch<R> {
     #[inline]
     pub unsafe fn increment_local(&self) {
         // SAFETY: only the owner's thread touches `local` (caller).
-        self.local.with_mut(|l| unsafe { *l = (*l).wrapping_add(1) });
+        self.local
+            .with_mut(|l| unsafe { *l = (*l).wrapping_add(1) });
     }
 
     /// Releases one count on the owner's thread, for a task that finished
@@ -130,7 +131,8 @@ impl<R: Unpark> CountLatch<R> {
     #[inline]
     pub unsafe fn decrement_local(&self) {
         // SAFETY: only the owner's thread touches `local` (caller).
-        self.local.with_mut(|l| unsafe { *l = (*l).wrapping_sub(1) });
+        self.local
+            .with_mut(|l| unsafe { *l = (*l).wrapping_sub(1) });
     }
 
     /// The owner's own counts, not yet moved into `count`.
@@ -145,7 +147,10 @@ impl<R: Unpark> CountLatch<R> {
     /// released. Only the owner asks (it alone knows its own counts).
     #[inline]
     pub fn is_set(&self) -> bool {
-        self.count.load(Ordering::Acquire).wrapping_add(self.local()) == 0
+        self.count
+            .load(Ordering::Acquire)
+            .wrapping_add(self.local())
+            == 0
     }
 
     /// Moves the owner's own counts into the shared count, so the

@@ -7,6 +7,8 @@ pub(crate) mod affinity;
 #[cfg(not(loom))]
 pub(crate) mod blocking;
 #[cfg(not(loom))]
+pub(crate) mod clock;
+#[cfg(not(loom))]
 pub(crate) mod config;
 pub(crate) mod deque;
 #[cfg(not(loom))]

@@ -164,6 +164,12 @@ pub(crate) fn pick_for_thieves<'f>(
     chosen
 }
 
+/// Whether a loop part older than `frame`, on the same worker, has
+/// iterations it could give a thief (so thieves need nothing of `frame`'s).
+pub(crate) fn older_loops_have_spare(frame: &LoopFrame) -> bool {
+    pick_for_thieves(frame.older(), 1).is_some()
+}
+
 /// For a sleeping worker, as `frame`'s part starts: half of the oldest
 /// loop part on this worker that has iterations to give (as a thief's
 /// request would get), `frame`'s own if no older one has.

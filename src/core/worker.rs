@@ -7,6 +7,7 @@
 //! A worker waiting for a join or a scope runs the same loop (restricted to
 //! its own frame's children, then stealing) until the wait is over.
 
+use crate::core::clock::ticks;
 use crate::core::deque::{Deque, Popped};
 use crate::core::join_slot::JoinSlot;
 use crate::core::latch::CountLatch;
@@ -27,6 +28,10 @@ use std::time::{Duration, Instant};
 /// `join` on it stops offering its second closure (see
 /// `Worker::may_inline_join`).
 const INLINE_JOIN_QUEUED: usize = 2;
+/// How long a worker remembers that a thief asked it for work (see
+/// `Worker::thieves_asked_lately`): about 100 µs at 3 GHz, several times
+/// the gap between two requests of a thief that keeps asking.
+const THIEVES_LATELY_TICKS: u64 = 1 << 18;
 /// Failed rounds spent spinning before yielding the CPU.
 const SPIN_ROUNDS: u32 = 32;
 /// Failed rounds before an idle or waiting worker parks.
@@ -113,6 +118,11 @@ pub(crate) struct Worker {
     /// links to the one it runs inside): what a steal request can split
     /// when the deque is empty.
     loop_top: Cell<*const LoopFrame>,
+    /// When (`clock::ticks`) this worker last took a steal request from
+    /// its mailbox or handed work to a sleeping worker: other workers were
+    /// short of work lately, so a span loop starting now keeps its spans
+    /// short (see `thieves_asked_lately`).
+    last_demand: Cell<u64>,
     /// For rescue: each worker's count of tasks run and of tasks queued as
     /// this one last saw them, and since when they read so.
     seen: Box<[Cell<(u64, usize, Instant)>]>,
@@ -160,6 +170,7 @@ impl Worker {
             tasks_run: Cell::new(0),
             ready_surplus: Cell::new(false),
             loop_top: Cell::new(std::ptr::null()),
+            last_demand: Cell::new(0),
             seen: shared
                 .deques
                 .iter()
@@ -339,6 +350,16 @@ impl Worker {
         &self.shared.mailboxes[self.index]
     }
 
+    /// Whether this worker took a steal request from its mailbox, or woke
+    /// a sleeping worker with work, within the last
+    /// [`THIEVES_LATELY_TICKS`]: some worker was short of work a moment
+    /// ago and may ask (again) while this one runs a long uninterruptible
+    /// call.
+    #[inline]
+    pub(crate) fn thieves_asked_lately(&self) -> bool {
+        ticks().wrapping_sub(self.last_demand.get()) < THIEVES_LATELY_TICKS
+    }
+
     /// Registers a loop part that starts running on this worker, so steal
     /// requests can split it.
     #[inline]
@@ -367,6 +388,7 @@ impl Worker {
             return; // the previous share is not taken yet
         }
         if let Some(task) = split::split_for_sleeper(frame) {
+            self.last_demand.set(ticks());
             self.shared.counters[self.index].loop_splits.bump();
             self.shared.injector.push(task);
             self.shared.sleep.wake_any();
@@ -436,6 +458,7 @@ impl Worker {
             return; // the previous share is not taken yet
         }
         if let Some(task) = d.steal_one() {
+            self.last_demand.set(ticks());
             self.shared.injector.push(task);
             if self.shared.sleep.has_sleepers() {
                 self.shared.sleep.wake_any();
@@ -457,6 +480,7 @@ impl Worker {
         let shared = &*self.shared;
         let mailbox = &shared.mailboxes[self.index];
         while let Some(req) = mailbox.take() {
+            self.last_demand.set(ticks());
             // The oldest work goes first: a running loop's iterations
             // before the tasks queued since it started (ready tasks its
             // iterations fulfilled, say), but after older tasks. This

@@ -6,7 +6,8 @@ use super::body::Body;
 use super::each::run_iterations_when_ready;
 use super::job::{deposit, LoopJob};
 use super::part_task::Part;
-use crate::core::split::LoopFrame;
+use crate::core::clock::ticks;
+use crate::core::split::{older_loops_have_spare, LoopFrame};
 use crate::core::task::TaskRef;
 use crate::core::worker::Worker;
 use crate::loops::merge::{self, Out};
@@ -140,6 +141,17 @@ pub(super) fn run_iterations<B: Body>(
     let (start, stride) = (job.start, job.stride);
     let mut k = f.resume.get();
     let mut block = 1;
+    // Spans: everything left in one call while an older loop on this
+    // worker can feed thieves (an outer loop's iterations) and none asked
+    // lately. Otherwise, this part being what a thief would get (and a
+    // worker may go idle at any moment), they start at one chunk and
+    // double: a thief that asks after a call began waits at most about as
+    // long as the part has run, not for the whole part, and the part costs
+    // a few calls, not one per chunk. One worker has no thieves.
+    let mut hungry = B::SPANS
+        && w.shared.num_threads() > 1
+        && (w.thieves_asked_lately() || !older_loops_have_spare(f));
+    let mut span = 1usize;
     // One clock read per block: each block's end is the next one's start.
     let mut began = ticks();
     loop {
@@ -147,13 +159,20 @@ pub(super) fn run_iterations<B: Body>(
             // A span runs uninterrupted: a thief already asking gets its
             // share first.
             poll(w, f);
+            hungry = true;
         }
         let stop = f.stop.get();
         if k >= stop {
             return acc;
         }
         let end = if B::SPANS {
-            stop
+            if hungry {
+                let end = stop.min(k.saturating_add(span));
+                span = span.saturating_mul(2);
+                end
+            } else {
+                stop
+            }
         } else {
             stop.min(k.saturating_add(block))
         };
@@ -165,6 +184,13 @@ pub(super) fn run_iterations<B: Body>(
         began = now;
         if mailbox.waiting() != 0 {
             poll(w, f);
+            hungry = B::SPANS;
+        } else if B::SPANS && w.shared.sleep.has_sleepers() {
+            // A worker went to sleep during the span (its request may have
+            // been answered for us by a rescuer, which splits no loop):
+            // sleepers send no requests, so hand it a share now.
+            w.share_loop(f);
+            hungry = true;
         }
     }
 }
@@ -260,33 +286,6 @@ pub(super) fn next_block(block: usize, took: u64) -> usize {
     } else {
         block
     }
-}
-
-/// A cheap clock for sizing blocks: the time-stamp counter.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-pub(super) fn ticks() -> u64 {
-    // SAFETY: `rdtsc` has no preconditions on x86_64 (it only reads a
-    // counter; it is an `unsafe fn` in older Rust only).
-    #[allow(unused_unsafe)]
-    unsafe {
-        std::arch::x86_64::_rdtsc()
-    }
-}
-
-/// Elsewhere, nanoseconds from the monotonic clock (a few nanoseconds to
-/// read where the platform maps it to user space, and read once per
-/// block, so only loops of slow iterations read it often). A clock that
-/// always read the same would let every block grow to `MAX_BLOCK`, which
-/// would leave a thief waiting for thousands of slow iterations.
-#[cfg(not(target_arch = "x86_64"))]
-#[inline(always)]
-pub(super) fn ticks() -> u64 {
-    use std::sync::OnceLock;
-    use std::time::Instant;
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    // Truncation is harmless: only differences are used, with wrapping.
-    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
 /// Between two iterations: a thief is asking.

@@ -103,16 +103,18 @@ impl<T: Send> ParChunksMut<'_, T> {
     /// length a multiple of the chunk length, but for a span ending with
     /// the slice's last chunk).
     ///
-    /// The loop is split as any other, but only between spans: a span is
-    /// every chunk its part has not started, taken at once unless a thief
-    /// is already asking. So while other workers have work (an outer
-    /// loop's iterations, say), each call covers everything that is left,
-    /// and the chunk length is only the smallest piece a thief can take.
-    /// Use it where one call on many chunks is cheaper than many calls on
-    /// one each (a matrix kernel that packs its operands per call, a
-    /// system call per write). A thief arriving while a span runs waits
-    /// for older work or for the span's end: keep spans to work that is
-    /// fine to run uninterrupted.
+    /// The loop is split as any other, but only between spans. While other
+    /// workers have work of their own (an outer loop's iterations, say)
+    /// and none asked this one for some lately, a span is every chunk its
+    /// part has not started: one call covers everything that is left.
+    /// When some worker asked for work a moment ago (or was woken to take
+    /// some), spans start at one chunk and double, so a worker that asks
+    /// once a call began waits for a short span rather than for the whole
+    /// part, and one large loop alone still keeps every worker busy. The
+    /// chunk length is the smallest piece a thief can take. Use it where
+    /// one call on many chunks is cheaper than many calls on one each (a
+    /// matrix kernel that packs its operands per call, a system call per
+    /// write); keep chunks to work that is fine to run uninterrupted.
     ///
     /// # Panics
     /// As [`ParallelFor::for_each`](crate::ParallelFor::for_each): a panicking call loses the chunks of
