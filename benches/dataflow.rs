@@ -1,9 +1,13 @@
 //! Criterion benchmarks of the dataflow promises (issue #3): the cost of a
-//! promise on top of a spawn, the latency of a chain of promises, and a
-//! tiled wavefront (Smith-Waterman-like) run with promises against the same
-//! computation behind anti-diagonal barriers. The workloads, and why each
-//! is shaped the way it is, are documented in `benches/workloads/dataflow.rs`,
-//! which `examples/bench_report.rs` times too.
+//! promise on top of a spawn, the latency of a chain of promises, a tiled
+//! wavefront (Smith-Waterman-like) run with promises against the same
+//! computation behind anti-diagonal barriers, and a fine-grained wavefront
+//! (256 × 256 tiles of about 1 µs, 64 × 64 of about 5 µs: groups
+//! `wavefront_fine_256` and `wavefront_fine_64`) where the per-tile cost of
+//! a promise shows. The workloads, and why each is shaped the way it is,
+//! are documented in `benches/workloads/dataflow.rs` (the fine-grained one
+//! in `benches/workloads/fine_wavefront.rs`), which
+//! `examples/bench_report.rs` times too.
 //!
 //! One group per workload, with every implementation (selvedge's, the rayon
 //! peers and the serial baseline) in the same group, so their ratios can be

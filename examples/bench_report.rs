@@ -3,9 +3,9 @@
 //! Runs every workload of Weave's suite used in `benches/scheduler.rs` (fib,
 //! DFS, N-Queens, bouncing producer-consumer, single producer / many
 //! consumers), then the dataflow workloads of `benches/dataflow.rs` (promise
-//! overhead, chain latency, tiled wavefront), then the parallel
-//! loop workloads of `benches/loops.rs` (loop overhead, histogram,
-//! log-sum-exp, Black-Scholes, transposition, pipelined loops),
+//! overhead, chain latency, tiled wavefront, fine-grained wavefront), then
+//! the parallel loop workloads of `benches/loops.rs` (loop overhead,
+//! histogram, log-sum-exp, Black-Scholes, transposition, pipelined loops),
 //! with every implementation, each in a pool of the same number of threads
 //! built once up front. Each implementation is first checked against the
 //! serial result, run twice to warm up, then timed `--samples` times (one
@@ -25,8 +25,9 @@
 //! `serial / (threads * parallel)`: 100% means perfect use of every thread.
 //! The dataflow section adds per-task and per-link times, the cost of a
 //! promise dependency over a plain spawn, the wavefront's speedup over the
-//! barrier version and its distance from half the serial time, and whether
-//! each of the dataflow targets is met. The loops section adds per-iteration
+//! barrier version and its distance from half the serial time, the
+//! fine-grained wavefront's measured tile time and per-tile time over
+//! serial / threads, and whether each of the dataflow targets is met. The loops section adds per-iteration
 //! times for the loop-overhead workloads, the ratio of each selvedge version
 //! to its rayon peer, whether each of the loop targets is met, and
 //! selvedge's scheduler counters per run (loop splits, steal requests,
@@ -65,6 +66,8 @@ mod workloads;
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
+
+use dataflow::fine_wavefront as fine;
 
 use workloads::{pinning, Kind, Pools, Workload};
 
@@ -725,9 +728,10 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool) {
     println!();
     if md {
         println!(
-            "Three workloads: what a promise dependency costs on top of a plain `spawn`, how \
-             fast control passes along a chain of dependent tasks, and what dataflow gains \
-             over a barrier on a 2-D dynamic program."
+            "Four workloads: what a promise dependency costs on top of a plain `spawn`, how \
+             fast control passes along a chain of dependent tasks, what dataflow gains \
+             over a barrier on a 2-D dynamic program, and the same dependency pattern on \
+             many small tiles (1 µs and 5 µs), where what each promise costs shows."
         );
         println!();
     }
@@ -890,6 +894,22 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool) {
         .zip(serial)
         .map(|(s, serial)| s / (serial / threads as f64));
 
+    // Fine-grained wavefront, both grids.
+    let large = fine_wavefront_table(
+        find(fine::LARGE_GROUP),
+        fine::LARGE_GRID,
+        fine::LARGE_ROUNDS,
+        threads,
+        md,
+    );
+    let small = fine_wavefront_table(
+        find(fine::SMALL_GROUP),
+        fine::SMALL_GRID,
+        fine::SMALL_ROUNDS,
+        threads,
+        md,
+    );
+
     println!("### Targets (dataflow)");
     println!();
     if md {
@@ -898,7 +918,11 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool) {
              run met them: a dependency costs under 100 ns on top of a `spawn` (derived \
              from the promise-overhead table as (delayed − spawn) / dependencies), the \
              wavefront runs at least 1.2 times as fast as rayon's barrier version, and it \
-             comes within 10% of half the serial time."
+             comes within 10% of half the serial time; on the fine-grained wavefront, \
+             `spawn_delayed` from inside `rt.run` comes within 25% of serial / threads on \
+             256 × 256 tiles of 1 µs and is no slower than rayon's barrier version there, \
+             and comes within 15% of serial / threads on 64 × 64 tiles of 5 µs (the \
+             measured column adds the time over that ideal per tile)."
         );
         println!();
     }
@@ -921,7 +945,130 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool) {
         to_ideal.map_or("—".into(), |v| format!("{v:.2}")),
         met(to_ideal.is_some_and(|v| v <= 1.1))
     );
+    let over_ideal = |f: &FineWavefront| {
+        format!(
+            "{}; {} ns per tile over ideal",
+            f.to_ideal.map_or("—".into(), |v| format!("{v:.2}")),
+            ns(f.over_ideal_ns)
+        )
+    };
+    println!(
+        "| {0}x{0} 1 µs wavefront: selvedge `spawn_delayed` inside `rt.run` / (serial / \
+         {threads}) | {1} | ≤ 1.25 | {2} |",
+        fine::LARGE_GRID,
+        over_ideal(&large),
+        met(large.to_ideal.is_some_and(|v| v <= 1.25))
+    );
+    println!(
+        "| {}x{} 1 µs wavefront: selvedge `spawn_delayed` inside `rt.run` / rayon barrier \
+         | {} | ≤ 1.00 | {} |",
+        fine::LARGE_GRID,
+        fine::LARGE_GRID,
+        large.to_barrier.map_or("—".into(), |v| format!("{v:.2}")),
+        met(large.to_barrier.is_some_and(|v| v <= 1.0))
+    );
+    println!(
+        "| {0}x{0} 5 µs wavefront: selvedge `spawn_delayed` inside `rt.run` / (serial / \
+         {threads}) | {1} | ≤ 1.15 | {2} |",
+        fine::SMALL_GRID,
+        over_ideal(&small),
+        met(small.to_ideal.is_some_and(|v| v <= 1.15))
+    );
     println!();
+}
+
+/// What the targets need of one fine-grained wavefront grid.
+struct FineWavefront {
+    /// selvedge `spawn_delayed` (inside `rt.run`) / (serial / threads).
+    to_ideal: Option<f64>,
+    /// (selvedge `spawn_delayed` − serial / threads) / tiles, in ns.
+    over_ideal_ns: Option<f64>,
+    /// selvedge `spawn_delayed` / rayon barrier.
+    to_barrier: Option<f64>,
+}
+
+/// One grid of the fine-grained wavefront: the measured tile time, the
+/// table (with each parallel row's time over serial / threads per tile),
+/// and the figures its targets need.
+fn fine_wavefront_table(
+    (d, t): &(&dataflow::Dataflow, Vec<Timing>),
+    grid: usize,
+    rounds: u32,
+    threads: usize,
+    md: bool,
+) -> FineWavefront {
+    let tiles = grid * grid;
+    let serial = named(t, dataflow::SERIAL);
+    let selvedge = named(t, fine::DELAYED);
+    let barrier = named(t, fine::RAYON_BARRIER);
+    let ideal = serial.map(|s| s / threads as f64);
+    // (t − serial / threads) / tiles, in ns.
+    let over = |t: Option<f64>| t.zip(ideal).map(|(t, i)| (t - i) * 1e6 / tiles as f64);
+    let tile_us = fine::tile_us(rounds, tiles);
+    println!("### {}", d.workload.title);
+    println!();
+    if md {
+        println!(
+            "The wavefront's dependency pattern (tile (i, j) needs (i − 1, j) and (i, j − 1)) \
+             on {tiles} equal tiles of {rounds} rounds of a mixing loop seeded from the two \
+             neighbours' results, so that the per-tile cost of scheduling shows next to the \
+             work. *spawn_delayed (inside rt.run)*: every tile spawned up front from the \
+             root task with `selvedge::spawn_delayed` on its two neighbours' iterations of a \
+             `LoopPromise`, the bottom-right tile's handle joined; *submit_delayed (from the \
+             main thread)*: the same tasks queued with `Runtime::submit_delayed` from the \
+             calling thread, which is no worker; *scope.spawn_delayed*: the same in a scope; \
+             *rayon barrier*: `par_iter` over each anti-diagonal. *over ideal* is \
+             (median − serial / {threads}) / tiles in ns: what each tile costs beyond a \
+             perfect split of the serial work."
+        );
+        println!();
+    }
+    println!(
+        "- {tiles} tiles of {rounds} rounds: one tile takes {tile_us:.2} µs (measured serially \
+         in this run, {tiles} tiles back to back); the serial run takes {} µs per tile",
+        serial.map_or("—".into(), |s| format!("{:.2}", s * 1e3 / tiles as f64))
+    );
+    println!(
+        "- critical path: {} tiles ({:.1}% of the work); ideal with {threads} threads: \
+         serial / {threads} = {} ms",
+        2 * grid - 1,
+        100.0 * (2 * grid - 1) as f64 / tiles as f64,
+        ms(ideal)
+    );
+    println!();
+    println!(
+        "| implementation | median | min | max | vs serial | efficiency | over ideal, ns per \
+         tile | vs rayon barrier |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for x in t {
+        let parallel = x.kind != Kind::Serial;
+        println!(
+            "| {} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} |",
+            x.name,
+            x.median,
+            x.min,
+            x.max,
+            ratio(Some(x.median), serial),
+            if parallel {
+                efficiency(serial, Some(x.median), threads)
+            } else {
+                "—".into()
+            },
+            if parallel {
+                ns(over(Some(x.median)))
+            } else {
+                "—".into()
+            },
+            ratio(Some(x.median), barrier),
+        );
+    }
+    println!();
+    FineWavefront {
+        to_ideal: selvedge.zip(ideal).map(|(s, i)| s / i),
+        over_ideal_ns: over(selvedge),
+        to_barrier: selvedge.zip(barrier).map(|(s, b)| s / b),
+    }
 }
 
 /// A loop implementation: its checksum and the time of its computation.

@@ -102,6 +102,13 @@
 //!
 //! Targets (2 threads): selvedge at least 1.2x faster than the rayon
 //! barrier version, and at most 10% over half the serial time.
+//!
+//! # Fine-grained wavefront
+//!
+//! The same dependency pattern with many small, equal tiles (256 × 256 of
+//! about 1 µs, 64 × 64 of about 5 µs), where the per-tile cost of the
+//! promises shows: see [`fine_wavefront`], whose two entries [`all`]
+//! appends.
 
 use std::hint::black_box;
 use std::ops::RangeInclusive;
@@ -113,6 +120,9 @@ use rayon::prelude::*;
 use selvedge::{JoinHandle, LoopPromise, Promise};
 
 use crate::workloads::{Impl, Kind, Pools, Workload};
+
+#[path = "fine_wavefront.rs"]
+pub mod fine_wavefront;
 
 // ---------------------------------------------------------------------------
 // Sizes
@@ -194,9 +204,11 @@ impl Dataflow {
     }
 }
 
-/// The three dataflow workloads, each with all its implementations.
+/// The dataflow workloads, each with all its implementations: promise
+/// overhead, chain latency, the coarse wavefront, then the fine wavefront's
+/// two grids.
 pub fn all() -> Vec<Dataflow> {
-    vec![
+    let mut all = vec![
         Dataflow {
             units: OVERHEAD_TASKS,
             unit: "task",
@@ -354,7 +366,9 @@ pub fn all() -> Vec<Dataflow> {
                 ],
             },
         },
-    ]
+    ];
+    all.extend(fine_wavefront::all());
+    all
 }
 
 /// A seeded generator (Vigna's SplitMix64): deterministic across runs and

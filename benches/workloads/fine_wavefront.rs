@@ -1,0 +1,316 @@
+//! Fine-grained tiled wavefront: the coarse wavefront's dependency pattern
+//! (tile `(i, j)` needs tiles `(i − 1, j)` and `(i, j − 1)`) with many
+//! small, equal tiles, so that what a promise, a spawn and a wake-up cost
+//! per tile shows next to the work instead of vanishing under it. A child
+//! module of `dataflow.rs` (it builds [`Dataflow`] entries, which
+//! `dataflow::all()` appends), so `benches/dataflow.rs` and
+//! `examples/bench_report.rs` both pick it up.
+//!
+//! Two sizes:
+//!
+//! - [`LARGE_GRID`] × [`LARGE_GRID`] (65,536) tiles of [`LARGE_ROUNDS`]
+//!   mixing rounds, about 1 µs each;
+//! - [`SMALL_GRID`] × [`SMALL_GRID`] (4,096) tiles of [`SMALL_ROUNDS`]
+//!   rounds, about 5 µs each.
+//!
+//! A round is one step of a two-lane mixing loop ([`tile_kernel`]) seeded
+//! from the tile's up and left neighbours' digests, each step depending on
+//! the previous one (so its time is latency, about 4.5 ns per round on the
+//! 2-core development machine, an AMD EPYC VM: 220 rounds measured 0.98 to
+//! 1.02 µs and 1,120 rounds 4.9 to 5.0 µs serially when the machine was
+//! quiet, up to 1.4x more when it was not; the report prints the value
+//! measured in its own run). A tile's digest is the loop's result, so every
+//! tile's result depends on its neighbours' finished digests and every
+//! implementation must reproduce the serial checksum (checked outside the
+//! timed region by [`Dataflow::verify`]).
+//!
+//! - `serial`: row-major.
+//! - `selvedge spawn_delayed (inside rt.run)`: one `LoopPromise` over the
+//!   tiles (a promise per tile); from the root task of `rt.run`, every tile
+//!   spawned up front (row-major) with `selvedge::spawn_delayed` on its up
+//!   and left tiles' promises, fulfilling its own when done; the
+//!   bottom-right tile depends on every other, so joining its handle waits
+//!   for all (the other handles are dropped, detaching their tasks).
+//! - `selvedge submit_delayed (from the main thread)`: the same tasks
+//!   queued with `Runtime::submit_delayed` from the calling thread, which
+//!   is not one of the runtime's workers, then the last handle joined from
+//!   there: both workers run tiles while the caller submits.
+//! - `selvedge scope.spawn_delayed`: the same in a `selvedge::scope` inside
+//!   `rt.run`, the tasks borrowing the digests and the loop promise.
+//! - `rayon barrier (par_iter per diagonal)`: `into_par_iter` over each
+//!   anti-diagonal, with the implicit barrier between them (2G − 1
+//!   barriers).
+//!
+//! Targets (2 threads): on the 256 × 256 grid, selvedge `spawn_delayed`
+//! inside `rt.run` within 1.25 × serial / threads and no slower than the
+//! rayon barrier version; on the 64 × 64 grid, within 1.15 × serial /
+//! threads.
+
+use std::hint::black_box;
+use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use rayon::prelude::*;
+use selvedge::LoopPromise;
+
+use super::{mix, Dataflow, SERIAL, WAVE_RAYON_BARRIER, WAVE_SCOPE_DELAYED};
+use crate::workloads::{Impl, Kind, Workload};
+
+// ---------------------------------------------------------------------------
+// Sizes
+// ---------------------------------------------------------------------------
+
+/// Tiles per side of the large grid (tiles of about 1 µs).
+pub const LARGE_GRID: usize = 256;
+/// Mixing rounds per tile of the large grid: about 1 µs (see the module
+/// docs).
+pub const LARGE_ROUNDS: u32 = 220;
+/// Tiles per side of the small grid (tiles of about 5 µs).
+pub const SMALL_GRID: usize = 64;
+/// Mixing rounds per tile of the small grid: about 5 µs.
+pub const SMALL_ROUNDS: u32 = 1_120;
+
+/// Criterion group of the large grid (and what the report finds it by).
+pub const LARGE_GROUP: &str = "wavefront_fine_256";
+/// Criterion group of the small grid.
+pub const SMALL_GROUP: &str = "wavefront_fine_64";
+
+// Implementation names (serial, the scope version and the rayon barrier
+// share the coarse wavefront's).
+pub const DELAYED: &str = "selvedge spawn_delayed (inside rt.run)";
+pub const SUBMIT: &str = "selvedge submit_delayed (from the main thread)";
+pub const SCOPE_DELAYED: &str = WAVE_SCOPE_DELAYED;
+pub const RAYON_BARRIER: &str = WAVE_RAYON_BARRIER;
+
+/// Both grids, large first.
+pub fn all() -> [Dataflow; 2] {
+    [
+        workload::<LARGE_GRID, LARGE_ROUNDS>(LARGE_GROUP, 1),
+        workload::<SMALL_GRID, SMALL_ROUNDS>(SMALL_GROUP, 5),
+    ]
+}
+
+/// One grid's entry: `G` × `G` tiles of `R` rounds, about `nominal_us`
+/// each.
+fn workload<const G: usize, const R: u32>(group: &'static str, nominal_us: u32) -> Dataflow {
+    Dataflow {
+        units: (G * G) as u64,
+        unit: "tile",
+        phases: Vec::new(),
+        workload: Workload {
+            group,
+            title: format!("fine wavefront ({G}x{G} tiles of ~{nominal_us} µs, {R} rounds)"),
+            producer_consumer: false,
+            expected: None,
+            impls: vec![
+                Impl {
+                    name: SERIAL,
+                    kind: Kind::Serial,
+                    run: |_| serial::<G, R>(),
+                },
+                Impl {
+                    name: DELAYED,
+                    kind: Kind::SelvedgeSpawn,
+                    run: |p| p.selvedge.run(delayed::<G, R>),
+                },
+                Impl {
+                    name: SUBMIT,
+                    kind: Kind::SelvedgeSpawn,
+                    run: |p| submitted::<G, R>(&p.selvedge),
+                },
+                Impl {
+                    name: SCOPE_DELAYED,
+                    kind: Kind::SelvedgeStructured,
+                    run: |p| p.selvedge.run(scope_delayed::<G, R>),
+                },
+                Impl {
+                    name: RAYON_BARRIER,
+                    kind: Kind::Rayon,
+                    run: |p| p.rayon.install(rayon_barrier::<G, R>),
+                },
+            ],
+        },
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The tile
+// ---------------------------------------------------------------------------
+
+/// `rounds` steps of a two-lane mixing loop seeded from the up and left
+/// digests (and the tile's index); each step needs the one before, so the
+/// loop cannot be shortened or overlapped. Returns the tile's digest.
+#[inline(never)]
+pub fn tile_kernel(idx: usize, up: u64, left: u64, rounds: u32) -> u64 {
+    let mut x = up ^ (idx as u64).wrapping_mul(0xA24B_AED4_963E_E407);
+    let mut y = left.rotate_left(29);
+    for _ in 0..rounds {
+        x = mix(x.wrapping_add(y));
+        y = y.rotate_left(5) ^ x;
+    }
+    x ^ y
+}
+
+/// Microseconds per tile of `rounds` rounds, measured serially: `tiles`
+/// calls back to back, each fed the previous one's digest.
+#[allow(dead_code)] // only the report calls it
+pub fn tile_us(rounds: u32, tiles: usize) -> f64 {
+    let mut h = black_box(tile_kernel(0, 1, 2, rounds));
+    let start = Instant::now();
+    for idx in 0..tiles {
+        h = tile_kernel(idx, h, black_box(idx as u64), black_box(rounds));
+    }
+    let elapsed = start.elapsed();
+    black_box(h);
+    elapsed.as_secs_f64() * 1e6 / tiles as f64
+}
+
+/// The tiles' digests, row-major. Relaxed accesses: a tile reads its
+/// neighbours only after a promise or a barrier ordered their writes before
+/// it.
+type Digests = [AtomicU64];
+
+fn new_digests<const G: usize>() -> Box<Digests> {
+    (0..G * G).map(|_| AtomicU64::new(0)).collect()
+}
+
+fn checksum(digests: &Digests) -> u64 {
+    digests
+        .iter()
+        .fold(0, |h, d| mix(h ^ d.load(Ordering::Relaxed)))
+}
+
+/// Runs tile `idx` from its neighbours' digests (the grid's edges are
+/// seeded by position) and stores its own.
+#[inline]
+fn run_tile<const G: usize, const R: u32>(digests: &Digests, idx: usize) {
+    let (i, j) = (idx / G, idx % G);
+    let up = if i > 0 {
+        digests[idx - G].load(Ordering::Relaxed)
+    } else {
+        0x0E06_E000 ^ j as u64
+    };
+    let left = if j > 0 {
+        digests[idx - 1].load(Ordering::Relaxed)
+    } else {
+        0x1EF7_0000 ^ i as u64
+    };
+    digests[idx].store(tile_kernel(idx, up, left, R), Ordering::Relaxed);
+}
+
+/// The promises tile `idx` waits for: its up and left neighbours'.
+fn tile_deps<const G: usize>(
+    done: &LoopPromise,
+    idx: usize,
+) -> impl Iterator<Item = selvedge::Dep> {
+    let (i, j) = (idx / G, idx % G);
+    [
+        (i > 0).then(|| done.at(idx - G)),
+        (j > 0).then(|| done.at(idx - 1)),
+    ]
+    .into_iter()
+    .flatten()
+}
+
+/// The rows `i` of anti-diagonal `d`, whose tiles are `(i, d − i)`.
+fn diagonal<const G: usize>(d: usize) -> RangeInclusive<usize> {
+    d.saturating_sub(G - 1)..=d.min(G - 1)
+}
+
+// ---------------------------------------------------------------------------
+// Implementations
+// ---------------------------------------------------------------------------
+
+pub fn serial<const G: usize, const R: u32>() -> u64 {
+    let digests = new_digests::<G>();
+    for idx in 0..G * G {
+        run_tile::<G, R>(&digests, idx);
+    }
+    checksum(&digests)
+}
+
+/// What the `'static` tasks share: one reference count per task instead of
+/// two.
+struct Shared {
+    digests: Box<Digests>,
+    done: LoopPromise,
+}
+
+impl Shared {
+    fn new<const G: usize>() -> Arc<Self> {
+        Arc::new(Shared {
+            digests: new_digests::<G>(),
+            done: LoopPromise::new(0..G * G),
+        })
+    }
+
+    /// Tile `idx`'s task: the tile, then its promise.
+    fn tile<const G: usize, const R: u32>(self: Arc<Self>, idx: usize) -> impl FnOnce() + Send {
+        move || {
+            run_tile::<G, R>(&self.digests, idx);
+            self.done.fulfill(idx);
+        }
+    }
+}
+
+/// From inside `rt.run`: every tile `spawn_delayed` on its two neighbours.
+pub fn delayed<const G: usize, const R: u32>() -> u64 {
+    let shared = Shared::new::<G>();
+    let mut last = None;
+    for idx in 0..G * G {
+        let handle = selvedge::spawn_delayed(
+            tile_deps::<G>(&shared.done, idx),
+            Arc::clone(&shared).tile::<G, R>(idx),
+        );
+        // The bottom-right tile depends on every other one.
+        if idx == G * G - 1 {
+            last = Some(handle);
+        }
+    }
+    last.expect("at least one tile").join();
+    checksum(&shared.digests)
+}
+
+/// From the calling thread (not a worker): every tile `submit_delayed`.
+pub fn submitted<const G: usize, const R: u32>(rt: &selvedge::Runtime) -> u64 {
+    let shared = Shared::new::<G>();
+    let mut last = None;
+    for idx in 0..G * G {
+        let handle = rt.submit_delayed(
+            tile_deps::<G>(&shared.done, idx),
+            Arc::clone(&shared).tile::<G, R>(idx),
+        );
+        if idx == G * G - 1 {
+            last = Some(handle);
+        }
+    }
+    last.expect("at least one tile").join();
+    checksum(&shared.digests)
+}
+
+pub fn scope_delayed<const G: usize, const R: u32>() -> u64 {
+    let digests = new_digests::<G>();
+    let done = LoopPromise::new(0..G * G);
+    selvedge::scope(|s| {
+        let (digests, done) = (&*digests, &done);
+        for idx in 0..G * G {
+            s.spawn_delayed(tile_deps::<G>(done, idx), move |_| {
+                run_tile::<G, R>(digests, idx);
+                done.fulfill(idx);
+            });
+        }
+    });
+    checksum(&digests)
+}
+
+pub fn rayon_barrier<const G: usize, const R: u32>() -> u64 {
+    let digests = new_digests::<G>();
+    for d in 0..2 * G - 1 {
+        diagonal::<G>(d)
+            .into_par_iter()
+            .for_each(|i| run_tile::<G, R>(&digests, i * G + d - i));
+    }
+    checksum(&digests)
+}
