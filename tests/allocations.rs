@@ -71,6 +71,35 @@ fn small_spawns_do_not_allocate_after_warm_up() {
 }
 
 #[test]
+fn tasks_made_up_front_come_from_the_pool_in_the_next_round() {
+    // A task graph spawned up front, then run, round after round: 20,000
+    // tasks alive at once. Once the first round has run, the next rounds'
+    // blocks come from the worker's pool, not from the allocator.
+    const TASKS: usize = 20_000;
+    let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
+    let (allocs, sum) = rt.run(|| {
+        let mut handles = Vec::with_capacity(TASKS);
+        let round = |handles: &mut Vec<selvedge::JoinHandle<u64>>| {
+            for i in 0..TASKS as u64 {
+                handles.push(selvedge::spawn(move || i));
+            }
+            handles.drain(..).map(|h| h.join()).sum::<u64>()
+        };
+        let mut sum = round(&mut handles); // warm-up
+        let before = allocations();
+        for _ in 0..3 {
+            sum += round(&mut handles);
+        }
+        (allocations() - before, sum)
+    });
+    assert_eq!(sum, 4 * (TASKS as u64 * (TASKS as u64 - 1) / 2));
+    assert_eq!(
+        allocs, 0,
+        "{allocs} allocations for 3 rounds of {TASKS} live tasks"
+    );
+}
+
+#[test]
 fn oversized_closures_still_work() {
     let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
     let big = [7u8; 4096];

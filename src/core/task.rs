@@ -28,8 +28,12 @@ use std::sync::Arc;
 /// Payload bytes stored inline in a block.
 pub(crate) const INLINE: usize = 192;
 const PAYLOAD_ALIGN: usize = 16;
-/// Free blocks a worker keeps before returning them to the allocator.
-const POOL_CAPACITY: usize = 4096;
+/// Free blocks a worker keeps while idle (see [`trim_pool`]). While it is
+/// busy it keeps every block it frees: a program that makes many tasks
+/// before running them (a task graph spawned up front, say) frees them as
+/// they run and makes as many again for its next round, and the general
+/// allocator, with that many blocks in its bins, costs more than the task.
+const POOL_IDLE_CAPACITY: usize = 4096;
 
 #[repr(C, align(16))]
 struct Payload(MaybeUninit<[u8; INLINE]>);
@@ -477,27 +481,48 @@ impl BlockPool {
         Some(head)
     }
 
-    /// Keeps `block` unless the pool is full; returns it back if refused.
+    /// Keeps `block`. (Never refuses: the pool is trimmed when its worker
+    /// goes idle.)
     #[inline]
-    fn push(&mut self, block: NonNull<Header>) -> Result<(), NonNull<Header>> {
-        if self.len == POOL_CAPACITY {
-            return Err(block);
-        }
+    fn push(&mut self, block: NonNull<Header>) {
         // SAFETY: the block is unused; only its link is written.
         unsafe { ptr::addr_of_mut!((*block.as_ptr()).next).write(Cell::new(self.head)) };
         self.head = block.as_ptr();
         self.len += 1;
-        Ok(())
+    }
+}
+
+impl BlockPool {
+    /// Returns blocks to the allocator until at most `keep` are left.
+    fn trim_to(&mut self, keep: usize) {
+        while self.len > keep {
+            let Some(b) = self.pop() else { break };
+            // SAFETY: pooled blocks are allocated with this layout and unused.
+            unsafe { dealloc(b.as_ptr().cast(), Layout::new::<TaskBlock>()) };
+        }
     }
 }
 
 impl Drop for BlockPool {
     fn drop(&mut self) {
-        while let Some(b) = self.pop() {
-            // SAFETY: pooled blocks are allocated with this layout and unused.
-            unsafe { dealloc(b.as_ptr().cast(), Layout::new::<TaskBlock>()) };
-        }
+        self.trim_to(0);
     }
+}
+
+/// Returns what this thread's block pool holds beyond
+/// [`POOL_IDLE_CAPACITY`] to the allocator: its worker is going idle, so
+/// the blocks it kept for a busy spell go back to the rest of the program.
+#[cold]
+pub(crate) fn trim_pool() {
+    POOL.with(|p| {
+        let pool = p.get();
+        if !pool.is_null() {
+            // SAFETY: a non-null `POOL` points to the pool installed by
+            // `install_pool`, used by this thread alone, and not reentrantly
+            // (trimming calls nothing that allocates a block).
+            unsafe { (*pool).trim_to(POOL_IDLE_CAPACITY) };
+        }
+    });
 }
 
 thread_local! {
@@ -574,17 +599,16 @@ pub(crate) fn alloc_raw<T>() -> NonNull<T> {
 #[inline]
 pub(crate) unsafe fn free_raw<T>(p: NonNull<T>) {
     let block = p.cast::<Header>();
-    let refused = POOL.with(|pool| {
+    let pooled = POOL.with(|pool| {
         let pool = pool.get();
-        if pool.is_null() {
-            Err(block)
-        } else {
+        if !pool.is_null() {
             // SAFETY: a non-null `POOL` points to the installed pool, used
             // by this thread alone; the block is unused (caller).
-            unsafe { (*pool).push(block) }
+            unsafe { (*pool).push(block) };
         }
+        !pool.is_null()
     });
-    if let Err(block) = refused {
+    if !pooled {
         // SAFETY: every block comes from `alloc_raw`, which allocates with
         // this layout (or pools such blocks); nobody uses it (caller).
         unsafe { dealloc(block.as_ptr().cast(), Layout::new::<TaskBlock>()) };

@@ -842,6 +842,7 @@ impl Worker {
         shared.counters[me].parks.bump();
         match until {
             Until::Shutdown => {
+                crate::core::task::trim_pool();
                 shared.sleep.idle_park_for(
                     me,
                     || {
