@@ -28,12 +28,16 @@ use std::sync::Arc;
 /// Payload bytes stored inline in a block.
 pub(crate) const INLINE: usize = 192;
 const PAYLOAD_ALIGN: usize = 16;
-/// Free blocks a worker keeps while idle (see [`trim_pool`]). While it is
-/// busy it keeps every block it frees: a program that makes many tasks
+/// Free blocks a worker keeps once idle for [`POOL_TRIM_AFTER`] (see
+/// [`trim_pool`]). Until then it keeps every block it frees: a program that makes many tasks
 /// before running them (a task graph spawned up front, say) frees them as
 /// they run and makes as many again for its next round, and the general
 /// allocator, with that many blocks in its bins, costs more than the task.
 const POOL_IDLE_CAPACITY: usize = 4096;
+/// How long a worker with more than [`POOL_IDLE_CAPACITY`] free blocks
+/// stays idle before it gives the surplus back: longer than the pause
+/// between the rounds of an iterative program, which then reuses them.
+pub(crate) const POOL_TRIM_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
 
 #[repr(C, align(16))]
 struct Payload(MaybeUninit<[u8; INLINE]>);
@@ -509,9 +513,19 @@ impl Drop for BlockPool {
     }
 }
 
+/// Whether this thread's block pool holds more than it keeps while idle.
+pub(crate) fn pool_over_idle_capacity() -> bool {
+    POOL.with(|p| {
+        let pool = p.get();
+        // SAFETY: as in `trim_pool`; only the length is read.
+        !pool.is_null() && unsafe { (*pool).len } > POOL_IDLE_CAPACITY
+    })
+}
+
 /// Returns what this thread's block pool holds beyond
-/// [`POOL_IDLE_CAPACITY`] to the allocator: its worker is going idle, so
-/// the blocks it kept for a busy spell go back to the rest of the program.
+/// [`POOL_IDLE_CAPACITY`] to the allocator: its worker has been idle a
+/// while, so the blocks it kept for a busy spell go back to the rest of
+/// the program.
 #[cold]
 pub(crate) fn trim_pool() {
     POOL.with(|p| {

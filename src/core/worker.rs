@@ -16,7 +16,7 @@ use crate::core::rescue::{self, Guarded, Owner, OwnerGuard};
 use crate::core::split::{self, LoopFrame};
 use crate::core::steal::{Mailbox, Reply, StealPolicy, StealRequest, VictimSet};
 use crate::core::sync::Ordering;
-use crate::core::task::{Header, TaskRef};
+use crate::core::task::{self, Header, TaskRef};
 use crate::core::unwind::AbortIfPanic;
 use std::cell::Cell;
 use std::ptr::NonNull;
@@ -842,7 +842,16 @@ impl Worker {
         shared.counters[me].parks.bump();
         match until {
             Until::Shutdown => {
-                crate::core::task::trim_pool();
+                // A pool holding a busy spell's blocks is trimmed once the
+                // worker has stayed idle a while, not at once: the next
+                // round of an iterative program would need them again.
+                let trim = task::pool_over_idle_capacity();
+                let timeout = match (trim, timeout) {
+                    (true, Some(t)) => Some(t.min(task::POOL_TRIM_AFTER)),
+                    (true, None) => Some(task::POOL_TRIM_AFTER),
+                    (false, t) => t,
+                };
+                let parked_at = Instant::now();
                 shared.sleep.idle_park_for(
                     me,
                     || {
@@ -852,6 +861,9 @@ impl Worker {
                     },
                     timeout,
                 );
+                if trim && parked_at.elapsed() >= task::POOL_TRIM_AFTER {
+                    task::trim_pool();
+                }
             }
             Until::Complete(c) => {
                 if c.register(&self.waker) {
