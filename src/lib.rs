@@ -70,8 +70,8 @@
 //!   `depends_on_each` loop runs iteration `i` as soon as its promise is
 //!   fulfilled. [`ParChunksMut::for_each_span`] hands a worker the chunks
 //!   it runs together as one slice, so a kernel with a cost per call (one
-//!   that packs its operands) is called once per part, not per chunk,
-//!   while no other worker is asking for work.
+//!   that packs its operands) is called once per part (a few times when
+//!   the loop is all the work there is to share), not once per chunk.
 //! - [`Builder::pin_threads`] pins workers to CPUs (Linux), for machines
 //!   whose kernel wakes a parked worker onto a busy CPU.
 //! - GPU tasks (feature `cuda`): `gpu::Device::spawn` runs a closure that

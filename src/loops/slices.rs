@@ -103,18 +103,21 @@ impl<T: Send> ParChunksMut<'_, T> {
     /// length a multiple of the chunk length, but for a span ending with
     /// the slice's last chunk).
     ///
-    /// The loop is split as any other, but only between spans. While other
-    /// workers have work of their own (an outer loop's iterations, say)
-    /// and none asked this one for some lately, a span is every chunk its
-    /// part has not started: one call covers everything that is left.
-    /// When some worker asked for work a moment ago (or was woken to take
-    /// some), spans start at one chunk and double, so a worker that asks
-    /// once a call began waits for a short span rather than for the whole
-    /// part, and one large loop alone still keeps every worker busy. The
-    /// chunk length is the smallest piece a thief can take. Use it where
-    /// one call on many chunks is cheaper than many calls on one each (a
-    /// matrix kernel that packs its operands per call, a system call per
-    /// write); keep chunks to work that is fine to run uninterrupted.
+    /// The loop is split as any other, but only between spans. While an
+    /// outer loop on the same worker still has iterations to give thieves
+    /// and no worker asked this one for work lately, a span is every chunk
+    /// its part has not started: one call covers everything that is left.
+    /// Otherwise (this loop is all the work there is to give, or some
+    /// worker asked a moment ago or was woken to take some) spans start at
+    /// one chunk and double, so a part of `n` chunks takes about `log2 n`
+    /// calls, a worker that asks once a call began waits for a short span
+    /// rather than for the whole part, and one large loop alone still
+    /// keeps every worker busy. On a runtime of one worker a span is
+    /// always everything left. The chunk length is the smallest piece a
+    /// thief can take. Use it where one call on many chunks is cheaper than
+    /// many calls on one each (a matrix kernel that packs its operands per
+    /// call, a system call per write); keep chunks to work that is fine to
+    /// run uninterrupted.
     ///
     /// # Panics
     /// As [`ParallelFor::for_each`](crate::ParallelFor::for_each): a panicking call loses the chunks of
