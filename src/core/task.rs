@@ -28,11 +28,15 @@ use std::sync::Arc;
 /// Payload bytes stored inline in a block.
 pub(crate) const INLINE: usize = 192;
 const PAYLOAD_ALIGN: usize = 16;
-/// Free blocks a worker keeps once idle for [`POOL_TRIM_AFTER`] (see
-/// [`trim_pool`]). Until then it keeps every block it frees: a program that makes many tasks
-/// before running them (a task graph spawned up front, say) frees them as
-/// they run and makes as many again for its next round, and the general
+/// Free blocks a worker always may keep. Beyond that it keeps as many as
+/// it had taken and not yet given back at the busiest moment since it last
+/// went idle (its own demand): a program that makes many tasks before
+/// running them (a task graph spawned up front, say) frees them as they
+/// run and makes as many again for its next round, and the general
 /// allocator, with that many blocks in its bins, costs more than the task.
+/// Blocks that only pass through (made by a thread outside the runtime,
+/// freed here) are not kept beyond this. A worker idle for
+/// [`POOL_TRIM_AFTER`] keeps this many again (see [`trim_pool`]).
 const POOL_IDLE_CAPACITY: usize = 4096;
 /// How long a worker with more than [`POOL_IDLE_CAPACITY`] free blocks
 /// stays idle before it gives the surplus back: longer than the pause
@@ -466,6 +470,12 @@ pub(crate) unsafe fn finish_release<T>(block: NonNull<Header>, release: Release)
 pub(crate) struct BlockPool {
     head: *mut Header,
     len: usize,
+    /// Blocks this thread took (from the pool or the allocator) minus the
+    /// blocks it freed, wrapping: this worker's demand now.
+    taken: usize,
+    /// The highest `taken` since the pool was last trimmed: how many free
+    /// blocks it may keep beyond `POOL_IDLE_CAPACITY`.
+    peak: usize,
 }
 
 impl BlockPool {
@@ -473,6 +483,8 @@ impl BlockPool {
         Self {
             head: ptr::null_mut(),
             len: 0,
+            taken: 0,
+            peak: 0,
         }
     }
 
@@ -485,20 +497,37 @@ impl BlockPool {
         Some(head)
     }
 
-    /// Keeps `block`. (Never refuses: the pool is trimmed when its worker
-    /// goes idle.)
+    /// Counts a block this thread takes, from the pool or the allocator.
     #[inline]
-    fn push(&mut self, block: NonNull<Header>) {
+    fn note_taken(&mut self) {
+        self.taken = self.taken.wrapping_add(1);
+        // Signed: blocks made elsewhere and freed here make `taken` negative.
+        if (self.taken as isize) > (self.peak as isize) {
+            self.peak = self.taken;
+        }
+    }
+
+    /// Keeps `block` within this worker's demand (see
+    /// `POOL_IDLE_CAPACITY`); returns it back if refused.
+    #[inline]
+    fn push(&mut self, block: NonNull<Header>) -> Result<(), NonNull<Header>> {
+        self.taken = self.taken.wrapping_sub(1);
+        if self.len >= POOL_IDLE_CAPACITY.max(self.peak) {
+            return Err(block);
+        }
         // SAFETY: the block is unused; only its link is written.
         unsafe { ptr::addr_of_mut!((*block.as_ptr()).next).write(Cell::new(self.head)) };
         self.head = block.as_ptr();
         self.len += 1;
+        Ok(())
     }
 }
 
 impl BlockPool {
     /// Returns blocks to the allocator until at most `keep` are left.
     fn trim_to(&mut self, keep: usize) {
+        // The demand measured so far is spent: measure it afresh.
+        self.peak = (self.taken as isize).max(0) as usize;
         while self.len > keep {
             let Some(b) = self.pop() else { break };
             // SAFETY: pooled blocks are allocated with this layout and unused.
@@ -590,10 +619,14 @@ pub(crate) fn alloc_raw<T>() -> NonNull<T> {
     let pooled = POOL.with(|p| {
         let pool = p.get();
         (!pool.is_null())
-            // SAFETY: a non-null `POOL` points to the pool installed by
-            // `install_pool`, which outlives its guard; only this thread
-            // uses it, and not reentrantly.
-            .then(|| unsafe { (*pool).pop() })
+            .then(|| {
+                // SAFETY: a non-null `POOL` points to the pool installed by
+                // `install_pool`, which outlives its guard; only this
+                // thread uses it, and not reentrantly.
+                let pool = unsafe { &mut *pool };
+                pool.note_taken();
+                pool.pop()
+            })
             .flatten()
     });
     pooled
@@ -613,16 +646,17 @@ pub(crate) fn alloc_raw<T>() -> NonNull<T> {
 #[inline]
 pub(crate) unsafe fn free_raw<T>(p: NonNull<T>) {
     let block = p.cast::<Header>();
-    let pooled = POOL.with(|pool| {
+    let refused = POOL.with(|pool| {
         let pool = pool.get();
-        if !pool.is_null() {
+        if pool.is_null() {
+            Err(block)
+        } else {
             // SAFETY: a non-null `POOL` points to the installed pool, used
             // by this thread alone; the block is unused (caller).
-            unsafe { (*pool).push(block) };
+            unsafe { (*pool).push(block) }
         }
-        !pool.is_null()
     });
-    if !pooled {
+    if let Err(block) = refused {
         // SAFETY: every block comes from `alloc_raw`, which allocates with
         // this layout (or pools such blocks); nobody uses it (caller).
         unsafe { dealloc(block.as_ptr().cast(), Layout::new::<TaskBlock>()) };
