@@ -106,6 +106,15 @@ impl<R: Unpark> CountLatch<R> {
         self.count.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Whether worker `worker` of the latch's runtime is its owner (tasks
+    /// it spawns and finishes may count with `increment_local` and
+    /// `decrement_local`).
+    #[inline]
+    pub fn is_owner(&self, worker: usize) -> bool {
+        // SAFETY: `target` is only written at creation.
+        self.target.with(|t| unsafe { (*t).owner }) == worker
+    }
+
     /// Adds a count on the owner's thread, for a task it spawns, without
     /// an atomic read-modify-write (module docs). The caller holds a count
     /// already.
@@ -159,18 +168,7 @@ impl<R: Unpark> CountLatch<R> {
     /// set.
     #[inline]
     pub fn flush_local(&self) -> bool {
-        let local = self.local();
-        if local == 0 {
-            return self.is_set();
-        }
-        self.local.with_mut(|l| {
-            // SAFETY: the owner's thread (the caller) alone touches `local`.
-            unsafe { *l = 0 }
-        });
-        self.count
-            .fetch_add(local, Ordering::AcqRel)
-            .wrapping_add(local)
-            == 0
+        self.move_local(0)
     }
 
     /// Releases the owner's own count (the body's), moving its own counts
@@ -178,11 +176,23 @@ impl<R: Unpark> CountLatch<R> {
     /// whether the latch is set (then the owner need not wait).
     #[inline]
     pub fn release_own(&self) -> bool {
-        let delta = self.local().wrapping_sub(1);
+        self.move_local(1usize.wrapping_neg())
+    }
+
+    /// Moves `local + delta` (wrapping) into `count` and clears `local`;
+    /// returns whether the latch is set. Owner's thread only.
+    #[inline]
+    fn move_local(&self, delta: usize) -> bool {
+        let delta = self.local().wrapping_add(delta);
         self.local.with_mut(|l| {
             // SAFETY: the owner's thread (the caller) alone touches `local`.
             unsafe { *l = 0 }
         });
+        if delta == 0 {
+            // Nothing to move (`local` cancels `delta`): no write to the
+            // shared line.
+            return self.is_set();
+        }
         self.count
             .fetch_add(delta, Ordering::AcqRel)
             .wrapping_add(delta)

@@ -36,9 +36,6 @@ pub struct Scope<'scope> {
     /// The owner worker's handle on its runtime (the worker outlives the
     /// scope, which it is running).
     runtime: *const Arc<Registry>,
-    /// The owner worker's index: tasks it spawns and runs itself are
-    /// counted on its thread alone (see `CountLatch::increment_local`).
-    owner: usize,
     panic: FirstPanic,
     /// Invariant in `'scope`, as std's scoped threads.
     _borrows: PhantomData<&'scope mut &'scope ()>,
@@ -85,7 +82,6 @@ where
         let scope = Scope {
             latch: CountLatch::new(w.index, &w.shared),
             runtime: &w.shared,
-            owner: w.index,
             panic: FirstPanic::new(),
             _borrows: PhantomData,
         };
@@ -147,7 +143,7 @@ impl<'scope> Scope<'scope> {
             // there, and a plain spawned task is never cancelled while its
             // scope waits.
             let here = Worker::current().map(|w| w.index);
-            if here == Some(scope.owner) {
+            if here.is_some_and(|i| scope.latch.is_owner(i)) {
                 // SAFETY: this is the owner's thread, and this task holds a
                 // count, released once, here.
                 unsafe { scope.latch.decrement_local() };
@@ -158,7 +154,9 @@ impl<'scope> Scope<'scope> {
             }
         });
         match Worker::current() {
-            Some(w) if w.index == self.owner && std::ptr::eq(&*w.shared, &**self.runtime()) => {
+            Some(w)
+                if self.latch.is_owner(w.index) && std::ptr::eq(&*w.shared, &**self.runtime()) =>
+            {
                 // SAFETY: this is the owner's thread (its worker), and the
                 // caller holds a count (the body's, or its own task's).
                 unsafe { self.latch.increment_local() };
