@@ -245,6 +245,12 @@ fn owner_waits(frame: &Frame, runtime: &Parking) -> usize {
     if frame.latch.release_own() {
         return 0;
     }
+    wait_until_set(frame, runtime);
+    1
+}
+
+/// The owner's wait once its own count is released (see [`Owner`]).
+fn wait_until_set(frame: &Frame, runtime: &Parking) {
     while !frame.latch.is_set() {
         match runtime.owner {
             Owner::Parks => {
@@ -258,7 +264,6 @@ fn owner_waits(frame: &Frame, runtime: &Parking) -> usize {
             Owner::Polls => thread::yield_now(),
         }
     }
-    1
 }
 
 /// The owner returns once it saw the latch set: its frame, latch included,
@@ -473,17 +478,7 @@ fn owner_counted_tasks(owner: Owner) {
         // SAFETY: the owner's thread, and the task holds a count.
         unsafe { frame.latch.decrement_local() };
         if !body_was_last {
-            while !frame.latch.is_set() {
-                match owner {
-                    Owner::Parks => {
-                        if frame.latch.flush_local() {
-                            break;
-                        }
-                        runtime.sleep.join_park(0, || frame.latch.is_set())
-                    }
-                    Owner::Polls => thread::yield_now(),
-                }
-            }
+            wait_until_set(&frame, &runtime);
         }
         let sum: u32 = frame
             .results
