@@ -234,6 +234,24 @@ fn ratio(a: Option<f64>, b: Option<f64>) -> String {
     }
 }
 
+/// A wavefront table row's first cells, up to its efficiency: `| name |
+/// median | min | max | vs serial | efficiency |`.
+fn timing_cells(x: &Timing, serial: Option<f64>, threads: usize) -> String {
+    let efficiency = if x.kind == Kind::Serial {
+        "—".into()
+    } else {
+        efficiency(serial, Some(x.median), threads)
+    };
+    format!(
+        "| {} | {:.2} | {:.2} | {:.2} | {} | {efficiency} |",
+        x.name,
+        x.median,
+        x.min,
+        x.max,
+        ratio(Some(x.median), serial),
+    )
+}
+
 fn efficiency(serial: Option<f64>, parallel: Option<f64>, threads: usize) -> String {
     match (serial, parallel) {
         (Some(s), Some(p)) => format!("{:.0}%", 100.0 * s / (threads as f64 * p)),
@@ -870,19 +888,9 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool) {
     );
     println!("|---|---:|---:|---:|---:|---:|---:|");
     for x in t {
-        let parallel = x.kind != Kind::Serial;
         println!(
-            "| {} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
-            x.name,
-            x.median,
-            x.min,
-            x.max,
-            ratio(Some(x.median), serial),
-            if parallel {
-                efficiency(serial, Some(x.median), threads)
-            } else {
-                "—".into()
-            },
+            "{} {} |",
+            timing_cells(x, serial, threads),
             ratio(Some(x.median), selvedge),
         );
     }
@@ -1042,24 +1050,15 @@ fn fine_wavefront_table(
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for x in t {
-        let parallel = x.kind != Kind::Serial;
+        let over_ideal = if x.kind == Kind::Serial {
+            "—".into()
+        } else {
+            ns(over(Some(x.median)))
+        };
         println!(
-            "| {} | {:.2} | {:.2} | {:.2} | {} | {} | {} | {} |",
-            x.name,
-            x.median,
-            x.min,
-            x.max,
-            ratio(Some(x.median), serial),
-            if parallel {
-                efficiency(serial, Some(x.median), threads)
-            } else {
-                "—".into()
-            },
-            if parallel {
-                ns(over(Some(x.median)))
-            } else {
-                "—".into()
-            },
+            "{} {} | {} |",
+            timing_cells(x, serial, threads),
+            over_ideal,
             ratio(Some(x.median), barrier),
         );
     }

@@ -658,9 +658,10 @@ fn run_tile(digests: &Digests, idx: usize) {
     digests[idx].store(tile_kernel(idx, up, left, rows), Ordering::Relaxed);
 }
 
-/// The rows `i` of anti-diagonal `d`, whose tiles are `(i, d − i)`.
-fn diagonal(d: usize) -> RangeInclusive<usize> {
-    d.saturating_sub(GRID - 1)..=d.min(GRID - 1)
+/// The rows `i` of anti-diagonal `d` of a `G` × `G` grid, whose tiles are
+/// `(i, d − i)` (this wavefront and the fine-grained one).
+fn diagonal<const G: usize>(d: usize) -> RangeInclusive<usize> {
+    d.saturating_sub(G - 1)..=d.min(G - 1)
 }
 
 pub fn wavefront_serial() -> u64 {
@@ -671,11 +672,15 @@ pub fn wavefront_serial() -> u64 {
     checksum(&digests)
 }
 
-/// The promises tile `idx` waits for: its up and left neighbours'.
-fn tile_deps(done: &LoopPromise, idx: usize) -> impl Iterator<Item = selvedge::Dep> {
-    let (i, j) = (idx / GRID, idx % GRID);
+/// The promises tile `idx` of a `G` × `G` grid waits for: its up and left
+/// neighbours' (this wavefront and the fine-grained one).
+fn tile_deps<const G: usize>(
+    done: &LoopPromise,
+    idx: usize,
+) -> impl Iterator<Item = selvedge::Dep> {
+    let (i, j) = (idx / G, idx % G);
     [
-        (i > 0).then(|| done.at(idx - GRID)),
+        (i > 0).then(|| done.at(idx - G)),
         (j > 0).then(|| done.at(idx - 1)),
     ]
     .into_iter()
@@ -688,7 +693,7 @@ pub fn wavefront_delayed() -> u64 {
     let mut last = None;
     for idx in 0..TILES {
         let (digests, done_here) = (Arc::clone(&digests), done.clone());
-        let handle = selvedge::spawn_delayed(tile_deps(&done, idx), move || {
+        let handle = selvedge::spawn_delayed(tile_deps::<GRID>(&done, idx), move || {
             run_tile(&digests, idx);
             done_here.fulfill(idx);
         });
@@ -707,7 +712,7 @@ pub fn wavefront_scope_delayed() -> u64 {
     selvedge::scope(|s| {
         let (digests, done) = (&digests, &done);
         for idx in 0..TILES {
-            s.spawn_delayed(tile_deps(done, idx), move |_| {
+            s.spawn_delayed(tile_deps::<GRID>(done, idx), move |_| {
                 run_tile(digests, idx);
                 done.fulfill(idx);
             });
@@ -720,7 +725,7 @@ pub fn wavefront_selvedge_barrier() -> u64 {
     let digests = new_digests();
     for d in 0..2 * GRID - 1 {
         selvedge::scope(|s| {
-            for i in diagonal(d) {
+            for i in diagonal::<GRID>(d) {
                 let digests = &digests;
                 s.spawn(move |_| run_tile(digests, i * GRID + d - i));
             }
@@ -732,7 +737,7 @@ pub fn wavefront_selvedge_barrier() -> u64 {
 pub fn wavefront_rayon_barrier() -> u64 {
     let digests = new_digests();
     for d in 0..2 * GRID - 1 {
-        diagonal(d)
+        diagonal::<GRID>(d)
             .into_par_iter()
             .for_each(|i| run_tile(&digests, i * GRID + d - i));
     }

@@ -47,7 +47,6 @@
 //! threads.
 
 use std::hint::black_box;
-use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -55,7 +54,7 @@ use std::time::Instant;
 use rayon::prelude::*;
 use selvedge::LoopPromise;
 
-use super::{mix, Dataflow, SERIAL, WAVE_RAYON_BARRIER, WAVE_SCOPE_DELAYED};
+use super::{diagonal, mix, tile_deps, Dataflow, SERIAL, WAVE_RAYON_BARRIER, WAVE_SCOPE_DELAYED};
 use crate::workloads::{Impl, Kind, Workload};
 
 // ---------------------------------------------------------------------------
@@ -200,25 +199,6 @@ fn run_tile<const G: usize, const R: u32>(digests: &Digests, idx: usize) {
     digests[idx].store(tile_kernel(idx, up, left, R), Ordering::Relaxed);
 }
 
-/// The promises tile `idx` waits for: its up and left neighbours'.
-fn tile_deps<const G: usize>(
-    done: &LoopPromise,
-    idx: usize,
-) -> impl Iterator<Item = selvedge::Dep> {
-    let (i, j) = (idx / G, idx % G);
-    [
-        (i > 0).then(|| done.at(idx - G)),
-        (j > 0).then(|| done.at(idx - 1)),
-    ]
-    .into_iter()
-    .flatten()
-}
-
-/// The rows `i` of anti-diagonal `d`, whose tiles are `(i, d − i)`.
-fn diagonal<const G: usize>(d: usize) -> RangeInclusive<usize> {
-    d.saturating_sub(G - 1)..=d.min(G - 1)
-}
-
 // ---------------------------------------------------------------------------
 // Implementations
 // ---------------------------------------------------------------------------
@@ -257,31 +237,28 @@ impl Shared {
 
 /// From inside `rt.run`: every tile `spawn_delayed` on its two neighbours.
 pub fn delayed<const G: usize, const R: u32>() -> u64 {
-    let shared = Shared::new::<G>();
-    let mut last = None;
-    for idx in 0..G * G {
-        let handle = selvedge::spawn_delayed(
-            tile_deps::<G>(&shared.done, idx),
-            Arc::clone(&shared).tile::<G, R>(idx),
-        );
-        // The bottom-right tile depends on every other one.
-        if idx == G * G - 1 {
-            last = Some(handle);
-        }
-    }
-    last.expect("at least one tile").join();
-    checksum(&shared.digests)
+    made_up_front::<G>(|shared, idx| {
+        selvedge::spawn_delayed(tile_deps::<G>(&shared.done, idx), shared.tile::<G, R>(idx))
+    })
 }
 
 /// From the calling thread (not a worker): every tile `submit_delayed`.
 pub fn submitted<const G: usize, const R: u32>(rt: &selvedge::Runtime) -> u64 {
+    made_up_front::<G>(|shared, idx| {
+        rt.submit_delayed(tile_deps::<G>(&shared.done, idx), shared.tile::<G, R>(idx))
+    })
+}
+
+/// Every tile made up front, row-major, by `make` (which gives it the
+/// shared state and its index); then the bottom-right tile, which depends
+/// on every other one, is joined.
+fn made_up_front<const G: usize>(
+    mut make: impl FnMut(Arc<Shared>, usize) -> selvedge::JoinHandle<()>,
+) -> u64 {
     let shared = Shared::new::<G>();
     let mut last = None;
     for idx in 0..G * G {
-        let handle = rt.submit_delayed(
-            tile_deps::<G>(&shared.done, idx),
-            Arc::clone(&shared).tile::<G, R>(idx),
-        );
+        let handle = make(Arc::clone(&shared), idx);
         if idx == G * G - 1 {
             last = Some(handle);
         }
