@@ -9,6 +9,12 @@ struct Counting;
 thread_local! {
     /// Allocations made by this thread (other tests run in parallel).
     static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+    /// Of those, the ones the size of a task block (256 bytes).
+    static BLOCK_SIZED: Cell<usize> = const { Cell::new(0) };
+}
+
+fn block_sized_allocations() -> usize {
+    BLOCK_SIZED.with(Cell::get)
 }
 
 fn allocations() -> usize {
@@ -24,6 +30,9 @@ fn count() {
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         count();
+        if layout.size() == 256 {
+            let _ = BLOCK_SIZED.try_with(|c| c.set(c.get() + 1));
+        }
         System.alloc(layout)
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -107,4 +116,43 @@ fn oversized_closures_still_work() {
     assert_eq!(h.join(), 7 * 4096);
     let big_result = rt.run(|| selvedge::spawn(|| [3u64; 512]).join());
     assert_eq!(big_result.iter().sum::<u64>(), 3 * 512);
+}
+
+#[test]
+fn a_task_joined_in_place_that_panics_gives_its_block_back() {
+    // On one worker every spawned task is joined in place, where its panic
+    // unwinds straight out of `join`. Its block must go back to the pool
+    // all the same: a lost block shows as one more block-sized allocation
+    // per panic (the panics' own allocations are of other sizes).
+    const PANICS: usize = 2_000;
+    let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
+    let (block_allocs, caught) = rt.run(|| {
+        for i in 0..1000 {
+            burst(i); // warm-up: fills the pool
+        }
+        let before = block_sized_allocations();
+        let mut caught = 0;
+        for i in 0..PANICS {
+            let h = selvedge::spawn(move || -> u64 {
+                if i < PANICS {
+                    std::panic::resume_unwind(Box::new(i)); // no panic hook
+                }
+                0
+            });
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.join()));
+            let payload = r.expect_err("the task panicked");
+            assert_eq!(
+                payload.downcast_ref::<usize>(),
+                Some(&i),
+                "the original payload"
+            );
+            caught += 1;
+        }
+        (block_sized_allocations() - before, caught)
+    });
+    assert_eq!(caught, PANICS);
+    assert!(
+        block_allocs < PANICS / 10,
+        "{block_allocs} block-sized allocations for {PANICS} panicking tasks joined in place"
+    );
 }

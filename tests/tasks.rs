@@ -88,6 +88,20 @@ fn handles_join_in_any_order_and_on_other_threads() {
         });
         assert_eq!(v, 6);
     }
+    // A handle joined on a worker of another runtime, whose deque holds a
+    // task of its own at the position the handle's task has in its
+    // spawner's deque: that task is not the handle's.
+    let spawner = Runtime::builder().num_threads(1).build().unwrap();
+    let joiner = Runtime::builder().num_threads(1).build().unwrap();
+    for _ in 0..100 {
+        let h = spawner.run(|| spawn(|| 7));
+        let v = joiner.run(move || {
+            let mine = spawn(|| 1);
+            let theirs = h.join();
+            theirs * 10 + mine.join()
+        });
+        assert_eq!(v, 71);
+    }
 }
 
 #[test]

@@ -33,7 +33,7 @@ where
             // SAFETY: `F` and `T` are 'static.
             let handle = unsafe { JoinHandle::new(&task) };
             let pos = w.push(task);
-            handle.at(w, pos)
+            handle.spawned_at(pos)
         }
         None => global_runtime().submit(f),
     }

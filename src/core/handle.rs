@@ -3,7 +3,7 @@
 use crate::core::error::JoinError;
 use crate::core::join_slot::JoinSlot;
 use crate::core::task::{self, Header, TaskRef};
-use crate::core::worker::{thread_waker, Until, Worker, WorkerAddress};
+use crate::core::worker::{thread_waker, Until, Worker};
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -26,13 +26,19 @@ use std::task::{Context, Poll, Waker};
 #[must_use = "dropping a JoinHandle detaches the task; join it to get the result"]
 pub struct JoinHandle<T> {
     block: Option<NonNull<Header>>,
-    /// The worker whose deque received the task, and where, so `join` can
-    /// take it back without searching; `None` when it went elsewhere (the
-    /// injector, or parked on promises).
-    origin: Option<WorkerAddress>,
+    /// Where `spawn` pushed the task on the spawning worker's deque, so
+    /// `join` can take it back without searching; [`NOT_SPAWNED_HERE`]
+    /// for a task that went elsewhere (the injector, or parked on
+    /// promises: the block itself says where it was queued once ready).
+    /// Two words in all, so a handle returns in registers.
     pos: u64,
     _result: PhantomData<T>,
 }
+
+/// [`JoinHandle::pos`] of a task that `spawn` did not push on a worker.
+const NOT_SPAWNED_HERE: u64 = u64::MAX;
+
+static_assertions::assert_eq_size!(JoinHandle<u64>, [usize; 2]);
 
 // SAFETY: the handle only moves a `T` out of the block (needs `T: Send`);
 // `&JoinHandle` only reads the completion state with atomics.
@@ -62,16 +68,17 @@ impl<T> JoinHandle<T> {
     pub(crate) unsafe fn new(task: &TaskRef) -> Self {
         Self {
             block: Some(task.ptr()),
-            origin: None,
-            pos: 0,
+            pos: NOT_SPAWNED_HERE,
             _result: PhantomData,
         }
     }
 
-    /// Records that `worker` pushed the task at deque position `pos`.
+    /// Records that `spawn` pushed the task at deque position `pos` of the
+    /// calling worker. (Only plain spawned tasks: `join` runs such a task
+    /// in place by value, letting its panic unwind as it is.)
     #[inline]
-    pub(crate) fn at(mut self, worker: &Worker, pos: u64) -> Self {
-        self.origin = Some(worker.address());
+    pub(crate) fn spawned_at(mut self, pos: u64) -> Self {
+        debug_assert_ne!(pos, NOT_SPAWNED_HERE);
         self.pos = pos;
         self
     }
@@ -135,6 +142,29 @@ impl<T> JoinHandle<T> {
     /// unfulfilled). [`JoinHandle::try_join`] returns both as an error.
     #[inline]
     pub fn join(self) -> T {
+        if self.pos != NOT_SPAWNED_HERE {
+            if let Some(w) = Worker::current() {
+                let block = self.block();
+                // A task whose dependency was asked for (`dep`) completes
+                // through its join slot, which fires it: it is waited for
+                // (this worker runs it from its deque), not run in place.
+                // SAFETY: the handle keeps the block alive.
+                let hooked = unsafe { task::join_slot(block) }.has_hook();
+                if !hooked {
+                    // Pointer identity makes this right on any worker: the
+                    // slot at `pos` of this worker's deque holds this very
+                    // block only if it is the one `spawn` pushed there.
+                    if let Some(task) = w.take_back(self.pos, block) {
+                        std::mem::forget(self);
+                        w.count_task_run();
+                        // SAFETY: the task is a plain spawned one of result
+                        // type T, ours (taken back), with no hook; the handle
+                        // is forgotten, so nothing else touches the block.
+                        return w.nested(|| unsafe { task::run_for_value::<T>(task) });
+                    }
+                }
+            }
+        }
         match self.join_result() {
             Ok(v) => v,
             Err(payload) => JoinError::from_payload(payload).resume(),
@@ -165,11 +195,11 @@ impl<T> JoinHandle<T> {
         let block = self.block.take().expect("JoinHandle used after completion");
         let worker = Worker::current();
         if let Some(w) = worker {
-            let (origin, pos) = if self.origin.is_some() {
-                (self.origin, self.pos)
+            let (origin, pos) = if self.pos != NOT_SPAWNED_HERE {
+                (Some(w.address()), self.pos)
             } else {
-                // A delayed task: queued where its last dependency was
-                // fulfilled, perhaps on this worker.
+                // A delayed task: queued where it became ready, perhaps on
+                // this worker.
                 // SAFETY: the handle keeps the block alive.
                 unsafe { task::queued_at(block) }
             };

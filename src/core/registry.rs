@@ -159,7 +159,8 @@ impl Registry {
     pub(crate) fn schedule(&self, task: TaskRef, arrival: Arrival) -> Placement {
         match Worker::current() {
             Some(w) if std::ptr::eq(&*w.shared, self) => Placement::Local(match arrival {
-                Arrival::Spawned | Arrival::Delayed => w.push(task),
+                Arrival::Spawned => w.push(task),
+                Arrival::Delayed => w.push_delayed(task),
                 Arrival::Ready => w.push_ready(task),
             }),
             _ => {

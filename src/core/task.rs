@@ -56,6 +56,10 @@ pub(crate) struct VTable {
     /// Only handled tasks have one: nothing else has a handle to join it
     /// (a stack job's joiner runs it through `StackJob::run_here`).
     pub(crate) run_inline: Option<unsafe fn(NonNull<Header>, *mut ())>,
+    /// Runs a handled task for its own joining handle, writing the `T` to
+    /// `out`; the block is freed first, and a panic unwinds out as it is.
+    /// Only handled tasks have one (see [`run_for_value`]).
+    pub(crate) run_value: Option<unsafe fn(NonNull<Header>, *mut ())>,
     /// Drops a queued task's closure without running it and publishes the
     /// cancellation as its result (or frees the block when detached).
     pub(crate) cancel: unsafe fn(NonNull<Header>, Cancellation),
@@ -225,6 +229,7 @@ impl<F: FnOnce() -> T, T> Typed<F, T> {
     const HANDLED: VTable = VTable {
         run: Self::run_handled,
         run_inline: Some(Self::run_inline),
+        run_value: Some(Self::run_value),
         cancel: Self::cancel_handled,
     };
 
@@ -288,12 +293,29 @@ impl<F: FnOnce() -> T, T> Typed<F, T> {
         // SAFETY: `out` is writable storage for the result (caller).
         unsafe { ptr::write(out.cast::<std::thread::Result<T>>(), result) };
     }
+
+    /// # Safety
+    /// As for `run_handled`, the block has no hook and nobody but the
+    /// caller knows it any more, and `out` is valid for writing a `T`.
+    unsafe fn run_value(block: NonNull<Header>, out: *mut ()) {
+        // SAFETY: the payload holds the unrun `F` (caller), moved out once.
+        let f = unsafe { take::<F>(block) };
+        // The closure is out and nobody else knows the block (caller):
+        // recycle it before running, so the task's own spawns reuse a
+        // cache-hot block, and nothing is left to clean up if `f` panics.
+        // SAFETY: as just said, and the block has no hook (caller).
+        unsafe { free_unhooked_block(block) };
+        let value = f();
+        // SAFETY: `out` is writable storage for a `T` (caller).
+        unsafe { ptr::write(out.cast::<T>(), value) };
+    }
 }
 
 impl<F: FnOnce()> Typed<F, ()> {
     const DETACHED: VTable = VTable {
         run: Self::run_detached,
         run_inline: None,
+        run_value: None,
         cancel: Self::cancel_detached,
     };
 
@@ -393,6 +415,34 @@ pub(crate) unsafe fn run_inline_for_handle<T>(task: TaskRef) -> std::thread::Res
     // nobody else ever saw it, and it has no hook (caller).
     unsafe { free_unhooked_block(task.0) };
     // SAFETY: `run_inline` wrote the result.
+    unsafe { out.assume_init() }
+}
+
+/// Runs a plain spawned task that never left its owner for its joining
+/// handle, returning its value; its panic unwinds out of here as it is
+/// (the `join` that called this resumes the task's panic, which is the
+/// same panic). No atomic operation and no `catch_unwind`: nobody else
+/// has seen the block, which is freed before the closure runs.
+///
+/// # Safety
+/// `task` must be the handled task of type `T` belonging to the calling
+/// handle, which gives the block up (is forgotten); no completion hook may
+/// be installed; and its closure must not raise a payload that `join`
+/// reports differently from a panic (a declared-access task's
+/// cancellation): only tasks of `spawn` come here.
+#[inline]
+pub(crate) unsafe fn run_for_value<T>(task: TaskRef) -> T {
+    let mut out = MaybeUninit::<T>::uninit();
+    // SAFETY: the task owns a live block (a `TaskRef`).
+    let run_value = unsafe { task.0.as_ref() }.vtable.run_value;
+    // SAFETY: the task is a handled task (caller), and every handled
+    // task's vtable has `run_value`.
+    let run_value = unsafe { run_value.unwrap_unchecked() };
+    // SAFETY: the task is unrun and ours to run, its result type is `T`,
+    // it has no hook and nobody else knows its block (caller), and `out`
+    // has room for a `T`.
+    unsafe { run_value(task.0, out.as_mut_ptr().cast()) };
+    // SAFETY: `run_value` returned, so it wrote the value.
     unsafe { out.assume_init() }
 }
 
@@ -717,6 +767,7 @@ impl<F: FnOnce() -> R, R> StackJob<F, R> {
     const VTABLE: VTable = VTable {
         run: Self::run,
         run_inline: None,
+        run_value: None,
         cancel: Self::cancel,
     };
 

@@ -302,6 +302,15 @@ impl Worker {
         pos
     }
 
+    /// Pushes a delayed task that was ready when it was made, as a spawn,
+    /// noting in its block where it went so its handle's `join` can take
+    /// it back (see `Header::ready_worker`).
+    pub(crate) fn push_delayed(&self, task: TaskRef) -> u64 {
+        // Recorded before the push: once queued the task may be stolen.
+        task.note_queued_at(self.address(), self.top());
+        self.push(task)
+    }
+
     /// `push` when the deque's array is full.
     #[cold]
     #[inline(never)]

@@ -20,7 +20,6 @@ use crate::core::pool::current_registry;
 use crate::core::registry::{Arrival, Placement, Registry};
 use crate::core::sync::UnsafeCell;
 use crate::core::task::{self, TaskRef};
-use crate::core::worker::Worker;
 use crate::dataflow::event::{Claim, Dep, Outcome, Waiter};
 use std::cell::{Cell, RefCell};
 use std::mem::{ManuallyDrop, MaybeUninit};
@@ -335,14 +334,13 @@ where
     // SAFETY: `F` and `T` are 'static.
     let handle = unsafe { JoinHandle::new(&task) };
     let deps = deps.into_iter();
-    let placement = if deps.size_hint().1 == Some(0) {
+    if deps.size_hint().1 == Some(0) {
         // Nothing to wait for (known without looking): a plain spawn.
-        runtime.schedule(task, Arrival::Delayed)
+        runtime.schedule(task, Arrival::Delayed);
     } else {
-        delay(runtime, task, deps)
-    };
-    match (placement, Worker::current()) {
-        (Placement::Local(pos), Some(w)) => handle.at(w, pos),
-        _ => handle,
+        delay(runtime, task, deps);
     }
+    // Where the task was queued, if it was, the block says (see
+    // `Worker::push_delayed`): its handle looks there.
+    handle
 }
