@@ -14,6 +14,7 @@ use crate::core::latch::CountLatch;
 use crate::core::registry::Registry;
 use crate::core::rescue::{self, Guarded, Owner, OwnerGuard};
 use crate::core::split::{self, LoopFrame};
+use crate::core::stats::WorkerCounters;
 use crate::core::steal::{Mailbox, Reply, StealPolicy, StealRequest, VictimSet};
 use crate::core::sync::Ordering;
 use crate::core::task::{self, Header, TaskRef};
@@ -97,6 +98,10 @@ pub(crate) struct Worker {
     pub(crate) index: usize,
     /// This worker's side of the rescue protocol on its deque.
     owner: Owner<'static, Deque<TaskRef>>,
+    /// This worker's mailbox and counters in `shared`, reached without
+    /// going through the `Arc` and an index on every spawn and join.
+    own_mailbox: &'static Mailbox,
+    own_counters: &'static WorkerCounters,
     pub(crate) shared: Arc<Registry>,
     waker: Waker,
     /// xorshift64 state, for picking victims.
@@ -157,10 +162,19 @@ impl Worker {
         // as long as the owner exists (the owner has no drop glue that
         // reaches it, and `Registry` is never moved out of its `Arc`).
         let guarded: &'static Guarded<Deque<TaskRef>> = unsafe { &*guarded };
+        let own_mailbox: *const Mailbox = &*shared.mailboxes[index];
+        // SAFETY: as for the deque: `shared` owns the mailbox and outlives
+        // every use of the worker.
+        let own_mailbox: &'static Mailbox = unsafe { &*own_mailbox };
+        let own_counters: *const WorkerCounters = &*shared.counters[index];
+        // SAFETY: as for the mailbox.
+        let own_counters: &'static WorkerCounters = unsafe { &*own_counters };
         let now = Instant::now();
         let worker = Worker {
             index,
             owner: guarded.claim(),
+            own_mailbox,
+            own_counters,
             waker: thread_waker(std::thread::current()),
             rng: Cell::new(seed),
             policy: Cell::new(StealPolicy::new()),
@@ -274,7 +288,7 @@ impl Worker {
     #[inline(always)]
     pub(crate) fn may_inline_join(&self) -> bool {
         self.owner.data().queued_estimate() >= INLINE_JOIN_QUEUED
-            && self.shared.mailboxes[self.index].is_empty()
+            && self.own_mailbox.is_empty()
             && !self.shared.sleep.has_sleepers()
     }
 
@@ -282,7 +296,7 @@ impl Worker {
     /// offered (see `may_inline_join`).
     #[inline(always)]
     pub(crate) fn count_inlined_join(&self) {
-        self.shared.counters[self.index].joins_inlined.bump();
+        self.own_counters.joins_inlined.bump();
     }
 
     /// Pushes a task spawned on this worker; returns its deque position.
@@ -292,7 +306,7 @@ impl Worker {
             Ok(pos) => pos,
             Err(task) => self.push_growing(task),
         };
-        if !self.shared.mailboxes[self.index].is_empty() {
+        if !self.own_mailbox.is_empty() {
             self.answer_requests();
         } else if self.shared.sleep.has_sleepers() {
             // Parked workers send no requests: without this a task spawned
@@ -344,7 +358,7 @@ impl Worker {
         task.note_queued_at(self.address(), d.top());
         let pos = d.push(task);
         if !d.has_one() {
-            if !self.shared.mailboxes[self.index].is_empty() {
+            if !self.own_mailbox.is_empty() {
                 self.answer_with(&d);
             } else {
                 self.ready_surplus.set(true);
@@ -356,7 +370,7 @@ impl Worker {
     /// This worker's mailbox, which a running loop checks between iterations.
     #[inline]
     pub(crate) fn mailbox(&self) -> &Mailbox {
-        &self.shared.mailboxes[self.index]
+        &self.own_mailbox
     }
 
     /// Whether this worker took a steal request from its mailbox, or woke
@@ -398,7 +412,7 @@ impl Worker {
         }
         if let Some(task) = split::split_for_sleeper(frame) {
             self.last_demand.set(ticks());
-            self.shared.counters[self.index].loop_splits.bump();
+            self.own_counters.loop_splits.bump();
             self.shared.injector.push(task);
             self.shared.sleep.wake_any();
         }
@@ -425,7 +439,7 @@ impl Worker {
     pub(crate) fn count_task_run(&self) {
         let n = self.tasks_run.get() + 1;
         self.tasks_run.set(n);
-        self.shared.counters[self.index].tasks_run.set(n);
+        self.own_counters.tasks_run.set(n);
     }
 
     /// Runs one task as a new frame (its children start at the deque's
@@ -439,7 +453,7 @@ impl Worker {
         task.run();
         self.in_root.set(root);
         self.frame_base.set(saved);
-        if !self.shared.mailboxes[self.index].is_empty() || self.ready_surplus.get() {
+        if !self.own_mailbox.is_empty() || self.ready_surplus.get() {
             self.after_task();
         }
     }
@@ -451,7 +465,7 @@ impl Worker {
         // A lone task left here is what this worker runs next: thieves
         // wait for surplus (or for our next spawn) rather than take it and
         // leave us idle.
-        if !self.shared.mailboxes[self.index].is_empty() && !d.has_one() {
+        if !self.own_mailbox.is_empty() && !d.has_one() {
             self.answer_with(&d);
         }
         if self.ready_surplus.replace(false) && !d.is_empty() && !d.has_one() {
@@ -573,7 +587,7 @@ impl Worker {
     fn post_request(&self, v: usize, tried: VictimSet) {
         self.in_flight.set(true);
         let half = self.policy.get().steal_half();
-        self.shared.counters[self.index].requests_sent.bump();
+        self.own_counters.requests_sent.bump();
         self.shared.mailboxes[v].post(StealRequest {
             thief: self.index,
             tried,
@@ -605,7 +619,7 @@ impl Worker {
                 let mut policy = self.policy.get();
                 policy.record_theft(n, self.tasks_run.get());
                 self.policy.set(policy);
-                self.shared.counters[self.index].tasks_stolen.add(n);
+                self.own_counters.tasks_stolen.add(n);
                 d.pop_above(0)
             }
         }
@@ -614,7 +628,7 @@ impl Worker {
     /// Work that arrives from outside the deque: fired signals (whose
     /// actions queue their ready tasks here), the injector, then our reply.
     fn find_outside_work(&self) -> Option<TaskRef> {
-        if !self.shared.mailboxes[self.index].is_empty() {
+        if !self.own_mailbox.is_empty() {
             self.answer_requests();
         }
         if !self.shared.inbox.is_empty() {
