@@ -370,7 +370,7 @@ impl Worker {
     /// This worker's mailbox, which a running loop checks between iterations.
     #[inline]
     pub(crate) fn mailbox(&self) -> &Mailbox {
-        &self.own_mailbox
+        self.own_mailbox
     }
 
     /// Whether this worker took a steal request from its mailbox, or woke
