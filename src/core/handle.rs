@@ -141,31 +141,28 @@ impl<T> JoinHandle<T> {
     /// the task was cancelled (a delayed task whose dependency was dropped
     /// unfulfilled). [`JoinHandle::try_join`] returns both as an error.
     #[inline]
-    pub fn join(self) -> T {
-        if self.pos != NOT_SPAWNED_HERE {
-            if let Some(w) = Worker::current() {
-                let block = self.block();
-                // A task whose dependency was asked for (`dep`) completes
-                // through its join slot, which fires it: it is waited for
-                // (this worker runs it from its deque), not run in place.
-                // SAFETY: the handle keeps the block alive.
-                let hooked = unsafe { task::join_slot(block) }.has_hook();
-                if !hooked {
-                    // Pointer identity makes this right on any worker: the
-                    // slot at `pos` of this worker's deque holds this very
-                    // block only if it is the one `spawn` pushed there.
-                    if let Some(task) = w.take_back(self.pos, block) {
-                        std::mem::forget(self);
-                        w.count_task_run();
-                        // SAFETY: the task is a plain spawned one of result
-                        // type T, ours (taken back), with no hook; the handle
-                        // is forgotten, so nothing else touches the block.
-                        return w.nested(|| unsafe { task::run_for_value::<T>(task) });
-                    }
-                }
+    pub fn join(mut self) -> T {
+        if self.pos == NOT_SPAWNED_HERE {
+            // A delayed or submitted task: the `Result` path, which reports
+            // a declared-access task's cancellation as one.
+            return match self.join_result() {
+                Ok(v) => v,
+                Err(payload) => JoinError::from_payload(payload).resume(),
+            };
+        }
+        let worker = Worker::current();
+        if let Some(w) = worker {
+            if let Some(task) = self.take_back(w) {
+                std::mem::forget(self);
+                w.count_task_run();
+                // SAFETY: the task is a plain spawned one of result type T,
+                // ours (taken back), with no hook; the handle is forgotten,
+                // so nothing else touches the block.
+                return w.nested(|| unsafe { task::run_for_value::<T>(task) });
             }
         }
-        match self.join_result() {
+        let block = self.block.take().expect("JoinHandle used after completion");
+        match Self::wait_and_take(block, worker) {
             Ok(v) => v,
             Err(payload) => JoinError::from_payload(payload).resume(),
         }
@@ -192,32 +189,47 @@ impl<T> JoinHandle<T> {
     /// resuming it.
     #[inline]
     pub(crate) fn join_result(mut self) -> std::thread::Result<T> {
-        let block = self.block.take().expect("JoinHandle used after completion");
         let worker = Worker::current();
         if let Some(w) = worker {
-            let (origin, pos) = if self.pos != NOT_SPAWNED_HERE {
-                (Some(w.address()), self.pos)
-            } else {
-                // A delayed task: queued where it became ready, perhaps on
-                // this worker.
-                // SAFETY: the handle keeps the block alive.
-                unsafe { task::queued_at(block) }
-            };
-            // A task whose dependency was asked for (`dep`) completes
-            // through its join slot, which fires it: it is not run in
-            // place but waited for (this worker runs it from its deque).
-            // SAFETY: the handle keeps the block alive.
-            let hooked = unsafe { task::join_slot(block) }.has_hook();
-            if origin == Some(w.address()) && !hooked {
-                if let Some(task) = w.take_back(pos, block) {
-                    w.count_task_run();
-                    // SAFETY: the task is ours, of result type T, and never
-                    // left this worker.
-                    return w.nested(|| unsafe { task::run_inline_for_handle::<T>(task) });
-                }
+            if let Some(task) = self.take_back(w) {
+                self.block = None;
+                w.count_task_run();
+                // SAFETY: the task is ours, of result type T, with no hook,
+                // and never left this worker.
+                return w.nested(|| unsafe { task::run_inline_for_handle::<T>(task) });
             }
         }
+        let block = self.block.take().expect("JoinHandle used after completion");
         Self::wait_and_take(block, worker)
+    }
+
+    /// Takes the task back from worker `w`'s deque, to run it in place, if
+    /// it is still queued there and has no completion hook.
+    #[inline]
+    fn take_back(&self, w: &Worker) -> Option<TaskRef> {
+        let block = self.block();
+        let pos = if self.pos != NOT_SPAWNED_HERE {
+            // Pointer identity makes this right on any worker: the slot at
+            // `pos` of `w`'s deque holds this very block only if it is the
+            // one `spawn` pushed there.
+            self.pos
+        } else {
+            // A delayed task: queued where it became ready, perhaps on `w`.
+            // SAFETY: the handle keeps the block alive.
+            let (origin, pos) = unsafe { task::queued_at(block) };
+            if origin != Some(w.address()) {
+                return None;
+            }
+            pos
+        };
+        // A task whose dependency was asked for (`dep`) completes through
+        // its join slot, which fires it: it is not run in place but waited
+        // for (this worker runs it from its deque).
+        // SAFETY: the handle keeps the block alive.
+        if unsafe { task::join_slot(block) }.has_hook() {
+            return None;
+        }
+        w.take_back(pos, block)
     }
 
     /// The slow path of a join: the task left this worker (or was never on
