@@ -140,36 +140,24 @@ pub(crate) enum Arrival {
     Ready,
 }
 
-/// Where [`Registry::schedule`] put a task.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Placement {
-    /// On the calling worker's deque, at this position (a handle records
-    /// it, so `join` can take the task back).
-    Local(u64),
-    /// In the injector (or cancelled, for a delayed or ready task of a
-    /// runtime shutting down).
-    Elsewhere,
-}
-
 impl Registry {
     /// Schedules `task` of this runtime from the calling thread: on its
     /// deque when it is a worker of this runtime, else through the
     /// injector. The one way in for tasks made outside `spawn`'s fast path.
     #[inline]
-    pub(crate) fn schedule(&self, task: TaskRef, arrival: Arrival) -> Placement {
+    pub(crate) fn schedule(&self, task: TaskRef, arrival: Arrival) {
         match Worker::current() {
-            Some(w) if std::ptr::eq(&*w.shared, self) => Placement::Local(match arrival {
-                Arrival::Spawned => w.push(task),
+            Some(w) if std::ptr::eq(&*w.shared, self) => match arrival {
+                Arrival::Spawned => {
+                    w.push(task);
+                }
                 Arrival::Delayed => w.push_delayed(task),
                 Arrival::Ready => w.push_ready(task),
-            }),
-            _ => {
-                match arrival {
-                    Arrival::Spawned => self.inject(task),
-                    Arrival::Delayed | Arrival::Ready => self.inject_ready(task),
-                }
-                Placement::Elsewhere
-            }
+            },
+            _ => match arrival {
+                Arrival::Spawned => self.inject(task),
+                Arrival::Delayed | Arrival::Ready => self.inject_ready(task),
+            },
         }
     }
 }

@@ -319,10 +319,10 @@ impl Worker {
     /// Pushes a delayed task that was ready when it was made, as a spawn,
     /// noting in its block where it went so its handle's `join` can take
     /// it back (see `Header::ready_worker`).
-    pub(crate) fn push_delayed(&self, task: TaskRef) -> u64 {
+    pub(crate) fn push_delayed(&self, task: TaskRef) {
         // Recorded before the push: once queued the task may be stolen.
         task.note_queued_at(self.address(), self.top());
-        self.push(task)
+        self.push(task);
     }
 
     /// `push` when the deque's array is full.
@@ -352,11 +352,11 @@ impl Worker {
     /// at the end of the task, not at the push, keeps a task that readies
     /// many small tasks in a loop from feeding them one by one to another
     /// core.
-    pub(crate) fn push_ready(&self, task: TaskRef) -> u64 {
+    pub(crate) fn push_ready(&self, task: TaskRef) {
         let d = self.owner.enter();
         // Recorded before the push: once queued the task may be stolen.
         task.note_queued_at(self.address(), d.top());
-        let pos = d.push(task);
+        d.push(task);
         if !d.has_one() {
             if !self.own_mailbox.is_empty() {
                 self.answer_with(&d);
@@ -364,7 +364,6 @@ impl Worker {
                 self.ready_surplus.set(true);
             }
         }
-        pos
     }
 
     /// This worker's mailbox, which a running loop checks between iterations.

@@ -17,7 +17,7 @@ use crate::core::error::Cancellation;
 use crate::core::handle::JoinHandle;
 use crate::core::parked::{Parked, ParkedNode, ParkedSlot};
 use crate::core::pool::current_registry;
-use crate::core::registry::{Arrival, Placement, Registry};
+use crate::core::registry::{Arrival, Registry};
 use crate::core::sync::UnsafeCell;
 use crate::core::task::{self, TaskRef};
 use crate::dataflow::event::{Claim, Dep, Outcome, Waiter};
@@ -99,16 +99,13 @@ impl Node {
 
 /// Makes `task` (of `runtime`) wait for `deps`, or schedules it at once
 /// when there are none left to wait for.
-pub(crate) fn delay(
-    runtime: &Arc<Registry>,
-    task: TaskRef,
-    deps: impl IntoIterator<Item = Dep>,
-) -> Placement {
+pub(crate) fn delay(runtime: &Arc<Registry>, task: TaskRef, deps: impl IntoIterator<Item = Dep>) {
     let waiter = Waiter::new(deps);
     if waiter.all_fulfilled() {
         drop(waiter);
         // Nothing to wait for: a plain spawn, offered to thieves as one.
-        return runtime.schedule(task, Arrival::Delayed);
+        runtime.schedule(task, Arrival::Delayed);
+        return;
     }
     let node = task::alloc_raw::<Delayed>();
     // SAFETY: fresh memory for a `Delayed`.
@@ -135,7 +132,6 @@ pub(crate) fn delay(
     if let Some(outcome) = unsafe { Waiter::start(w) } {
         settle(outcome);
     }
-    Placement::Elsewhere
 }
 
 /// Finishes the protocol side of a node: drops its dependencies, takes the
