@@ -4,7 +4,7 @@ use selvedge::{join, spawn, Runtime};
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
@@ -88,9 +88,24 @@ fn handles_join_in_any_order_and_on_other_threads() {
         });
         assert_eq!(v, 6);
     }
-    // A handle joined on a worker of another runtime, whose deque holds a
-    // task of its own at the position the handle's task has in its
-    // spawner's deque: that task is not the handle's.
+}
+
+#[test]
+fn a_handle_joined_on_another_runtimes_worker_waits_for_its_own_task() {
+    // Taking the wrong task back would leave `mine` never run: fail with a
+    // message instead of hanging the test run.
+    let done = Arc::new(AtomicBool::new(false));
+    let watchdog = done.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(60));
+        if !watchdog.load(Ordering::SeqCst) {
+            eprintln!("a handle joined on another runtime's worker hung for 60 s");
+            std::process::abort();
+        }
+    });
+    // The joiner's deque holds a task of its own at the position the
+    // handle's task has in its spawner's deque: that task is not the
+    // handle's, and must not be taken back in its place.
     let spawner = Runtime::builder().num_threads(1).build().unwrap();
     let joiner = Runtime::builder().num_threads(1).build().unwrap();
     for _ in 0..100 {
@@ -102,6 +117,7 @@ fn handles_join_in_any_order_and_on_other_threads() {
         });
         assert_eq!(v, 71);
     }
+    done.store(true, Ordering::SeqCst);
 }
 
 #[test]
