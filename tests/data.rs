@@ -3,11 +3,14 @@
 //! version together), poisoning and its recovery, duplicate declarations,
 //! waits from outside a task, and concurrent submitters.
 
+mod support;
+
 use rand::{RngExt, SeedableRng};
 use selvedge::{scope, spawn_with, Data, DataError, Promise, Runtime};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use support::Watchdog;
 
 fn runtime(n: usize) -> Runtime {
     Runtime::builder().num_threads(n).build().unwrap()
@@ -360,15 +363,7 @@ fn arrays_and_single_accesses() {
 fn waiting_on_a_handle_inside_a_task_that_declared_it_panics_instead_of_hanging() {
     // Without the check the task waits for itself forever: fail loudly
     // rather than hang the test run.
-    let (done, watch) = std::sync::mpsc::channel::<()>();
-    std::thread::spawn(move || {
-        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-            watch.recv_timeout(Duration::from_secs(30))
-        {
-            eprintln!("a task waiting on its own Data hung for 30 s");
-            std::process::abort();
-        }
-    });
+    let done = Watchdog::new("a task waiting on its own Data", Duration::from_secs(30));
     let rt = runtime(2);
     let d = Data::named("self", 1);
     let inner = d.clone();

@@ -19,6 +19,8 @@
 //! Seeds are fixed; a failure names its seed, and `DATAFLOW_STRESS_SEED=..`
 //! reruns just that one (`DATAFLOW_STRESS_ROUNDS=n` runs n seeds per test).
 
+mod support;
+
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{RngExt, SeedableRng};
@@ -26,8 +28,9 @@ use selvedge::{scope, spawn, spawn_delayed, Dep, JoinHandle, LoopPromise, Promis
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use support::Watchdog;
 
 /// Delayed tasks per run.
 const TASKS: usize = 5_000;
@@ -403,23 +406,6 @@ fn foreign_fulfiller(state: &State, actions: Vec<Action>) {
     }
 }
 
-/// Aborts with the run's description if it hangs.
-struct Watchdog(#[allow(dead_code)] mpsc::Sender<()>);
-
-impl Watchdog {
-    fn new(ctx: &str) -> Watchdog {
-        let (tx, rx) = mpsc::channel::<()>();
-        let ctx = ctx.to_string();
-        std::thread::spawn(move || {
-            if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(HANG) {
-                eprintln!("dataflow_stress: {ctx} did not finish in {HANG:?}: a task neither ran nor was cancelled");
-                std::process::abort();
-            }
-        });
-        Watchdog(tx)
-    }
-}
-
 #[derive(Debug, PartialEq)]
 enum Outcome {
     Ran,
@@ -540,7 +526,13 @@ fn run_with_handles(seed: u64, threads: usize, drop_p: f64) {
         "handles"
     };
     let (plan, net, state, mut rng) = setup(seed, threads, variant, drop_p);
-    let _watchdog = Watchdog::new(&state.ctx);
+    let _watchdog = Watchdog::new(
+        format!(
+            "dataflow_stress: {} (a task neither ran nor was cancelled)",
+            state.ctx
+        ),
+        HANG,
+    );
     let state = Arc::new(state);
     let rt = Runtime::builder().num_threads(threads).build().unwrap();
 
@@ -674,7 +666,13 @@ fn run_in_scope(seed: u64, threads: usize, drop_p: f64) {
         "scope"
     };
     let (plan, net, state, mut rng) = setup(seed, threads, variant, drop_p);
-    let _watchdog = Watchdog::new(&state.ctx);
+    let _watchdog = Watchdog::new(
+        format!(
+            "dataflow_stress: {} (a task neither ran nor was cancelled)",
+            state.ctx
+        ),
+        HANG,
+    );
     let state = &state; // borrowed by every task: no Arc
     let rt = Runtime::builder().num_threads(threads).build().unwrap();
     let nested: Vec<bool> = (0..net.tasks.len()).map(|_| rng.random_bool(0.5)).collect();

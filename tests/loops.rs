@@ -9,6 +9,8 @@
 //! splitting really happens; where a split cannot be guaranteed the tests
 //! assert it only over many repetitions. Nothing is timed.
 
+mod support;
+
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -21,8 +23,9 @@ use std::collections::HashSet;
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use support::Watchdog;
 
 // ---------------------------------------------------------------------
 // Helpers
@@ -91,24 +94,6 @@ fn panic_message<R>(f: impl FnOnce() -> R) -> String {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(_) => panic!("expected a panic"),
         Err(p) => message(&*p),
-    }
-}
-
-/// Aborts the process with a message when a test hangs (a loop that neither
-/// finished nor reported a cancellation), rather than stalling CI.
-struct Watchdog(#[allow(dead_code)] mpsc::Sender<()>);
-
-impl Watchdog {
-    fn new(what: &str, limit: Duration) -> Watchdog {
-        let (tx, rx) = mpsc::channel::<()>();
-        let what = what.to_string();
-        std::thread::spawn(move || {
-            if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(limit) {
-                eprintln!("loops: {what} did not finish in {limit:?}: a loop hangs");
-                std::process::abort();
-            }
-        });
-        Watchdog(tx)
     }
 }
 
@@ -1506,7 +1491,7 @@ fn buckets(len: usize) -> [usize; 6] {
 
 #[test]
 fn depends_on_each_for_each_runs_each_iteration_once_after_its_promise() {
-    let _w = Watchdog::new("depends_on_each for_each", HANG);
+    let _w = Watchdog::new("loops: depends_on_each for_each (a loop hangs)", HANG);
     let rt = runtime(4);
     let len = 3001;
     let base = 100;
@@ -1563,7 +1548,7 @@ struct Shared {
 
 #[test]
 fn depends_on_each_spawn_runs_each_iteration_once_after_its_promise() {
-    let _w = Watchdog::new("depends_on_each spawn", HANG);
+    let _w = Watchdog::new("loops: depends_on_each spawn (a loop hangs)", HANG);
     let rt = runtime(4);
     let len = 2500;
     let mut seed = 100;
@@ -1619,7 +1604,7 @@ fn depends_on_each_spawn_runs_each_iteration_once_after_its_promise() {
 
 #[test]
 fn depends_on_each_reduce_concatenates_in_index_order() {
-    let _w = Watchdog::new("depends_on_each reduce", HANG);
+    let _w = Watchdog::new("loops: depends_on_each reduce (a loop hangs)", HANG);
     let len = 2000;
     let mut seed = 1000;
     for threads in [2, 4, 8] {
@@ -1691,7 +1676,7 @@ fn depends_on_each_with_everything_already_fulfilled_runs_like_a_plain_loop() {
 /// on 4 workers (a minute in all), where it now calls it a few times.
 #[test]
 fn iterations_given_away_while_identity_runs_a_loop_are_not_parked_too() {
-    let _w = Watchdog::new("identity running a loop", HANG);
+    let _w = Watchdog::new("loops: identity running a loop (a loop hangs)", HANG);
     let n = 4000;
     for threads in [2, 4] {
         let rt = runtime(threads);
@@ -1749,7 +1734,7 @@ fn dropping_another_handle_does_not_cancel_a_borrowed_loop_promise() {
     // A blocking loop borrows the promise, and that handle lives: dropping
     // every other handle does not break it, so the loop still gets every
     // iteration once the borrowed handle is fulfilled.
-    let _w = Watchdog::new("borrowed loop promise", HANG);
+    let _w = Watchdog::new("loops: borrowed loop promise (a loop hangs)", HANG);
     let rt = runtime(2);
     let n = 500;
     let lp = LoopPromise::with_bucket_size(0..n, 4);
@@ -1780,7 +1765,7 @@ fn dropping_another_handle_does_not_cancel_a_borrowed_loop_promise() {
 
 #[test]
 fn depends_on_delays_a_spawned_loop_until_every_dependency() {
-    let _w = Watchdog::new("depends_on spawn", HANG);
+    let _w = Watchdog::new("loops: depends_on spawn (a loop hangs)", HANG);
     let rt = runtime(4);
     for from_worker in [false, true] {
         let a = Promise::new();
@@ -1824,7 +1809,7 @@ fn depends_on_delays_a_spawned_loop_until_every_dependency() {
 
 #[test]
 fn depends_on_delays_blocking_loops() {
-    let _w = Watchdog::new("depends_on blocking", HANG);
+    let _w = Watchdog::new("loops: depends_on blocking (a loop hangs)", HANG);
     let rt = runtime(4);
     for rep in 0..10 {
         let p = Promise::new();
@@ -1959,7 +1944,7 @@ fn one_worker_blocking_loop_waiting_for_a_foreign_fulfill() {
 
 #[test]
 fn a_broken_dependency_cancels_a_spawned_loop() {
-    let _w = Watchdog::new("broken depends_on spawn", HANG);
+    let _w = Watchdog::new("loops: broken depends_on spawn (a loop hangs)", HANG);
     let rt = runtime(2);
     for from_worker in [false, true] {
         let p = Promise::new();
@@ -1986,7 +1971,7 @@ fn a_broken_dependency_cancels_a_spawned_loop() {
 
 #[test]
 fn a_broken_dependency_cancels_a_blocking_loop() {
-    let _w = Watchdog::new("broken depends_on blocking", HANG);
+    let _w = Watchdog::new("loops: broken depends_on blocking (a loop hangs)", HANG);
     let rt = runtime(2);
     // Broken before the loop starts.
     let p = Promise::new();
@@ -2028,7 +2013,7 @@ fn a_broken_dependency_cancels_a_blocking_loop() {
 
 #[test]
 fn a_dropped_loop_promise_cancels_only_the_unfulfilled_iterations_of_a_spawned_loop() {
-    let _w = Watchdog::new("dropped loop promise", HANG);
+    let _w = Watchdog::new("loops: dropped loop promise (a loop hangs)", HANG);
     let rt = runtime(4);
     let n = 1000;
     for bucket in [1, 3, 64] {
@@ -2102,7 +2087,7 @@ fn cancelled_loop_message(n: usize, stride: usize, fulfilled: impl Fn(usize) -> 
 
 #[test]
 fn a_cancelled_loop_names_every_cancelled_iteration() {
-    let _w = Watchdog::new("cancelled iterations message", HANG);
+    let _w = Watchdog::new("loops: cancelled iterations message (a loop hangs)", HANG);
     let cancelled = |i: usize| matches!(i, 3..=5 | 9 | 12..=20);
     let msg = cancelled_loop_message(30, 1, |i| !cancelled(i));
     assert!(
@@ -2134,7 +2119,7 @@ fn a_cancelled_loop_names_every_cancelled_iteration() {
 
 #[test]
 fn a_spawned_loop_whose_dependency_is_fulfilled_after_its_runtime_dropped_ends() {
-    let _w = Watchdog::new("loop after runtime drop", HANG);
+    let _w = Watchdog::new("loops: loop after runtime drop (a loop hangs)", HANG);
     let rt = runtime(2);
     let p = Promise::new();
     let ran = Arc::new(AtomicUsize::new(0));
@@ -2162,7 +2147,7 @@ fn a_spawned_loop_whose_dependency_is_fulfilled_after_its_runtime_dropped_ends()
 
 #[test]
 fn pipelined_loops_with_the_consumer_spawned_first() {
-    let _w = Watchdog::new("pipeline", HANG);
+    let _w = Watchdog::new("loops: pipeline (a loop hangs)", HANG);
     let n = 20_000;
     for threads in [2, 4, 8] {
         let rt = runtime(threads);
@@ -2213,7 +2198,7 @@ fn pipelined_loops_with_the_consumer_spawned_first() {
 
 #[test]
 fn pipelined_loops_in_a_scope_with_a_reduction() {
-    let _w = Watchdog::new("scoped pipeline", HANG);
+    let _w = Watchdog::new("loops: scoped pipeline (a loop hangs)", HANG);
     let rt = runtime(4);
     let n = 10_000;
     for stride in [1, 3] {
@@ -2580,7 +2565,10 @@ fn a_panicking_span_is_not_run_again_and_the_other_spans_run_once() {
 
 #[test]
 fn stress_many_loops_on_eight_workers() {
-    let _w = Watchdog::new("loop stress", Duration::from_secs(300));
+    let _w = Watchdog::new(
+        "loops: loop stress (a loop hangs)",
+        Duration::from_secs(300),
+    );
     let rt = runtime(8);
     let n = 500_000;
     let rounds = 12;

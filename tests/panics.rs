@@ -11,45 +11,24 @@
 //! worker used to make `run`, `sync_root` and the runtime's drop wait
 //! forever.
 
+mod support;
+
 use selvedge::{JoinHandle, Promise, Runtime};
 use std::future::Future;
 use std::panic::panic_any;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
-
-/// Aborts the process when not dropped within 60 s: a hang fails the
-/// test instead of stalling the suite.
-struct Watchdog(Option<mpsc::Sender<()>>);
-
-impl Watchdog {
-    fn new(test: &'static str) -> Self {
-        let (tx, rx) = mpsc::channel::<()>();
-        std::thread::spawn(move || {
-            if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(60)) {
-                eprintln!("{test}: still not finished after 60 s (a worker died?); aborting");
-                std::process::abort();
-            }
-        });
-        Watchdog(Some(tx))
-    }
-}
-
-impl Drop for Watchdog {
-    fn drop(&mut self) {
-        // Dropping the sender disconnects the channel: the watchdog leaves.
-        self.0.take();
-    }
-}
+use support::Watchdog;
 
 /// Builds a runtime of `n` workers, runs `f` on it, then checks that the
 /// runtime still runs new work, is quiescent, and drops, all within the
 /// watchdog's time.
 fn on_runtimes(test: &'static str, f: impl Fn(&Runtime)) {
     for n in [2, 4] {
-        let watchdog = Watchdog::new(test);
+        let watchdog = Watchdog::new(format!("{test} (a worker died?)"), Duration::from_secs(60));
         let rt = Runtime::builder().num_threads(n).build().unwrap();
         f(&rt);
         rt.sync_root();

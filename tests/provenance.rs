@@ -8,26 +8,16 @@
 //! MIRIFLAGS=-Zmiri-disable-isolation cargo +nightly miri test --test provenance
 //! ```
 
+mod support;
+
 use selvedge::{Promise, Runtime};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
 use std::time::Duration;
-
-/// Fails the test after 60 s instead of letting it hang.
-fn watchdog(test: &'static str) -> mpsc::Sender<()> {
-    let (tx, rx) = mpsc::channel::<()>();
-    std::thread::spawn(move || {
-        if let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(Duration::from_secs(60)) {
-            eprintln!("{test}: still not finished after 60 s; aborting");
-            std::process::abort();
-        }
-    });
-    tx
-}
+use support::Watchdog;
 
 #[test]
 fn a_join_whose_second_closure_is_stolen() {
-    let _watchdog = watchdog("stolen join");
+    let _watchdog = Watchdog::new("stolen join", Duration::from_secs(60));
     let rt = Runtime::builder().num_threads(2).build().unwrap();
     let stolen = AtomicBool::new(false);
     let (_, b) = rt.run(|| {
@@ -55,7 +45,7 @@ fn a_join_whose_second_closure_is_stolen() {
 
 #[test]
 fn handled_tasks_joined_elsewhere_and_cancelled() {
-    let _watchdog = watchdog("handled tasks");
+    let _watchdog = Watchdog::new("handled tasks", Duration::from_secs(60));
     let rt = Runtime::builder().num_threads(2).build().unwrap();
     let handles: Vec<_> = (0..8u64).map(|i| rt.submit(move || [i; 40])).collect();
     for (i, h) in handles.into_iter().enumerate() {

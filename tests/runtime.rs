@@ -1,9 +1,12 @@
 //! Runtime lifecycle: building, run/submit, sync_root, stats, shutdown.
 
+mod support;
+
 use selvedge::{scope, spawn, BuildError, Runtime};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
+use support::Watchdog;
 
 #[test]
 fn builder_rejects_bad_thread_counts_with_clear_errors() {
@@ -341,15 +344,7 @@ fn sync_root_inside_a_spawned_task_panics_every_time() {
 /// second one panics, the first returns once the second is gone.
 #[test]
 fn two_root_tasks_in_sync_root_at_once_do_not_wait_for_each_other() {
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let watchdog = done.clone();
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(60));
-        if !watchdog.load(Ordering::SeqCst) {
-            eprintln!("two root tasks in sync_root hung for 60 s");
-            std::process::abort();
-        }
-    });
+    let _watchdog = Watchdog::new("two root tasks in sync_root", Duration::from_secs(60));
     let rt = Arc::new(Runtime::builder().num_threads(2).build().unwrap());
     let both = Arc::new(Barrier::new(2));
     let roots: Vec<_> = (0..2)
@@ -369,7 +364,6 @@ fn two_root_tasks_in_sync_root_at_once_do_not_wait_for_each_other() {
         .collect();
     let outcomes: Vec<_> = roots.into_iter().map(|t| t.join().unwrap()).collect();
     let panics: Vec<_> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
-    done.store(true, Ordering::SeqCst);
     assert_eq!(panics.len(), 1, "{outcomes:?}");
     assert!(panics[0].contains("two root tasks"), "{}", panics[0]);
 }

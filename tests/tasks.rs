@@ -1,13 +1,16 @@
 //! spawn / join / JoinHandle behaviour, run with more workers than cores.
 
+mod support;
+
 use selvedge::{join, spawn, Runtime};
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
+use support::Watchdog;
 
 fn runtimes() -> impl Iterator<Item = Runtime> {
     [1, 2, 4, 8]
@@ -94,15 +97,10 @@ fn handles_join_in_any_order_and_on_other_threads() {
 fn a_handle_joined_on_another_runtimes_worker_waits_for_its_own_task() {
     // Taking the wrong task back would leave `mine` never run: fail with a
     // message instead of hanging the test run.
-    let done = Arc::new(AtomicBool::new(false));
-    let watchdog = done.clone();
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(60));
-        if !watchdog.load(Ordering::SeqCst) {
-            eprintln!("a handle joined on another runtime's worker hung for 60 s");
-            std::process::abort();
-        }
-    });
+    let _watchdog = Watchdog::new(
+        "a handle joined on another runtime's worker",
+        Duration::from_secs(60),
+    );
     // The joiner's deque holds a task of its own at the position the
     // handle's task has in its spawner's deque: that task is not the
     // handle's, and must not be taken back in its place.
@@ -117,7 +115,6 @@ fn a_handle_joined_on_another_runtimes_worker_waits_for_its_own_task() {
         });
         assert_eq!(v, 71);
     }
-    done.store(true, Ordering::SeqCst);
 }
 
 #[test]
