@@ -142,27 +142,26 @@ impl<T> JoinHandle<T> {
     /// unfulfilled). [`JoinHandle::try_join`] returns both as an error.
     #[inline]
     pub fn join(mut self) -> T {
-        if self.pos == NOT_SPAWNED_HERE {
+        let result = if self.pos == NOT_SPAWNED_HERE {
             // A delayed or submitted task: the `Result` path, which reports
             // a declared-access task's cancellation as one.
-            return match self.join_result() {
-                Ok(v) => v,
-                Err(payload) => JoinError::from_payload(payload).resume(),
-            };
-        }
-        let worker = Worker::current();
-        if let Some(w) = worker {
-            if let Some(task) = self.take_back(w) {
-                std::mem::forget(self);
-                w.count_task_run();
-                // SAFETY: the task is a plain spawned one of result type T,
-                // ours (taken back), with no hook; the handle is forgotten,
-                // so nothing else touches the block.
-                return w.nested(|| unsafe { task::run_for_value::<T>(task) });
+            self.join_result()
+        } else {
+            let worker = Worker::current();
+            if let Some(w) = worker {
+                if let Some(task) = self.take_back(w) {
+                    std::mem::forget(self);
+                    w.count_task_run();
+                    // SAFETY: the task is a plain spawned one of result type
+                    // T, ours (taken back), with no hook; the handle is
+                    // forgotten, so nothing else touches the block.
+                    return w.nested(|| unsafe { task::run_for_value::<T>(task) });
+                }
             }
-        }
-        let block = self.block.take().expect("JoinHandle used after completion");
-        match Self::wait_and_take(block, worker) {
+            let block = self.block.take().expect("JoinHandle used after completion");
+            Self::wait_and_take(block, worker)
+        };
+        match result {
             Ok(v) => v,
             Err(payload) => JoinError::from_payload(payload).resume(),
         }
@@ -194,8 +193,8 @@ impl<T> JoinHandle<T> {
             if let Some(task) = self.take_back(w) {
                 self.block = None;
                 w.count_task_run();
-                // SAFETY: the task is ours, of result type T, with no hook,
-                // and never left this worker.
+                // SAFETY: the task is ours (taken back from `w`'s deque),
+                // of result type T, with no hook.
                 return w.nested(|| unsafe { task::run_inline_for_handle::<T>(task) });
             }
         }
