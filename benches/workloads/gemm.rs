@@ -263,31 +263,52 @@ pub fn rayon_per_matrix(input: &Batch, out: &mut Output) {
 }
 
 /// No scheduler: `threads` OS threads, each doing both stages on an equal
-/// contiguous share of the batch. What the machine itself allows for this
-/// work at this thread count (every share is the same size, so static
-/// partitioning is ideal here), against which the schedulers' figures are
-/// read; it spawns its threads inside the timed region, as each run of a
-/// scheduler wakes its pool's. Pinned like the pools' threads under
-/// `SELVEDGE_PIN_THREADS=1`.
+/// contiguous share of the batch's rows (whole matrices when the batch
+/// divides evenly among the threads, a part of each matrix otherwise: at
+/// batch 1 every thread takes its slice of the one product). What the
+/// machine itself allows for this work at this thread count (the shares
+/// are equal to a row, so static partitioning is ideal here), against
+/// which the schedulers' figures are read; it spawns its threads inside
+/// the timed region, as each run of a scheduler wakes its pool's. Pinned
+/// like the pools' threads under `SELVEDGE_PIN_THREADS=1`.
 pub fn static_threads(input: &Batch, out: &mut Output, threads: usize) {
-    let (n, nn) = (input.n, input.n * input.n);
-    let per_thread = input.batch.div_ceil(threads.max(1)).max(1);
+    let n = input.n;
+    let rows = input.batch * n;
+    let threads = threads.clamp(1, rows.max(1));
     std::thread::scope(|s| {
-        let shares = out
-            .c
-            .chunks_mut(per_thread * nn)
-            .zip(out.row_sums.chunks_mut(per_thread * n));
-        for (t, (c, sums)) in shares.enumerate() {
+        let (mut c_left, mut sums_left) = (&mut out.c[..], &mut out.row_sums[..]);
+        let mut first = 0;
+        for t in 0..threads {
+            let end = rows * (t + 1) / threads;
+            let (c, c_rest) = std::mem::take(&mut c_left).split_at_mut((end - first) * n);
+            let (sums, sums_rest) = std::mem::take(&mut sums_left).split_at_mut(end - first);
+            (c_left, sums_left) = (c_rest, sums_rest);
+            let share_start = first;
             s.spawn(move || {
                 pinning::pin_current_thread(t);
-                for (i, (c, sums)) in c.chunks_mut(nn).zip(sums.chunks_mut(n)).enumerate() {
-                    let m = t * per_thread + i;
-                    gemm_rows(input.matrix(&input.a, m), input.matrix(&input.b, m), c, n);
-                    activate_and_sum(c, sums, n);
-                }
+                rows_of_batch(input, c, sums, share_start);
             });
+            first = end;
         }
     });
+}
+
+/// Both stages on the batch's rows `first_row..` (counted across the
+/// matrices, one after the other), whose outputs are `c` and `sums`: one
+/// kernel call per matrix the rows touch.
+fn rows_of_batch(input: &Batch, mut c: &mut [f32], mut sums: &mut [f32], first_row: usize) {
+    let n = input.n;
+    let mut row = first_row;
+    while !sums.is_empty() {
+        let (m, row_in_matrix) = (row / n, row % n);
+        let take = (n - row_in_matrix).min(sums.len());
+        let (c_here, c_rest) = std::mem::take(&mut c).split_at_mut(take * n);
+        let (sums_here, sums_rest) = std::mem::take(&mut sums).split_at_mut(take);
+        let a_rows = &input.matrix(&input.a, m)[row_in_matrix * n..][..take * n];
+        gemm_rows(a_rows, input.matrix(&input.b, m), c_here, n);
+        activate_and_sum(c_here, sums_here, n);
+        (c, sums, row) = (c_rest, sums_rest, row + take);
+    }
 }
 
 /// The largest relative difference between two outputs (the kernel may sum
