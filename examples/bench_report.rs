@@ -33,8 +33,12 @@
 //! selvedge's scheduler counters per run (loop splits, steal requests,
 //! parks), and a probe of how much of the CPUs the process was getting
 //! before each workload (plain threads, no scheduler): on a shared VM the
-//! second CPU comes and goes, and every parallel figure with it. `--only`
-//! runs one of the three sections.
+//! second CPU comes and goes, and every parallel figure with it. Before
+//! each section, before each fine-grained wavefront and at the end, the
+//! report measures how long a cache line takes to go from one CPU to
+//! another (`benches/workloads/handoff.rs`): on a VM that moves with the
+//! host's placement of the virtual CPUs, and the fine-grained figures with
+//! it. `--only` runs one of the sections.
 //!
 //! `--markdown` prints a complete Markdown document instead, to be saved as
 //! `BENCHMARKS.md`: a title, the command line, the date (UTC), the commit
@@ -59,6 +63,8 @@ mod dataflow;
 #[allow(dead_code)]
 #[path = "../benches/workloads/gemm.rs"]
 mod gemm;
+#[path = "../benches/workloads/handoff.rs"]
+mod handoff;
 #[path = "../benches/workloads/loops.rs"]
 mod loops;
 #[path = "../benches/workloads/mod.rs"]
@@ -304,20 +310,27 @@ fn main() {
         println!();
     }
 
-    if args.weave {
-        weave_section(&pools, args.samples, md);
+    let mut handoffs = Vec::new();
+    let sections: [(bool, &str, Section); 5] = [
+        (args.weave, "before Weave's suite", weave_section),
+        (
+            args.dataflow,
+            "before the dataflow section",
+            dataflow_section,
+        ),
+        (args.loops, "before the loops section", loops_section),
+        (args.gemm, "before the GEMM section", gemm_section),
+        (args.data, "before the data-access section", data_section),
+    ];
+    for (on, when, section) in sections {
+        if on {
+            handoffs.push(note_handoff(when, md));
+            section(&pools, args.samples, md);
+        }
     }
-    if args.dataflow {
-        dataflow_section(&pools, args.samples, md);
-    }
-    if args.loops {
-        loops_section(&pools, args.samples, md);
-    }
-    if args.gemm {
-        gemm_section(&pools, args.samples, md);
-    }
-    if args.data {
-        data_section(&pools, args.samples, md);
+    handoffs.push(note_handoff("after the last section", md));
+    if md {
+        handoff_section(&handoffs);
     }
     let total: Duration = started.elapsed();
     if md {
@@ -325,6 +338,55 @@ fn main() {
     } else {
         println!("(report took {:.1} s)", total.as_secs_f64());
     }
+}
+
+/// A section of the report: the pools, the samples, and whether to print
+/// Markdown.
+type Section = fn(&Pools, usize, bool);
+
+/// Probes of the core-to-core hand-off per measurement (the median is
+/// kept; each takes a few milliseconds).
+const HANDOFF_PROBES: usize = 5;
+
+/// Measures the core-to-core hand-off now (see `handoff.rs`); in the
+/// normal mode prints it, saying `when`. Returns both for the document's
+/// summary.
+fn note_handoff(when: &'static str, md: bool) -> (&'static str, f64) {
+    let ns = handoff::one_way_ns(HANDOFF_PROBES);
+    if md {
+        eprintln!("bench_report: core-to-core hand-off {when}: {ns:.0} ns one way");
+    } else {
+        println!("core-to-core hand-off {when}: {ns:.0} ns one way");
+        println!();
+    }
+    (when, ns)
+}
+
+/// The document's last section: the core-to-core hand-off measured before
+/// each section and at the end, and what it means for the figures.
+fn handoff_section(handoffs: &[(&str, f64)]) {
+    println!("## The machine during this run: core-to-core hand-off");
+    println!();
+    println!(
+        "How long one cache line took to go from one CPU to another, measured with two \
+         plain threads passing a word back and forth (the median of {HANDOFF_PROBES} probes \
+         of 20,000 round trips; half a round trip is shown). Fine-grained work moves lines \
+         between cores all the time, so its figures move with this number (though not with \
+         it alone). On a VM the host places the virtual CPUs and moves them: on the 2-vCPU \
+         machine this project is developed on, it usually measured 30-45 ns, but 15 ns (both \
+         vCPUs on one core's hyperthreads) or 110-250 ns (on different dies) for seconds at \
+         a time, and the 256x256 wavefront of 1 µs tiles ran 71-84 ms right after the slow \
+         probes against 55-80 ms after the usual ones. A fine-grained row taken in the slow \
+         regime is not comparable with one taken in the usual one; the fine-grained \
+         wavefront tables give the value measured just before their own runs."
+    );
+    println!();
+    println!("| when | one-way hand-off, ns |");
+    println!("|---|---:|");
+    for (when, ns) in handoffs {
+        println!("| {when} | {ns:.0} |");
+    }
+    println!();
 }
 
 /// In `--markdown` mode, says on stderr what is being timed (stdout is the
@@ -708,11 +770,17 @@ fn critical_path_units() -> u32 {
 fn dataflow_section(pools: &Pools, samples: usize, md: bool) {
     let threads = pools.threads;
     let all = dataflow::all();
+    // The core-to-core hand-off just before each fine-grained wavefront's
+    // runs, which it sways most.
+    let mut handoffs: Vec<(&str, f64)> = Vec::new();
     let results: Vec<(&dataflow::Dataflow, Vec<Timing>)> = all
         .iter()
         .map(|d| {
             progress(md, &format!("timing {}", d.workload.title));
             d.verify(pools);
+            if [fine::LARGE_GROUP, fine::SMALL_GROUP].contains(&d.workload.group) {
+                handoffs.push((d.workload.group, handoff::one_way_ns(HANDOFF_PROBES)));
+            }
             let mut timings = time_impls(pools, &d.workload, samples, DATAFLOW_MIN_SAMPLE_MS);
             for phase in &d.phases {
                 let (median, min, max) =
@@ -903,8 +971,15 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool) {
         .map(|(s, serial)| s / (serial / threads as f64));
 
     // Fine-grained wavefront, both grids.
+    let handoff_before = |group: &str| {
+        handoffs
+            .iter()
+            .find(|(g, _)| *g == group)
+            .map(|&(_, ns)| ns)
+    };
     let large = fine_wavefront_table(
         find(fine::LARGE_GROUP),
+        handoff_before(fine::LARGE_GROUP),
         fine::LARGE_GRID,
         fine::LARGE_ROUNDS,
         threads,
@@ -912,6 +987,7 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool) {
     );
     let small = fine_wavefront_table(
         find(fine::SMALL_GROUP),
+        handoff_before(fine::SMALL_GROUP),
         fine::SMALL_GRID,
         fine::SMALL_ROUNDS,
         threads,
@@ -1000,6 +1076,7 @@ struct FineWavefront {
 /// and the figures its targets need.
 fn fine_wavefront_table(
     (d, t): &(&dataflow::Dataflow, Vec<Timing>),
+    handoff_ns: Option<f64>,
     grid: usize,
     rounds: u32,
     threads: usize,
@@ -1043,6 +1120,14 @@ fn fine_wavefront_table(
         100.0 * (2 * grid - 1) as f64 / tiles as f64,
         ms(ideal)
     );
+    if let Some(ns) = handoff_ns {
+        let see = if md {
+            " (the last section says what it means)"
+        } else {
+            ""
+        };
+        println!("- core-to-core hand-off just before these runs: {ns:.0} ns one way{see}");
+    }
     println!();
     println!(
         "| implementation | median | min | max | vs serial | efficiency | over ideal, ns per \
