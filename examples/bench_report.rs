@@ -371,14 +371,14 @@ fn handoff_section(handoffs: &[(&str, f64)]) {
         "How long one cache line took to go from one CPU to another, measured with two \
          plain threads passing a word back and forth (the median of {HANDOFF_PROBES} probes \
          of 20,000 round trips; half a round trip is shown). Fine-grained work moves lines \
-         between cores all the time, so its figures move with this number (though not with \
-         it alone). On a VM the host places the virtual CPUs and moves them: on the 2-vCPU \
-         machine this project is developed on, it usually measured 30-45 ns, but 15 ns (both \
-         vCPUs on one core's hyperthreads) or 110-250 ns (on different dies) for seconds at \
-         a time, and the 256x256 wavefront of 1 µs tiles ran 71-84 ms right after the slow \
-         probes against 55-80 ms after the usual ones. A fine-grained row taken in the slow \
-         regime is not comparable with one taken in the usual one; the fine-grained \
-         wavefront tables give the value measured just before their own runs."
+         between cores all the time, so its figures depend on this number. On a VM the \
+         host places the virtual CPUs and moves them: on the 2-vCPU machine this project \
+         is developed on, it usually measured 30-45 ns, but about 15 ns or 110-250 ns for \
+         seconds at a time. There it explained little of the spread of the fine-grained \
+         figures (the 256x256 wavefront of 1 µs tiles took 55-84 ms in runs next to a slow \
+         probe and 55-80 ms between two usual ones), but a run taken in a slow regime can \
+         be told apart. The fine-grained wavefront tables give the value measured just \
+         before their own runs."
     );
     println!();
     println!("| when | one-way hand-off, ns |");

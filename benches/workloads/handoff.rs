@@ -7,12 +7,14 @@
 //! machine's, not the scheduler's, and on a VM it changes while you
 //! measure: the host decides where the virtual CPUs run, and moves them.
 //! On this project's 2-vCPU development machine a one-way hand-off
-//! usually took 30-45 ns, but 15 ns (the two vCPUs on one core's
-//! hyperthreads) or 110-250 ns (on different dies) for seconds at a time.
-//! The 256x256 wavefront of 1 µs tiles took 71-84 ms right after probes
-//! of 140-210 ns and 55-80 ms after probes of 32-43 ns, while rayon's
-//! barrier version stayed at 33-37 ms. The reports print it, so a run
-//! taken in the slow regime can be told apart.
+//! usually took 30-45 ns, but about 15 ns (presumably the two vCPUs on
+//! one core's hyperthreads) or 110-250 ns (presumably on different dies)
+//! for seconds at a time. It explains little of the spread of the
+//! fine-grained figures there: the 256x256 wavefront of 1 µs tiles took
+//! 55-84 ms in runs next to a slow probe and 55-80 ms in runs between two
+//! usual ones (rayon's barrier version: 33-37 ms). The reports print it
+//! so that a run taken in a slow regime can be told apart, and so that a
+//! machine where it matters more shows it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
