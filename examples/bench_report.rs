@@ -348,11 +348,17 @@ type Section = fn(&Pools, usize, bool);
 /// kept; each takes a few milliseconds).
 const HANDOFF_PROBES: usize = 5;
 
+/// The median of [`HANDOFF_PROBES`] probes of the core-to-core hand-off,
+/// in ns one way (see `handoff.rs`).
+fn handoff_now() -> f64 {
+    median_min_max((0..HANDOFF_PROBES).map(|_| handoff::one_way_ns()).collect()).0
+}
+
 /// Measures the core-to-core hand-off now (see `handoff.rs`); in the
 /// normal mode prints it, saying `when`. Returns both for the document's
 /// summary.
 fn note_handoff(when: &'static str, md: bool) -> (&'static str, f64) {
-    let ns = handoff::one_way_ns(HANDOFF_PROBES);
+    let ns = handoff_now();
     if md {
         eprintln!("bench_report: core-to-core hand-off {when}: {ns:.0} ns one way");
     } else {
@@ -779,7 +785,7 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool) {
             progress(md, &format!("timing {}", d.workload.title));
             d.verify(pools);
             if [fine::LARGE_GROUP, fine::SMALL_GROUP].contains(&d.workload.group) {
-                handoffs.push((d.workload.group, handoff::one_way_ns(HANDOFF_PROBES)));
+                handoffs.push((d.workload.group, handoff_now()));
             }
             let mut timings = time_impls(pools, &d.workload, samples, DATAFLOW_MIN_SAMPLE_MS);
             for phase in &d.phases {

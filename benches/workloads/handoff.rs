@@ -19,6 +19,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use crossbeam_utils::CachePadded;
+
 // The crate including this file provides `pinning` (benches/workloads/pinning.rs).
 use crate::pinning;
 
@@ -27,25 +29,14 @@ const ROUND_TRIPS: u64 = 20_000;
 /// Round trips before the timed ones, so both threads are running.
 const WARM_UP_TRIPS: u64 = 1_000;
 
-/// One word alone on its cache lines (two, for the adjacent-line
-/// prefetcher).
-#[repr(align(128))]
-struct Line(AtomicU64);
-
-/// The median, over `probes` probes, of the one-way hand-off time in
-/// nanoseconds: half a round trip of one word between two plain threads
-/// (pinned to the first two CPUs the process may use when
-/// `SELVEDGE_PIN_THREADS` asks for pinning, as the pools' threads are).
-pub fn one_way_ns(probes: usize) -> f64 {
-    let mut each: Vec<f64> = (0..probes.max(1)).map(|_| probe()).collect();
-    each.sort_by(f64::total_cmp);
-    each[each.len() / 2]
-}
-
-/// One probe: [`ROUND_TRIPS`] round trips after [`WARM_UP_TRIPS`].
-fn probe() -> f64 {
-    let line = Line(AtomicU64::new(0));
-    let line = &line.0;
+/// One probe of the one-way hand-off time in nanoseconds: half the mean
+/// round trip of one word between two plain threads, over [`ROUND_TRIPS`]
+/// round trips after [`WARM_UP_TRIPS`] (the threads pinned to the first
+/// two CPUs the process may use when `SELVEDGE_PIN_THREADS` asks for
+/// pinning, as the pools' threads are).
+pub fn one_way_ns() -> f64 {
+    let line = CachePadded::new(AtomicU64::new(0));
+    let line = &*line;
     // The word counts hand-offs: odd values are the initiator's, even ones
     // the responder's.
     let wait_for = |value: u64| {
