@@ -73,6 +73,13 @@ impl RawEvent {
         // SAFETY: the event is live.
         unsafe { sys::cuEventSynchronize(self.event) }.result()
     }
+
+    /// [`RawEvent::synchronize`] from any thread: makes the event's own
+    /// context current first.
+    pub(super) fn synchronize_in_context(&self) -> Result<(), DriverError> {
+        make_current(&self._context)?;
+        self.synchronize()
+    }
 }
 
 impl Drop for RawEvent {

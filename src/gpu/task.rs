@@ -546,11 +546,33 @@ fn complete_after(
     if kept.is_empty() {
         return inner.enqueue_completion(lane, after, then);
     }
+    // An event of the kept values' own, recorded at the same point as
+    // `after` (which a lane may record again before the completion runs),
+    // for the host to wait on before they go. The completion already means
+    // the work is complete, so the wait returns at once; it is there for
+    // tools that check stream order (compute-sanitizer's stream-ordered
+    // race tracking sees a host wait on an event, not a host function), so
+    // that a buffer freed when its last holder goes is not reported as
+    // freed under the other streams' reads.
+    let kept_done = match RawEvent::new(&inner.ctx).and_then(|e| {
+        e.record(lane.stream.cu_stream())?;
+        Ok(e)
+    }) {
+        Ok(e) => e,
+        Err(e) => {
+            let e = GpuError::from(e);
+            inner.fail_if_sticky(&e);
+            wait_then_drop(lane, kept);
+            return Err(e);
+        }
+    };
     // Shared with the action, so that an action dropped unrun (the enqueue
     // failed) does not take the values with it.
     let slot = Arc::new(Mutex::new(Some(kept)));
     let in_action = Arc::clone(&slot);
     let enqueued = inner.enqueue_completion(lane, after, move || {
+        // Complete (the completion came): a failed wait changes nothing.
+        let _ = kept_done.synchronize_in_context();
         // What the task kept alive goes first: its work is complete.
         drop(lock(&in_action).take());
         then();
