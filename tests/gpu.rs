@@ -7,7 +7,7 @@
 
 mod gpu_support;
 
-use gpu_support::{device, fill, Alternate, Deadline, Kernels, RawPinned};
+use gpu_support::{device, fill, one_at_a_time, Alternate, Deadline, Kernels, RawPinned};
 use selvedge::gpu::cudarc::driver::{sys, DevicePtr, DevicePtrMut};
 use selvedge::gpu::half::bf16;
 use selvedge::gpu::{BatchedGemm, Device, GpuDep, GpuError, GpuHandle, PinnedBuffer};
@@ -42,6 +42,7 @@ fn max_error(got: impl Iterator<Item = f64>, want: &[f64]) -> f64 {
 
 #[test]
 fn opening_without_a_gpu_is_an_error_not_a_panic() {
+    let _one = one_at_a_time();
     let rt = Runtime::builder().num_threads(2).build().unwrap();
     match Device::open_in(&rt, 0) {
         Ok(dev) => assert_eq!(dev.num_streams(), 2),
@@ -62,6 +63,7 @@ fn opening_without_a_gpu_is_an_error_not_a_panic() {
 
 #[test]
 fn batched_sgemm_and_bf16_gemm_match_the_cpu() {
+    let _one = one_at_a_time();
     let rt = Runtime::builder().num_threads(4).build().unwrap();
     let Some(dev) = device(&rt, "batched gemm") else {
         return;
@@ -138,6 +140,7 @@ fn batched_sgemm_and_bf16_gemm_match_the_cpu() {
 
 #[test]
 fn callbacks_fulfill_promises_under_load() {
+    let _one = one_at_a_time();
     let rt = Runtime::builder().num_threads(8).build().unwrap();
     let Some(dev) = device(&rt, "callbacks under load") else {
         return;
@@ -173,6 +176,7 @@ fn callbacks_fulfill_promises_under_load() {
 
 #[test]
 fn a_gpu_chain_runs_ahead_on_the_device_and_keeps_its_order() {
+    let _one = one_at_a_time();
     let rt = Runtime::builder().num_threads(4).build().unwrap();
     let Some(dev) = device(&rt, "gpu chain") else {
         return;
@@ -229,6 +233,7 @@ fn a_gpu_chain_runs_ahead_on_the_device_and_keeps_its_order() {
 
 #[test]
 fn a_failing_task_reports_its_error_and_breaks_its_dependents() {
+    let _one = one_at_a_time();
     let rt = Runtime::builder().num_threads(2).build().unwrap();
     let Some(dev) = device(&rt, "failing task") else {
         return;
@@ -249,6 +254,7 @@ fn a_failing_task_reports_its_error_and_breaks_its_dependents() {
 
 #[test]
 fn a_device_loop_fulfills_each_iteration_from_its_callback() {
+    let _one = one_at_a_time();
     use selvedge::gpu::cudarc::driver::PinnedHostSlice;
     let rt = Runtime::builder().num_threads(4).build().unwrap();
     let Some(dev) = device(&rt, "device loop") else {
@@ -311,6 +317,7 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
 /// the source.
 #[test]
 fn a_chain_across_streams_is_ordered_by_the_crates_event_waits_alone() {
+    let _one = one_at_a_time();
     let rt = Runtime::builder().num_threads(2).build().unwrap();
     let Some(dev) = device(&rt, "chain across streams") else {
         return;
@@ -343,14 +350,20 @@ fn a_chain_across_streams_is_ordered_by_the_crates_event_waits_alone() {
                 bufs.push(Mutex::new(s.stream().alloc_zeros::<f32>(len)?));
                 tmps.push(Mutex::new(s.stream().alloc_zeros::<f32>(len)?));
             }
+            // A host wait on the allocations (no tracking orders them for
+            // the other stream): compute-sanitizer's stream-ordered race
+            // tracking sees it, and no use on the other stream is reported
+            // as one before the allocation.
+            s.stream().synchronize()?;
             Ok((Arc::new(bufs), Arc::new(tmps)))
         })
         .join()
         .unwrap();
     let mut alternate = Alternate::new(&rt);
-    // Each link's value: its stream, and whether its producer's work was
-    // already complete when it was enqueued.
-    let mut handles: Vec<GpuHandle<(usize, bool)>> = Vec::new();
+    // Each link's value: its stream, whether its producer's work was
+    // already complete when it was enqueued, and when it ran.
+    let mut handles: Vec<GpuHandle<(usize, bool, Duration)>> = Vec::new();
+    let start = Instant::now();
     for k in 1..=links {
         let producer: Vec<GpuDep> = handles.last().map(GpuHandle::gpu_dep).into_iter().collect();
         let producer_done = handles.last().map(GpuHandle::dep);
@@ -358,19 +371,21 @@ fn a_chain_across_streams_is_ordered_by_the_crates_event_waits_alone() {
         let h = alternate.next(|| {
             dev.spawn_delayed(producer, move |s| {
                 let producer_was_done = producer_done.is_some_and(|d| d.is_fulfilled());
+                let ran = start.elapsed();
                 let stream = s.stream();
                 // Read the producer's output now (in this stream's order)...
                 stream.memcpy_dtod(&*bufs[k - 1].lock().unwrap(), &mut *tmps[k].lock().unwrap())?;
                 kernels.spin(stream, spin)?;
                 // ... and write this link's output 40 ms later.
                 stream.memcpy_dtod(&*tmps[k].lock().unwrap(), &mut *bufs[k].lock().unwrap())?;
-                Ok((stream.cu_stream() as usize, producer_was_done))
+                Ok((stream.cu_stream() as usize, producer_was_done, ran))
             })
         });
         handles.push(h);
     }
     alternate.finish();
-    let results: Vec<(usize, bool)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let results: Vec<(usize, bool, Duration)> =
+        handles.into_iter().map(|h| h.join().unwrap()).collect();
     for k in 1..links {
         assert_ne!(
             results[k - 1].0,
@@ -383,16 +398,21 @@ fn a_chain_across_streams_is_ordered_by_the_crates_event_waits_alone() {
     // each link's work takes 40 ms on the device: the host runs ahead.
     let ahead = results[1..]
         .iter()
-        .filter(|(_, was_done)| !was_done)
+        .filter(|(_, was_done, _)| !was_done)
         .count();
+    let ran: Vec<String> = results
+        .iter()
+        .map(|(_, _, at)| format!("{:.1}", at.as_secs_f64() * 1e3))
+        .collect();
     eprintln!(
         "chain across streams: {ahead} of {} links enqueued while their producer's work was running",
         links - 1
     );
     assert!(
         ahead >= (links - 1) / 2,
-        "only {ahead} of {} links were enqueued before their producer's work was complete: a gpu_dep consumer must be enqueued as soon as its producer's work is (and otherwise this test does not test the device-side wait)",
-        links - 1
+        "only {ahead} of {} links were enqueued before their producer's work was complete: a gpu_dep consumer must be enqueued as soon as its producer's work is (and otherwise this test does not test the device-side wait); the links ran at [{}] ms, each producer's work taking {spin:?}",
+        links - 1,
+        ran.join(", ")
     );
     // Every task above was joined: its work is complete.
     let bufs2 = bufs.clone();
@@ -411,6 +431,12 @@ fn a_chain_across_streams_is_ordered_by_the_crates_event_waits_alone() {
             "link {k}'s output is not the source: a link read its producer's buffer before the producer wrote it (its stream did not wait for the producer's event)"
         );
     }
+    // Untracked buffers are freed on the stream that made them, with no
+    // wait for the other stream's reads: a host wait on the whole device
+    // first, which compute-sanitizer's stream-ordered race tracking sees
+    // (the joins above, through host functions, it does not).
+    dev.context().synchronize().unwrap();
+    drop((bufs, tmps));
 }
 
 /// A GPU task spins 30 ms on the device and then copies known values into
@@ -422,6 +448,7 @@ fn a_chain_across_streams_is_ordered_by_the_crates_event_waits_alone() {
 /// sentinels, and before the spin could have ended.
 #[test]
 fn a_cpu_dependent_runs_only_once_the_tasks_device_work_is_complete() {
+    let _one = one_at_a_time();
     let rt = Runtime::builder().num_threads(4).build().unwrap();
     let Some(dev) = device(&rt, "callback timing") else {
         return;
@@ -491,6 +518,7 @@ fn a_cpu_dependent_runs_only_once_the_tasks_device_work_is_complete() {
 /// or an iteration run before any spin could have ended.
 #[test]
 fn a_device_loop_iteration_is_fulfilled_only_once_its_work_is_complete() {
+    let _one = one_at_a_time();
     let rt = Runtime::builder().num_threads(4).build().unwrap();
     let Some(dev) = device(&rt, "device loop callback timing") else {
         return;
@@ -563,6 +591,12 @@ fn a_device_loop_iteration_is_fulfilled_only_once_its_work_is_complete() {
             "iteration {i} ran {w:?} after the start, before its {spin:?} spin could have ended"
         );
     }
+    // `src` was read on several streams, and cudarc's free waits only for
+    // the read it recorded last: the loop's end (through host functions)
+    // ordered the rest, which compute-sanitizer's stream-ordered race
+    // tracking does not see, so a host wait on the whole device first.
+    dev.context().synchronize().unwrap();
+    drop(src);
 }
 
 /// A buffer shared by GPU tasks on both workers' streams, each handing its
@@ -584,6 +618,7 @@ fn a_device_loop_iteration_is_fulfilled_only_once_its_work_is_complete() {
 /// its version has it: the refill is what makes the bug visible here.)
 #[test]
 fn a_shared_buffer_dropped_at_once_outlives_its_readers_on_other_streams() {
+    let _one = one_at_a_time();
     let rt = Runtime::builder().num_threads(2).build().unwrap();
     let Some(dev) = device(&rt, "keep_alive") else {
         return;
@@ -675,6 +710,7 @@ fn a_shared_buffer_dropped_at_once_outlives_its_readers_on_other_streams() {
 /// panic.
 #[test]
 fn a_failing_device_loop_iteration_cancels_what_waits_on_it() {
+    let _one = one_at_a_time();
     let rt = Runtime::builder().num_threads(4).build().unwrap();
     let Some(dev) = device(&rt, "failing device loop iteration") else {
         return;
@@ -756,6 +792,7 @@ fn a_failing_device_loop_iteration_cancels_what_waits_on_it() {
 /// panic in the drop on a worker would reach the task's handle).
 #[test]
 fn dropping_the_device_with_work_in_flight_lets_the_work_complete() {
+    let _one = one_at_a_time();
     let rt = Runtime::builder().num_threads(4).build().unwrap();
     let _deadline = Deadline::new(
         "device dropped with work in flight",
@@ -825,6 +862,7 @@ fn dropping_the_device_with_work_in_flight_lets_the_work_complete() {
 /// device is dropped last without a hang or a panic.
 #[test]
 fn dropping_the_runtime_before_the_device_finishes_the_work_in_flight() {
+    let _one = one_at_a_time();
     let rt = Runtime::builder().num_threads(2).build().unwrap();
     let Some(dev) = device(&rt, "runtime dropped before the device") else {
         return;
@@ -872,6 +910,7 @@ fn dropping_the_runtime_before_the_device_finishes_the_work_in_flight() {
 /// still be reading it) and then go, not stay until the device is dropped.
 #[test]
 fn a_panicking_task_releases_what_it_kept_once_its_work_is_complete() {
+    let _one = one_at_a_time();
     let rt = Runtime::builder().num_threads(2).build().unwrap();
     let Some(dev) = device(&rt, "kept values of a panicking task") else {
         return;
@@ -911,6 +950,7 @@ fn a_panicking_task_releases_what_it_kept_once_its_work_is_complete() {
 /// ends its own capture is fine.
 #[test]
 fn a_capture_left_open_fails_the_task_and_frees_the_lane() {
+    let _one = one_at_a_time();
     use selvedge::gpu::cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
     let rt = Runtime::builder().num_threads(1).build().unwrap();
     let Some(dev) = device(&rt, "capture left open") else {
@@ -975,6 +1015,7 @@ fn a_capture_left_open_fails_the_task_and_frees_the_lane() {
 /// would receive the zeros. CPU accesses afterwards wait for completion.
 #[test]
 fn declared_gpu_accesses_keep_their_order_on_the_device() {
+    let _one = one_at_a_time();
     let rt = Runtime::builder().num_threads(4).build().unwrap();
     let Some(dev) = device(&rt, "declared gpu data") else {
         return;

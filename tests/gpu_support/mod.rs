@@ -36,6 +36,20 @@ pub fn device(rt: &Runtime, test: &str) -> Option<Device> {
     }
 }
 
+/// Held by each test of `tests/gpu.rs` for its whole run, so that they
+/// run one at a time. They share the device's one CUDA context, and a call
+/// that waits for the whole device in one test (a module load, a free, a
+/// device's drop) can hold up the others' calls until every test's work on
+/// the device is done: on an H100, run side by side, a chain that must run
+/// ahead of the device saw its links enqueued only after their producers'
+/// 40 ms of work, and a value kept by a panicking task was gone before its
+/// 300 ms of work could have ended; run one at a time, both passed.
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A test that failed holding it leaves it poisoned: the next one runs.
+    ONE.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Aborts the process, saying why, unless dropped within `limit`: a test
 /// that would hang fails instead (a hang inside the runtime cannot be
 /// unwound out of).
