@@ -156,6 +156,7 @@ pub mod protocols {
     pub use crate::core::park::Sleep;
     pub use crate::core::rescue::{Guarded, Owner, OwnerGuard, RescueGuard};
     pub use crate::core::signal::{SignalInbox, SignalRef};
+    pub use crate::core::spare_blocks::{Linked, SpareBlocks, MAX_HELD, MIN_LIMIT};
     pub use crate::core::steal::{Mailbox, Reply, ReplySlot, StealRequest, VictimSet};
     pub use crate::dataflow::bucket_counts::BucketCounts;
     pub use crate::dataflow::event::{Claim, Dep, Group, Outcome, Waiter};

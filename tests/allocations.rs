@@ -82,8 +82,11 @@ fn small_spawns_do_not_allocate_after_warm_up() {
 #[test]
 fn tasks_made_up_front_come_from_the_pool_in_the_next_round() {
     // A task graph spawned up front, then run, round after round: 20,000
-    // tasks alive at once. Once the first round has run, the next rounds'
-    // blocks come from the worker's pool, not from the allocator.
+    // tasks alive at once. Once two rounds have run, the next rounds'
+    // blocks come from the worker's pool and, beyond the 4096 blocks it
+    // keeps, from the runtime's exchange, not from the allocator. (The
+    // exchange learns how much to hold in the second round: what it had to
+    // refuse in the first is allocated again once.)
     const TASKS: usize = 20_000;
     let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
     let (allocs, sum) = rt.run(|| {
@@ -94,14 +97,14 @@ fn tasks_made_up_front_come_from_the_pool_in_the_next_round() {
             }
             handles.drain(..).map(|h| h.join()).sum::<u64>()
         };
-        let mut sum = round(&mut handles); // warm-up
+        let mut sum = round(&mut handles) + round(&mut handles); // warm-up
         let before = allocations();
         for _ in 0..3 {
             sum += round(&mut handles);
         }
         (allocations() - before, sum)
     });
-    assert_eq!(sum, 4 * (TASKS as u64 * (TASKS as u64 - 1) / 2));
+    assert_eq!(sum, 5 * (TASKS as u64 * (TASKS as u64 - 1) / 2));
     assert_eq!(
         allocs, 0,
         "{allocs} allocations for 3 rounds of {TASKS} live tasks"

@@ -29,6 +29,7 @@ pub(crate) mod rescue;
 #[cfg(not(loom))]
 pub(crate) mod send_ptr;
 pub(crate) mod signal;
+pub(crate) mod spare_blocks;
 #[cfg(not(loom))]
 pub(crate) mod split;
 pub(crate) mod stack_list;

@@ -66,7 +66,7 @@ impl Runtime {
             let spawned = b.spawn(move || {
                 // Without a runtime (a sibling failed to start) just exit.
                 let Ok(shared) = rx.recv() else { return };
-                let mut pool = BlockPool::new();
+                let mut pool = BlockPool::new(Some(shared.block_exchange.clone()));
                 let _installed = task::install_pool(&mut pool);
                 Worker::run(index, shared);
             });

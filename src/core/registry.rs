@@ -11,10 +11,11 @@ use crate::core::signal::{Action, SignalInbox, SignalRef};
 use crate::core::stats::{Counters, WorkerCounters};
 use crate::core::steal::{Mailbox, ReplySlot};
 use crate::core::sync::{AtomicBool, AtomicUsize};
-use crate::core::task::{Header, TaskRef};
+use crate::core::task::{BlockExchange, Header, TaskRef};
 use crate::core::worker::Worker;
 use crossbeam_queue::SegQueue;
 use crossbeam_utils::CachePadded;
+use std::sync::Arc;
 
 /// What a runtime's workers share.
 pub(crate) struct Registry {
@@ -42,6 +43,9 @@ pub(crate) struct Registry {
     pub(crate) parked: Parked,
     /// Root tasks waiting in `sync_root` (at most one may).
     pub(crate) root_syncs: AtomicUsize,
+    /// Free task blocks passed from the workers that run tasks to the
+    /// workers that make them (`spare_blocks.rs`).
+    pub(crate) block_exchange: Arc<BlockExchange>,
 }
 
 impl Registry {
@@ -65,6 +69,7 @@ impl Registry {
             ready_gate: Gate::new(),
             parked: Parked::new(n),
             root_syncs: AtomicUsize::new(0),
+            block_exchange: Arc::new(BlockExchange::new()),
         }
     }
 

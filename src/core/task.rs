@@ -15,7 +15,8 @@ use crate::core::error::{Cancellation, Cancelled};
 use crate::core::join_slot::{JoinSlot, Release};
 use crate::core::latch::CountLatch;
 use crate::core::registry::Registry;
-use crate::core::sync::{AtomicU64, AtomicUsize, Ordering};
+use crate::core::spare_blocks::{Linked, SpareBlocks};
+use crate::core::sync::{AtomicU64, AtomicUsize, Ordering, UnsafeCell as UnsafeLink};
 use crate::core::unwind::{catch_and_report, drop_or_report, AbortIfPanic};
 use crate::core::worker::{Worker, WorkerAddress};
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
@@ -28,18 +29,18 @@ use std::sync::Arc;
 /// Payload bytes stored inline in a block.
 pub(crate) const INLINE: usize = 192;
 const PAYLOAD_ALIGN: usize = 16;
-/// Free blocks a worker always may keep. Beyond that it keeps as many as
-/// it had taken and not yet given back at the busiest moment since it last
-/// went idle (its own demand): a program that makes many tasks before
-/// running them (a task graph spawned up front, say) frees them as they
-/// run and makes as many again for its next round, and the general
-/// allocator, with that many blocks in its bins, costs more than the task.
-/// Blocks that only pass through (made by a thread outside the runtime,
-/// freed here) are not kept beyond this. A worker idle for
-/// [`POOL_TRIM_AFTER`] keeps this many again (see [`trim_pool`]).
+/// Free blocks a worker keeps in its own pool. Beyond that it passes them
+/// to its runtime's block exchange, from which a worker whose pool is empty
+/// takes them all (`spare_blocks.rs`): a program that makes many tasks
+/// before running them (a task graph spawned up front, say) frees them as
+/// they run, on whichever worker ran them, and makes as many again for its
+/// next round from the same blocks, with no trip to the general allocator,
+/// which with that many blocks in its bins (and freed by other threads)
+/// costs more than the task. A worker idle for [`POOL_TRIM_AFTER`] gives
+/// back what the exchange holds (see [`trim_pool`]).
 const POOL_IDLE_CAPACITY: usize = 4096;
-/// How long a worker with more than [`POOL_IDLE_CAPACITY`] free blocks
-/// stays idle before it gives the surplus back: longer than the pause
+/// How long a worker stays idle, while spare blocks are held beyond its
+/// pool, before it gives them back: longer than the pause
 /// between the rounds of an iterative program, which then reuses them.
 pub(crate) const POOL_TRIM_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
 
@@ -72,7 +73,7 @@ pub(crate) struct Header {
     vtable: &'static VTable,
     /// Link for batches of stolen tasks (and the pool's free list); touched
     /// only by whoever owns the task at the time.
-    next: Cell<*mut Header>,
+    next: UnsafeLink<*mut Header>,
     join_slot: JoinSlot,
     /// Where a delayed task was queued when a fulfill made it ready (the
     /// worker's address and deque position; 0 before), so its handle's `join`
@@ -88,7 +89,7 @@ impl Header {
     pub(crate) fn new(vtable: &'static VTable) -> Self {
         Self {
             vtable,
-            next: Cell::new(ptr::null_mut()),
+            next: UnsafeLink::new(ptr::null_mut()),
             join_slot: JoinSlot::new(),
             ready_worker: AtomicUsize::new(0),
             ready_pos: AtomicU64::new(0),
@@ -156,7 +157,10 @@ impl TaskRef {
     /// Links `self` in front of `next` (a batch for a thief).
     pub(crate) fn into_list(self, next: *mut Header) -> *mut Header {
         // SAFETY: we own the block.
-        unsafe { self.0.as_ref().next.set(next) };
+        unsafe { self.0.as_ref() }
+            .next
+            // SAFETY: only the block's owner touches its link.
+            .with_mut(|l| unsafe { *l = next });
         self.0.as_ptr()
     }
 
@@ -169,7 +173,10 @@ impl TaskRef {
         let head = unsafe { NonNull::new_unchecked(list) };
         // SAFETY: a list received through a reply slot is owned by the
         // receiver, and each of its headers is a live task.
-        let next = unsafe { head.as_ref() }.next.replace(ptr::null_mut());
+        let next = unsafe { head.as_ref() }
+            .next
+            // SAFETY: only the block's owner touches its link.
+            .with_mut(|l| unsafe { std::mem::replace(&mut *l, ptr::null_mut()) });
         (TaskRef(head), next)
     }
 }
@@ -516,73 +523,230 @@ pub(crate) unsafe fn finish_release<T>(block: NonNull<Header>, release: Release)
     }
 }
 
+// SAFETY: `next` is a free block's only link, used by the pool or the
+// exchange that holds the block, never by anyone else meanwhile.
+unsafe impl Linked for Header {
+    fn link(&self) -> &UnsafeLink<*mut Header> {
+        &self.next
+    }
+}
+
+/// The free blocks of a runtime's workers, passed between them (see
+/// `spare_blocks.rs`); what it holds when the runtime goes is freed.
+pub(crate) struct BlockExchange(SpareBlocks<Header>);
+
+impl BlockExchange {
+    pub(crate) fn new() -> Self {
+        Self(SpareBlocks::new())
+    }
+}
+
+impl Drop for BlockExchange {
+    fn drop(&mut self) {
+        // SAFETY: taken whole, so this thread owns every block of the list.
+        unsafe { dealloc_list(self.0.take_all_to_free()) };
+    }
+}
+
+/// Surplus blocks a worker collects before it passes them on in one chain:
+/// one compare-and-swap on the exchange per this many blocks.
+const EXCHANGE_BATCH: usize = 64;
+
+/// Reads a free block's link.
+///
+/// # Safety
+/// The caller owns the free block.
+unsafe fn next_of(block: *mut Header) -> *mut Header {
+    // SAFETY: the block is live and owned by the caller.
+    unsafe { (*block).next.with(|l| *l) }
+}
+
+/// Sets a free block's link.
+///
+/// # Safety
+/// The caller owns the free block.
+unsafe fn set_next(block: *mut Header, next: *mut Header) {
+    // SAFETY: the block is live and owned by the caller.
+    unsafe { (*block).next.with_mut(|l| *l = next) };
+}
+
+/// Returns every block of a null-terminated list to the allocator.
+///
+/// # Safety
+/// The caller owns every block of the list, and each came from `alloc_raw`.
+unsafe fn dealloc_list(mut list: *mut Header) {
+    while !list.is_null() {
+        // SAFETY: owned (caller).
+        let next = unsafe { next_of(list) };
+        // SAFETY: a free block with `alloc_raw`'s layout (caller).
+        unsafe { dealloc(list.cast(), Layout::new::<TaskBlock>()) };
+        list = next;
+    }
+}
+
 /// A worker's free list of blocks, linked through their `next` field.
 pub(crate) struct BlockPool {
     head: *mut Header,
     len: usize,
-    /// Blocks this thread took (from the pool or the allocator) minus the
-    /// blocks it freed, wrapping: this worker's demand now.
-    taken: usize,
-    /// The highest `taken` since the pool was last trimmed: how many free
-    /// blocks it may keep beyond `POOL_IDLE_CAPACITY`.
-    peak: usize,
+    /// Blocks taken from the exchange, used once the free list is empty
+    /// (not counted in `len`, which only caps what this worker's own frees
+    /// keep).
+    reserve: *mut Header,
+    /// Surplus blocks on their way to the exchange: a chain from
+    /// `outbox` to `outbox_last` of `outbox_len` blocks.
+    outbox: *mut Header,
+    outbox_last: *mut Header,
+    outbox_len: usize,
+    /// The runtime's exchange; none for a pool outside a runtime.
+    exchange: Option<Arc<BlockExchange>>,
 }
 
 impl BlockPool {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(exchange: Option<Arc<BlockExchange>>) -> Self {
         Self {
             head: ptr::null_mut(),
             len: 0,
-            taken: 0,
-            peak: 0,
+            reserve: ptr::null_mut(),
+            outbox: ptr::null_mut(),
+            outbox_last: ptr::null_mut(),
+            outbox_len: 0,
+            exchange,
         }
     }
 
     #[inline]
     fn pop(&mut self) -> Option<NonNull<Header>> {
-        let head = NonNull::new(self.head)?;
+        let Some(head) = NonNull::new(self.head) else {
+            return self.pop_reserve();
+        };
         // SAFETY: pooled blocks are unused and their `next` links the list.
-        self.head = unsafe { (*head.as_ptr()).next.get() };
+        self.head = unsafe { next_of(head.as_ptr()) };
         self.len -= 1;
         Some(head)
     }
 
-    /// Counts a block this thread takes, from the pool or the allocator.
-    #[inline]
-    fn note_taken(&mut self) {
-        self.taken = self.taken.wrapping_add(1);
-        // Signed: blocks made elsewhere and freed here make `taken` negative.
-        if (self.taken as isize) > (self.peak as isize) {
-            self.peak = self.taken;
+    /// A block of the reserve, which is refilled from the exchange when
+    /// empty; `None` if both are empty.
+    #[cold]
+    fn pop_reserve(&mut self) -> Option<NonNull<Header>> {
+        if self.reserve.is_null() && !self.outbox.is_null() {
+            // This worker's own surplus, not yet passed on, first.
+            // SAFETY: the outbox's blocks are ours; `outbox_last` ends it.
+            unsafe { set_next(self.outbox_last, ptr::null_mut()) };
+            self.reserve = std::mem::replace(&mut self.outbox, ptr::null_mut());
+            self.outbox_last = ptr::null_mut();
+            self.outbox_len = 0;
         }
+        if self.reserve.is_null() {
+            let exchange = self.exchange.as_ref()?;
+            // Taken whole: every block of the list is ours.
+            self.reserve = exchange.0.take_all();
+        }
+        let head = NonNull::new(self.reserve)?;
+        // SAFETY: the reserve's blocks are ours and linked through `next`.
+        self.reserve = unsafe { next_of(head.as_ptr()) };
+        Some(head)
     }
 
-    /// Keeps `block` within this worker's demand (see
-    /// `POOL_IDLE_CAPACITY`); returns it back if refused.
+    /// Keeps `block` in this worker's pool, or passes it on to the
+    /// exchange beyond [`POOL_IDLE_CAPACITY`]; returns it back if both
+    /// refuse.
     #[inline]
     fn push(&mut self, block: NonNull<Header>) -> Result<(), NonNull<Header>> {
-        self.taken = self.taken.wrapping_sub(1);
-        if self.len >= POOL_IDLE_CAPACITY.max(self.peak) {
-            return Err(block);
+        if self.len >= POOL_IDLE_CAPACITY {
+            return self.pass_on(block);
         }
         // SAFETY: the block is unused; only its link is written.
-        unsafe { ptr::addr_of_mut!((*block.as_ptr()).next).write(Cell::new(self.head)) };
+        unsafe { ptr::addr_of_mut!((*block.as_ptr()).next).write(UnsafeLink::new(self.head)) };
         self.head = block.as_ptr();
         self.len += 1;
         Ok(())
     }
+
+    /// Adds a surplus block to the outbox, which goes to the exchange every
+    /// [`EXCHANGE_BATCH`] blocks; returns it back if there is no exchange.
+    #[cold]
+    fn pass_on(&mut self, block: NonNull<Header>) -> Result<(), NonNull<Header>> {
+        if self.exchange.is_none() {
+            return Err(block);
+        }
+        let b = block.as_ptr();
+        // SAFETY: the block is unused; only its link is written.
+        unsafe { ptr::addr_of_mut!((*b).next).write(UnsafeLink::new(self.outbox)) };
+        if self.outbox.is_null() {
+            self.outbox_last = b;
+        }
+        self.outbox = b;
+        self.outbox_len += 1;
+        if self.outbox_len >= EXCHANGE_BATCH {
+            self.flush_outbox();
+        }
+        Ok(())
+    }
+
+    /// Passes the outbox to the exchange, or to the allocator if the
+    /// exchange is full.
+    fn flush_outbox(&mut self) {
+        if self.outbox.is_null() {
+            return;
+        }
+        let (first, last, len) = (self.outbox, self.outbox_last, self.outbox_len);
+        self.outbox = ptr::null_mut();
+        self.outbox_last = ptr::null_mut();
+        self.outbox_len = 0;
+        let passed = self.exchange.as_ref().is_some_and(|exchange| {
+            // SAFETY: the chain is ours and linked from `first` to `last`.
+            unsafe { exchange.0.push_chain(first, last, len) }
+        });
+        if !passed {
+            // SAFETY: refused, so still ours; `last`'s link ends the chain.
+            unsafe {
+                set_next(last, ptr::null_mut());
+                dealloc_list(first);
+            }
+        }
+    }
 }
 
 impl BlockPool {
-    /// Returns blocks to the allocator until at most `keep` are left.
+    /// Returns blocks to the allocator until at most `keep` are left, and
+    /// with them the reserve, the outbox and what the exchange holds: the
+    /// worker is idle, and so, for a while, are the others.
     fn trim_to(&mut self, keep: usize) {
-        // The demand measured so far is spent: measure it afresh.
-        self.peak = (self.taken as isize).max(0) as usize;
         while self.len > keep {
-            let Some(b) = self.pop() else { break };
+            let Some(b) = NonNull::new(self.head) else {
+                break;
+            };
+            // SAFETY: pooled blocks are unused and linked through `next`.
+            self.head = unsafe { next_of(b.as_ptr()) };
+            self.len -= 1;
             // SAFETY: pooled blocks are allocated with this layout and unused.
             unsafe { dealloc(b.as_ptr().cast(), Layout::new::<TaskBlock>()) };
         }
+        let reserve = std::mem::replace(&mut self.reserve, ptr::null_mut());
+        // SAFETY: the reserve's blocks are ours.
+        unsafe { dealloc_list(reserve) };
+        if !self.outbox.is_null() {
+            // SAFETY: the outbox's blocks are ours; `outbox_last` ends it.
+            unsafe {
+                set_next(self.outbox_last, ptr::null_mut());
+                dealloc_list(self.outbox);
+            }
+            self.outbox = ptr::null_mut();
+            self.outbox_last = ptr::null_mut();
+            self.outbox_len = 0;
+        }
+        if let Some(exchange) = &self.exchange {
+            // SAFETY: taken whole: every block of the list is ours.
+            unsafe { dealloc_list(exchange.0.take_all_to_free()) };
+        }
+    }
+
+    /// Whether an idle trim would give anything back.
+    fn has_surplus(&self) -> bool {
+        !self.reserve.is_null()
+            || !self.outbox.is_null()
+            || self.exchange.as_ref().is_some_and(|e| e.0.held() > 0)
     }
 }
 
@@ -592,19 +756,20 @@ impl Drop for BlockPool {
     }
 }
 
-/// Whether this thread's block pool holds more than it keeps while idle.
+/// Whether this thread's block pool, or its runtime's exchange, holds
+/// spare blocks that an idle trim would give back.
 pub(crate) fn pool_over_idle_capacity() -> bool {
     POOL.with(|p| {
         let pool = p.get();
-        // SAFETY: as in `trim_pool`; only the length is read.
-        !pool.is_null() && unsafe { (*pool).len } > POOL_IDLE_CAPACITY
+        // SAFETY: as in `trim_pool`; only reads.
+        !pool.is_null() && unsafe { (*pool).has_surplus() }
     })
 }
 
-/// Returns what this thread's block pool holds beyond
-/// [`POOL_IDLE_CAPACITY`] to the allocator: its worker has been idle a
-/// while, so the blocks it kept for a busy spell go back to the rest of
-/// the program.
+/// Returns the spare blocks of this thread's pool (beyond its
+/// [`POOL_IDLE_CAPACITY`]) and of its runtime's exchange to the allocator:
+/// its worker has been idle a while, so the blocks kept for a busy spell go
+/// back to the rest of the program.
 #[cold]
 pub(crate) fn trim_pool() {
     POOL.with(|p| {
@@ -673,9 +838,7 @@ pub(crate) fn alloc_raw<T>() -> NonNull<T> {
                 // SAFETY: a non-null `POOL` points to the pool installed by
                 // `install_pool`, which outlives its guard; only this
                 // thread uses it, and not reentrantly.
-                let pool = unsafe { &mut *pool };
-                pool.note_taken();
-                pool.pop()
+                unsafe { (*pool).pop() }
             })
             .flatten()
     });
