@@ -7,8 +7,8 @@
 //!
 //! "Almost": a round whose tasks happen to be alive together in greater
 //! numbers than in any round before needs blocks that no round freed yet.
-//! In 20 runs on a 2-core machine, 0 to 11,017 blocks were allocated in
-//! 327,680 tasks (half the runs under 330); with the surplus sent back to
+//! In 16 runs on a 2-core machine, 0 to 14,739 blocks were allocated in
+//! 327,680 tasks (the median about 4,000); with the surplus sent back to
 //! the allocator instead, about 574,000 (1.75 per task).
 
 mod support;
