@@ -14,32 +14,16 @@
 mod support;
 
 use selvedge::LoopPromise;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 use support::Watchdog;
 
-struct Counting;
-
-/// Allocations the size of a task block (256 bytes), on any thread.
-static BLOCK_SIZED: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator, only counting calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if layout.size() == 256 {
-            BLOCK_SIZED.fetch_add(1, Relaxed);
-        }
-        System.alloc(layout)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-}
+#[path = "support/block_counting.rs"]
+mod block_counting;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: block_counting::Counting = block_counting::Counting;
 
 /// Tiles per side of the wavefront each round builds.
 const SIDE: usize = 128;
@@ -99,7 +83,7 @@ fn a_graph_made_on_one_worker_and_run_on_others_allocates_almost_no_blocks_once_
         for _ in 0..WARM_UP {
             assert_eq!(wavefront(), expected);
         }
-        (ran(), BLOCK_SIZED.load(Relaxed), expected)
+        (ran(), block_counting::block_sized(), expected)
     });
     // A second root task, which may run on another worker: the first one's
     // blocks must reach it too, after a round or so.
@@ -107,11 +91,11 @@ fn a_graph_made_on_one_worker_and_run_on_others_allocates_almost_no_blocks_once_
         for _ in 0..WARM_UP {
             assert_eq!(wavefront(), expected);
         }
-        let at_start = BLOCK_SIZED.load(Relaxed);
+        let at_start = block_counting::block_sized();
         for _ in 0..ROUNDS {
             assert_eq!(wavefront(), expected);
         }
-        BLOCK_SIZED.load(Relaxed) - at_start
+        block_counting::block_sized() - at_start
     });
     let ran_after = ran();
     let per_worker: Vec<u64> = ran_after

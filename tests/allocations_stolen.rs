@@ -13,31 +13,14 @@
 
 mod support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 use support::Watchdog;
 
-struct Counting;
-
-/// Allocations the size of a task block (256 bytes), on any thread.
-static BLOCK_SIZED: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator, only counting calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if layout.size() == 256 {
-            BLOCK_SIZED.fetch_add(1, Relaxed);
-        }
-        System.alloc(layout)
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-}
+#[path = "support/block_counting.rs"]
+mod block_counting;
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: block_counting::Counting = block_counting::Counting;
 
 /// Depth of the tree each round spawns: `2^DEPTH - 1` spawns.
 const DEPTH: u32 = 12;
@@ -69,13 +52,13 @@ fn spawns_allocate_no_blocks_once_warm_while_tasks_are_stolen() {
         for _ in 0..WARM_UP {
             assert_eq!(tree(DEPTH), expected); // warm-up
         }
-        let before = (stolen(), BLOCK_SIZED.load(Relaxed));
+        let before = (stolen(), block_counting::block_sized());
         for _ in 0..ROUNDS {
             assert_eq!(tree(DEPTH), expected);
         }
         before
     });
-    let blocks = BLOCK_SIZED.load(Relaxed) - blocks_before;
+    let blocks = block_counting::block_sized() - blocks_before;
     let steals = stolen() - steals_before;
     let spawns = ROUNDS * ((1 << DEPTH) - 1);
     assert!(
