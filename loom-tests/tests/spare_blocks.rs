@@ -22,10 +22,12 @@ struct Node {
     stamp: UnsafeCell<u32>,
 }
 
-// SAFETY: `link` returns the node's own link cell every time.
+// SAFETY: `link` projects the node's own link cell from the pointer, every
+// time; the model's nodes hold only plain data.
 unsafe impl Linked for Node {
-    fn link(&self) -> &UnsafeCell<*mut Node> {
-        &self.link
+    unsafe fn link(node: *mut Node) -> *const UnsafeCell<*mut Node> {
+        // SAFETY: `node` is live (caller).
+        unsafe { std::ptr::addr_of!((*node).link) }
     }
 }
 

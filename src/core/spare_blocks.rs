@@ -32,15 +32,21 @@ pub const MAX_HELD: usize = 1 << 18;
 /// one round for the limit to fit it.
 pub const MIN_LIMIT: usize = 1 << 12;
 
-/// A node the exchange can link: a free block, whose link nobody else uses
-/// while the block is free.
+/// A node the exchange can link: a free block (memory holding no value),
+/// whose link nobody else uses while the block is free.
 ///
 /// # Safety
-/// `link` returns the same cell for a node every time, and nothing but the
-/// exchange and the node's owner (whoever holds the free node) touches it.
+/// `link` returns a pointer to the same cell inside the node every time,
+/// projected from the raw pointer alone (no reference to the node, whose
+/// other bytes may be left over from its last use); nothing but the
+/// exchange and the node's owner (whoever holds the free node) touches the
+/// cell; and the nodes hold no values, so they may change threads.
 pub unsafe trait Linked {
-    /// The cell that links this node to the next one of its chain.
-    fn link(&self) -> &UnsafeCell<*mut Self>;
+    /// The cell that links `node` to the next node of its chain.
+    ///
+    /// # Safety
+    /// `node` points to a live node.
+    unsafe fn link(node: *mut Self) -> *const UnsafeCell<*mut Self>;
 }
 
 /// Free nodes, handed between threads in chains (see the module docs).
@@ -48,8 +54,9 @@ pub struct SpareBlocks<N> {
     head: AtomicPtr<N>,
     /// About how many nodes are held: raised before a chain is pushed and
     /// zeroed when the stack is taken, so a chain pushed during a take may
-    /// go uncounted (the cap is then passed by a chain or so; nothing else
-    /// reads it). Counting what a taker took would mean walking the list.
+    /// go uncounted until the next take (the limit is then passed by a
+    /// chain or so, and an idle worker may see nothing to trim until the
+    /// next push). Counting what a taker took would mean walking the list.
     held: AtomicUsize,
     /// How many nodes a push may bring the exchange to (see [`MIN_LIMIT`]).
     limit: AtomicUsize,
@@ -57,9 +64,9 @@ pub struct SpareBlocks<N> {
     refused: AtomicUsize,
 }
 
-// SAFETY: the nodes are free memory, holding no value of any thread's,
-// and they change hands through the atomic head alone (see the module
-// docs); the exchange holds no node by reference.
+// SAFETY: the nodes are free memory, holding no value of any thread's
+// (`Linked`'s contract), and they change hands through the atomic head
+// alone (see the module docs); the exchange holds no node by reference.
 unsafe impl<N> Send for SpareBlocks<N> {}
 // SAFETY: as above.
 unsafe impl<N> Sync for SpareBlocks<N> {}
@@ -98,7 +105,7 @@ impl<N: Linked> SpareBlocks<N> {
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
             // SAFETY: the caller owns `last`, which is live.
-            let link = unsafe { (*last).link() };
+            let link = unsafe { &*N::link(last) };
             // SAFETY: nobody else touches an owned node's link.
             link.with_mut(|l| unsafe { *l = head });
             // Release: the chain's links (and whatever the pusher wrote in
@@ -135,9 +142,9 @@ impl<N: Linked> SpareBlocks<N> {
         list
     }
 
-    /// Takes every node held, as [`SpareBlocks::take_all`], for a worker
-    /// gone idle that gives them back to the allocator: the limit falls
-    /// back to [`MIN_LIMIT`] until takers want more again.
+    /// Takes every node held, as [`SpareBlocks::take_all`], to give them
+    /// back to the allocator (every worker is idle): the limit falls back
+    /// to [`MIN_LIMIT`] until takers want more again.
     pub fn take_all_to_free(&self) -> *mut N {
         self.limit.store(MIN_LIMIT, Ordering::Relaxed);
         self.refused.store(0, Ordering::Relaxed);

@@ -523,11 +523,13 @@ pub(crate) unsafe fn finish_release<T>(block: NonNull<Header>, release: Release)
     }
 }
 
-// SAFETY: `next` is a free block's only link, used by the pool or the
-// exchange that holds the block, never by anyone else meanwhile.
+// SAFETY: `next` is a free block's only link, projected from the raw
+// pointer, used by the pool or the exchange that holds the block and by
+// nobody else meanwhile; a free block holds no value.
 unsafe impl Linked for Header {
-    fn link(&self) -> &UnsafeLink<*mut Header> {
-        &self.next
+    unsafe fn link(node: *mut Header) -> *const UnsafeLink<*mut Header> {
+        // SAFETY: `node` is live (caller); no reference to it is made.
+        unsafe { ptr::addr_of!((*node).next) }
     }
 }
 
@@ -710,9 +712,10 @@ impl BlockPool {
 
 impl BlockPool {
     /// Returns blocks to the allocator until at most `keep` are left, and
-    /// with them the reserve, the outbox and what the exchange holds: the
-    /// worker is idle, and so, for a while, are the others.
-    fn trim_to(&mut self, keep: usize) {
+    /// with them the reserve and the outbox (the worker is idle), and what
+    /// the exchange holds if `everyone_idle` (else a worker that makes
+    /// tasks may be about to take them).
+    fn trim_to(&mut self, keep: usize, everyone_idle: bool) {
         while self.len > keep {
             let Some(b) = NonNull::new(self.head) else {
                 break;
@@ -736,7 +739,7 @@ impl BlockPool {
             self.outbox_last = ptr::null_mut();
             self.outbox_len = 0;
         }
-        if let Some(exchange) = &self.exchange {
+        if let Some(exchange) = self.exchange.as_ref().filter(|_| everyone_idle) {
             // SAFETY: taken whole: every block of the list is ours.
             unsafe { dealloc_list(exchange.0.take_all_to_free()) };
         }
@@ -752,7 +755,9 @@ impl BlockPool {
 
 impl Drop for BlockPool {
     fn drop(&mut self) {
-        self.trim_to(0);
+        // The exchange's blocks go with the exchange, when the last pool
+        // and the runtime let it go.
+        self.trim_to(0, false);
     }
 }
 
@@ -767,18 +772,19 @@ pub(crate) fn pool_over_idle_capacity() -> bool {
 }
 
 /// Returns the spare blocks of this thread's pool (beyond its
-/// [`POOL_IDLE_CAPACITY`]) and of its runtime's exchange to the allocator:
-/// its worker has been idle a while, so the blocks kept for a busy spell go
+/// [`POOL_IDLE_CAPACITY`]) to the allocator, and those of its runtime's
+/// exchange if `everyone_idle` (every other worker idle-parked too): its
+/// worker has been idle a while, so the blocks kept for a busy spell go
 /// back to the rest of the program.
 #[cold]
-pub(crate) fn trim_pool() {
+pub(crate) fn trim_pool(everyone_idle: bool) {
     POOL.with(|p| {
         let pool = p.get();
         if !pool.is_null() {
             // SAFETY: a non-null `POOL` points to the pool installed by
             // `install_pool`, used by this thread alone, and not reentrantly
             // (trimming calls nothing that allocates a block).
-            unsafe { (*pool).trim_to(POOL_IDLE_CAPACITY) };
+            unsafe { (*pool).trim_to(POOL_IDLE_CAPACITY, everyone_idle) };
         }
     });
 }
