@@ -8,7 +8,9 @@
 //! case where a spawn allocates.
 //!
 //! Blocks come from a per-thread free list on worker threads and go back to
-//! the free list of whichever worker frees them; foreign threads use the
+//! the free list of whichever worker frees them, up to 4096; beyond that
+//! they go to the runtime's block exchange, from which a worker whose list
+//! is empty takes them all (`spare_blocks.rs`). Foreign threads use the
 //! global allocator.
 
 use crate::core::error::{Cancellation, Cancelled};
