@@ -1107,7 +1107,9 @@ fn fine_wavefront_table(
              root task with `selvedge::spawn_delayed` on its two neighbours' iterations of a \
              `LoopPromise`, the bottom-right tile's handle joined; *submit_delayed (from the \
              main thread)*: the same tasks queued with `Runtime::submit_delayed` from the \
-             calling thread, which is no worker; *scope.spawn_delayed*: the same in a scope; \
+             calling thread, which is no worker; *a maker task per row*: the same tasks, \
+             each row's made by a task of its own, the rows' makers running in parallel; \
+             *scope.spawn_delayed*: the same in a scope; \
              *rayon barrier*: `par_iter` over each anti-diagonal. *over ideal* is \
              (median − serial / {threads}) / tiles in ns: what each tile costs beyond a \
              perfect split of the serial work."

@@ -35,6 +35,11 @@
 //!   queued with `Runtime::submit_delayed` from the calling thread, which
 //!   is not one of the runtime's workers, then the last handle joined from
 //!   there: both workers run tiles while the caller submits.
+//! - `selvedge spawn_delayed (a maker task per row)`: the same tasks, each
+//!   row's made by a task of its own (the rows' makers spawned into a
+//!   scope inside `rt.run`, so several workers make tiles at once); then
+//!   the bottom-right tile's promise is waited for. Making the graph is
+//!   no longer one thread's work.
 //! - `selvedge scope.spawn_delayed`: the same in a `selvedge::scope` inside
 //!   `rt.run`, the tasks borrowing the digests and the loop promise.
 //! - `rayon barrier (par_iter per diagonal)`: `into_par_iter` over each
@@ -80,6 +85,7 @@ pub const SMALL_GROUP: &str = "wavefront_fine_64";
 // share the coarse wavefront's).
 pub const DELAYED: &str = "selvedge spawn_delayed (inside rt.run)";
 pub const SUBMIT: &str = "selvedge submit_delayed (from the main thread)";
+pub const ROWS: &str = "selvedge spawn_delayed (a maker task per row)";
 pub const SCOPE_DELAYED: &str = WAVE_SCOPE_DELAYED;
 pub const RAYON_BARRIER: &str = WAVE_RAYON_BARRIER;
 
@@ -118,6 +124,11 @@ fn workload<const G: usize, const R: u32>(group: &'static str, nominal_us: u32) 
                     name: SUBMIT,
                     kind: Kind::SelvedgeSpawn,
                     run: |p| submitted::<G, R>(&p.selvedge),
+                },
+                Impl {
+                    name: ROWS,
+                    kind: Kind::SelvedgeSpawn,
+                    run: |p| p.selvedge.run(rows_delayed::<G, R>),
                 },
                 Impl {
                     name: SCOPE_DELAYED,
@@ -247,6 +258,30 @@ pub fn submitted<const G: usize, const R: u32>(rt: &selvedge::Runtime) -> u64 {
     made_up_front::<G>(|shared, idx| {
         rt.submit_delayed(tile_deps::<G>(&shared.done, idx), shared.tile::<G, R>(idx))
     })
+}
+
+/// From inside `rt.run`: a task per row makes that row's tiles, the rows'
+/// makers spawned into a scope so that they run in parallel; then the
+/// bottom-right tile, which depends on every other one, is waited for
+/// through its promise (every tile's handle is dropped).
+pub fn rows_delayed<const G: usize, const R: u32>() -> u64 {
+    let shared = Shared::new::<G>();
+    selvedge::scope(|s| {
+        for i in 0..G {
+            let shared = &shared;
+            s.spawn(move |_| {
+                for idx in i * G..(i + 1) * G {
+                    let deps = tile_deps::<G>(&shared.done, idx);
+                    drop(selvedge::spawn_delayed(
+                        deps,
+                        Arc::clone(shared).tile::<G, R>(idx),
+                    ));
+                }
+            });
+        }
+    });
+    selvedge::spawn_delayed([shared.done.at(G * G - 1)], || ()).join();
+    checksum(&shared.digests)
 }
 
 /// Every tile made up front, row-major, by `make` (which gives it the
