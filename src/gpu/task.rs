@@ -47,7 +47,7 @@ pub(super) struct Link {
     /// failed.
     enqueued: Dep,
     /// Recorded after the task's work (set before `enqueued` is fulfilled).
-    event: Arc<OnceLock<RawEvent>>,
+    event: Arc<OnceLock<Arc<RawEvent>>>,
     /// Identifies the device (its `DeviceInner`'s address).
     device: usize,
 }
@@ -221,7 +221,7 @@ impl Device {
     pub(super) fn spawn_linked<T, F>(
         &self,
         host_deps: Vec<Dep>,
-        device_waits: Vec<Arc<OnceLock<RawEvent>>>,
+        device_waits: Vec<Arc<OnceLock<Arc<RawEvent>>>>,
         link: Link,
         promises: LinkPromises,
         f: F,
@@ -284,7 +284,7 @@ pub(super) struct LinkPromises {
     enqueued: Promise,
     done: Promise,
     finished: Promise,
-    event: Arc<OnceLock<RawEvent>>,
+    event: Arc<OnceLock<Arc<RawEvent>>>,
 }
 
 impl Link {
@@ -295,7 +295,7 @@ impl Link {
         &self,
         me: usize,
         host_deps: &mut Vec<Dep>,
-        device_waits: &mut Vec<Arc<OnceLock<RawEvent>>>,
+        device_waits: &mut Vec<Arc<OnceLock<Arc<RawEvent>>>>,
     ) {
         if self.device == me {
             host_deps.push(self.enqueued.clone());
@@ -501,9 +501,9 @@ fn finish_work(
     kept: KeptAlive,
     record: Record,
     then: impl FnOnce() + Send + 'static,
-) -> Result<Option<RawEvent>, GpuError> {
+) -> Result<Option<Arc<RawEvent>>, GpuError> {
     let stream = lane.stream.cu_stream();
-    let recorded = (|| -> Result<Option<RawEvent>, GpuError> {
+    let recorded = (|| -> Result<Option<Arc<RawEvent>>, GpuError> {
         // The closure may have left another context current (a call on
         // another device's buffer binds that one).
         inner.make_current()?;
@@ -512,7 +512,7 @@ fn finish_work(
             Record::Own => {
                 let own = RawEvent::new(&inner.ctx)?;
                 own.record(stream)?;
-                Some(own)
+                Some(Arc::new(own))
             }
             Record::Lane => {
                 lane.iteration_done.record(stream)?;
@@ -528,43 +528,47 @@ fn finish_work(
             return Err(e);
         }
     };
-    let after = recorded.as_ref().unwrap_or(&lane.iteration_done);
-    complete_after(inner, lane, after, kept, then)?;
+    complete_after(inner, lane, recorded.as_ref(), kept, then)?;
     Ok(recorded)
 }
 
-/// Has a worker drop `kept` and then run `then` once the work before
-/// `after`'s record is complete. If that cannot be enqueued, `kept` still
-/// outlives the work: the stream is waited for first.
+/// Has a worker drop `kept` and then run `then` once the work before the
+/// most recent record of `own` (the task's own event), or else of the
+/// lane's `iteration_done`, is complete. If that cannot be enqueued, `kept`
+/// still outlives the work: the stream is waited for first.
 fn complete_after(
     inner: &Arc<DeviceInner>,
     lane: &GpuStream,
-    after: &RawEvent,
+    own: Option<&Arc<RawEvent>>,
     kept: KeptAlive,
     then: impl FnOnce() + Send + 'static,
 ) -> Result<(), GpuError> {
+    let after = own.map_or(&lane.iteration_done, |e| &**e);
     if kept.is_empty() {
         return inner.enqueue_completion(lane, after, then);
     }
-    // An event of the kept values' own, recorded at the same point as
-    // `after` (which a lane may record again before the completion runs),
-    // for the host to wait on before they go. The completion already means
-    // the work is complete, so the wait returns at once; it is there for
-    // tools that check stream order (compute-sanitizer's stream-ordered
-    // race tracking sees a host wait on an event, not a host function), so
-    // that a buffer freed when its last holder goes is not reported as
-    // freed under the other streams' reads.
-    let kept_done = match RawEvent::new(&inner.ctx).and_then(|e| {
-        e.record(lane.stream.cu_stream())?;
-        Ok(e)
-    }) {
-        Ok(e) => e,
-        Err(e) => {
-            let e = GpuError::from(e);
-            inner.fail_if_sticky(&e);
-            wait_then_drop(lane, kept);
-            return Err(e);
-        }
+    // An event recorded after the work, never again, for the host to wait
+    // on before the kept values go: the task's own, or else one of their
+    // own (the lane may record `iteration_done` again before the completion
+    // runs). The completion already means the work is complete, so the wait
+    // returns at once; it is there for tools that check stream order
+    // (compute-sanitizer's stream-ordered race tracking sees a host wait on
+    // an event, not a host function), so that a buffer freed when its last
+    // holder goes is not reported as freed under the other streams' reads.
+    let kept_done = match own {
+        Some(own) => Arc::clone(own),
+        None => match RawEvent::new(&inner.ctx).and_then(|e| {
+            e.record(lane.stream.cu_stream())?;
+            Ok(Arc::new(e))
+        }) {
+            Ok(e) => e,
+            Err(e) => {
+                let e = GpuError::from(e);
+                inner.fail_if_sticky(&e);
+                wait_then_drop(lane, kept);
+                return Err(e);
+            }
+        },
     };
     // Shared with the action, so that an action dropped unrun (the enqueue
     // failed) does not take the values with it.
