@@ -633,13 +633,11 @@ impl BlockPool {
     /// empty; `None` if both are empty.
     #[cold]
     fn pop_reserve(&mut self) -> Option<NonNull<Header>> {
-        if self.reserve.is_null() && !self.outbox.is_null() {
+        if self.reserve.is_null() {
             // This worker's own surplus, not yet passed on, first.
-            // SAFETY: the outbox's blocks are ours; `outbox_last` ends it.
-            unsafe { set_next(self.outbox_last, ptr::null_mut()) };
-            self.reserve = std::mem::replace(&mut self.outbox, ptr::null_mut());
-            self.outbox_last = ptr::null_mut();
-            self.outbox_len = 0;
+            self.reserve = self
+                .take_outbox()
+                .map_or(ptr::null_mut(), |(first, _, _)| first);
         }
         if self.reserve.is_null() {
             let exchange = self.exchange.as_ref()?;
@@ -688,26 +686,34 @@ impl BlockPool {
         Ok(())
     }
 
-    /// Passes the outbox to the exchange, or to the allocator if the
-    /// exchange is full.
-    fn flush_outbox(&mut self) {
+    /// Empties the outbox: its chain (first, last, length), null-terminated,
+    /// or `None` if it was empty.
+    fn take_outbox(&mut self) -> Option<(*mut Header, *mut Header, usize)> {
         if self.outbox.is_null() {
-            return;
+            return None;
         }
-        let (first, last, len) = (self.outbox, self.outbox_last, self.outbox_len);
+        // SAFETY: the outbox's blocks are ours; `outbox_last` ends the chain.
+        unsafe { set_next(self.outbox_last, ptr::null_mut()) };
+        let chain = (self.outbox, self.outbox_last, self.outbox_len);
         self.outbox = ptr::null_mut();
         self.outbox_last = ptr::null_mut();
         self.outbox_len = 0;
+        Some(chain)
+    }
+
+    /// Passes the outbox to the exchange, or to the allocator if the
+    /// exchange is full.
+    fn flush_outbox(&mut self) {
+        let Some((first, last, len)) = self.take_outbox() else {
+            return;
+        };
         let passed = self.exchange.as_ref().is_some_and(|exchange| {
             // SAFETY: the chain is ours and linked from `first` to `last`.
             unsafe { exchange.0.push_chain(first, last, len) }
         });
         if !passed {
-            // SAFETY: refused, so still ours; `last`'s link ends the chain.
-            unsafe {
-                set_next(last, ptr::null_mut());
-                dealloc_list(first);
-            }
+            // SAFETY: refused, so still ours, and null-terminated.
+            unsafe { dealloc_list(first) };
         }
     }
 }
@@ -731,15 +737,9 @@ impl BlockPool {
         let reserve = std::mem::replace(&mut self.reserve, ptr::null_mut());
         // SAFETY: the reserve's blocks are ours.
         unsafe { dealloc_list(reserve) };
-        if !self.outbox.is_null() {
-            // SAFETY: the outbox's blocks are ours; `outbox_last` ends it.
-            unsafe {
-                set_next(self.outbox_last, ptr::null_mut());
-                dealloc_list(self.outbox);
-            }
-            self.outbox = ptr::null_mut();
-            self.outbox_last = ptr::null_mut();
-            self.outbox_len = 0;
+        if let Some((first, _, _)) = self.take_outbox() {
+            // SAFETY: the outbox's blocks are ours, the chain null-terminated.
+            unsafe { dealloc_list(first) };
         }
         if let Some(exchange) = self.exchange.as_ref().filter(|_| everyone_idle) {
             // SAFETY: taken whole: every block of the list is ours.

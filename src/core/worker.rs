@@ -886,10 +886,7 @@ impl Worker {
                 if trim && parked_at.elapsed() >= task::POOL_TRIM_AFTER {
                     // The exchange only when no other worker is busy: one
                     // that makes tasks takes its blocks back from there.
-                    let everyone_idle = (0..shared.sleep.workers())
-                        .filter(|&w| w != me)
-                        .all(|w| shared.sleep.is_sleeping(w));
-                    task::trim_pool(everyone_idle);
+                    task::trim_pool(shared.sleep.quiescent_except(me, || true));
                 }
             }
             Until::Complete(c) => {
