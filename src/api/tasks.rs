@@ -29,7 +29,7 @@ where
 {
     match Worker::current() {
         Some(w) => {
-            let task = task::new_handled(f);
+            let task = task::new_handled_in(w.own_pool(), f);
             // SAFETY: `F` and `T` are 'static.
             let handle = unsafe { JoinHandle::new(&task) };
             let pos = w.push(task);

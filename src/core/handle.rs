@@ -154,8 +154,9 @@ impl<T> JoinHandle<T> {
                     w.count_task_run();
                     // SAFETY: the task is a plain spawned one of result type
                     // T, ours (taken back), with no hook; the handle is
-                    // forgotten, so nothing else touches the block.
-                    return w.nested(|| unsafe { task::run_for_value::<T>(task) });
+                    // forgotten, so nothing else touches the block; the
+                    // pool is this worker's, on its own thread.
+                    return w.nested(|| unsafe { task::run_for_value::<T>(task, w.own_pool()) });
                 }
             }
             let block = self.block.take().expect("JoinHandle used after completion");

@@ -67,8 +67,8 @@ impl Runtime {
                 // Without a runtime (a sibling failed to start) just exit.
                 let Ok(shared) = rx.recv() else { return };
                 let mut pool = BlockPool::new(Some(shared.block_exchange.clone()));
-                let _installed = task::install_pool(&mut pool);
-                Worker::run(index, shared);
+                let installed = task::install_pool(&mut pool);
+                Worker::run(index, shared, installed.own_pool());
             });
             match spawned {
                 Ok(t) => {

@@ -62,7 +62,7 @@ pub(crate) struct VTable {
     /// Runs a handled task for its own joining handle, writing the `T` to
     /// `out`; the block is freed first, and a panic unwinds out as it is.
     /// Only handled tasks have one (see [`run_for_value`]).
-    pub(crate) run_value: Option<unsafe fn(NonNull<Header>, *mut ())>,
+    pub(crate) run_value: Option<unsafe fn(NonNull<Header>, *mut (), OwnPool)>,
     /// Drops a queued task's closure without running it and publishes the
     /// cancellation as its result (or frees the block when detached).
     pub(crate) cancel: unsafe fn(NonNull<Header>, Cancellation),
@@ -305,15 +305,17 @@ impl<F: FnOnce() -> T, T> Typed<F, T> {
 
     /// # Safety
     /// As for `run_handled`, the block has no hook and nobody but the
-    /// caller knows it any more, and `out` is valid for writing a `T`.
-    unsafe fn run_value(block: NonNull<Header>, out: *mut ()) {
+    /// caller knows it any more, `out` is valid for writing a `T`, and
+    /// `pool` is the calling thread's own.
+    unsafe fn run_value(block: NonNull<Header>, out: *mut (), pool: OwnPool) {
         // SAFETY: the payload holds the unrun `F` (caller), moved out once.
         let f = unsafe { take::<F>(block) };
         // The closure is out and nobody else knows the block (caller):
         // recycle it before running, so the task's own spawns reuse a
         // cache-hot block, and nothing is left to clean up if `f` panics.
-        // SAFETY: as just said, and the block has no hook (caller).
-        unsafe { free_unhooked_block(block) };
+        // SAFETY: as just said, the block has no hook, and `pool` is this
+        // thread's (caller).
+        unsafe { free_unhooked_block_to(block, pool) };
         let value = f();
         // SAFETY: `out` is writable storage for a `T` (caller).
         unsafe { ptr::write(out.cast::<T>(), value) };
@@ -379,6 +381,23 @@ where
     TaskRef(block)
 }
 
+/// [`new_handled`] on a worker, with the block taken from the worker's own
+/// pool: the hot path of `spawn`, without the thread-local lookup.
+#[inline]
+pub(crate) fn new_handled_in<F, T>(pool: OwnPool, f: F) -> TaskRef
+where
+    F: FnOnce() -> T + Send,
+    T: Send,
+{
+    let block = pool.pop().unwrap_or_else(alloc_fresh::<Header>);
+    // SAFETY: the block is unused memory of the right layout; the header
+    // fields are written without reading (or dropping) what was there.
+    unsafe { block.as_ptr().write(Header::new(&Typed::<F, T>::HANDLED)) };
+    // SAFETY: the block is fresh.
+    unsafe { store::<F>(block, f) };
+    TaskRef(block)
+}
+
 /// A new task with no handle: it frees its block itself.
 pub(crate) fn new_detached<F>(f: F) -> TaskRef
 where
@@ -438,9 +457,10 @@ pub(crate) unsafe fn run_inline_for_handle<T>(task: TaskRef) -> std::thread::Res
 /// handle, which gives the block up (is forgotten); no completion hook may
 /// be installed; and its closure must not raise a payload that `join`
 /// reports differently from a panic (a declared-access task's
-/// cancellation): only tasks of `spawn` come here.
+/// cancellation): only tasks of `spawn` come here. `pool` is the calling
+/// worker's own (the block goes back there).
 #[inline]
-pub(crate) unsafe fn run_for_value<T>(task: TaskRef) -> T {
+pub(crate) unsafe fn run_for_value<T>(task: TaskRef, pool: OwnPool) -> T {
     let mut out = MaybeUninit::<T>::uninit();
     // SAFETY: the task owns a live block (a `TaskRef`).
     let run_value = unsafe { task.0.as_ref() }.vtable.run_value;
@@ -448,9 +468,9 @@ pub(crate) unsafe fn run_for_value<T>(task: TaskRef) -> T {
     // task's vtable has `run_value`.
     let run_value = unsafe { run_value.unwrap_unchecked() };
     // SAFETY: the task is unrun and ours to run, its result type is `T`,
-    // it has no hook and nobody else knows its block (caller), and `out`
-    // has room for a `T`.
-    unsafe { run_value(task.0, out.as_mut_ptr().cast()) };
+    // it has no hook and nobody else knows its block (caller), `out` has
+    // room for a `T`, and `pool` is this thread's (caller).
+    unsafe { run_value(task.0, out.as_mut_ptr().cast(), pool) };
     // SAFETY: `run_value` returned, so it wrote the value.
     unsafe { out.assume_init() }
 }
@@ -824,13 +844,50 @@ thread_local! {
     static POOL: Cell<*mut BlockPool> = const { Cell::new(ptr::null_mut()) };
 }
 
-/// Installs `pool` as this thread's block pool until the guard drops.
+/// Installs `pool` as this thread's block pool until the guard drops;
+/// the guard also hands out the [`OwnPool`] through which the thread's
+/// worker reaches it directly.
 pub(crate) fn install_pool(pool: &mut BlockPool) -> PoolGuard {
+    let own = OwnPool(NonNull::from(&mut *pool));
     POOL.with(|p| p.set(pool));
-    PoolGuard
+    PoolGuard(own)
 }
 
-pub(crate) struct PoolGuard;
+/// Keeps a pool installed (see [`install_pool`]).
+pub(crate) struct PoolGuard(OwnPool);
+
+impl PoolGuard {
+    /// The installed pool, for the worker of this thread.
+    pub(crate) fn own_pool(&self) -> OwnPool {
+        self.0
+    }
+}
+
+/// A worker's own block pool, which the worker keeps and reaches with one
+/// load, where the thread-local costs a call on some targets: `spawn` and
+/// the `join` that takes its task back allocate and free through it.
+///
+/// Only the thread that installed the pool may use it (a `Worker` is only
+/// reached from its own thread), and the pool outlives the worker: the
+/// worker's thread declares the pool before it runs the worker and drops
+/// it after.
+#[derive(Clone, Copy)]
+pub(crate) struct OwnPool(NonNull<BlockPool>);
+
+impl OwnPool {
+    #[inline(always)]
+    fn pop(self) -> Option<NonNull<Header>> {
+        // SAFETY: this thread's installed pool, alive while its worker is,
+        // used by this thread alone and not reentrantly (type docs).
+        unsafe { (*self.0.as_ptr()).pop() }
+    }
+
+    #[inline(always)]
+    fn push(self, block: NonNull<Header>) -> Result<(), NonNull<Header>> {
+        // SAFETY: as in `pop`.
+        unsafe { (*self.0.as_ptr()).push(block) }
+    }
+}
 
 impl Drop for PoolGuard {
     fn drop(&mut self) {
@@ -866,14 +923,16 @@ pub(crate) fn alloc_raw<T>() -> NonNull<T> {
             })
             .flatten()
     });
-    pooled
-        .unwrap_or_else(|| {
-            let layout = Layout::new::<TaskBlock>();
-            // SAFETY: the layout has non-zero size.
-            let p = unsafe { alloc(layout) }.cast::<Header>();
-            NonNull::new(p).unwrap_or_else(|| handle_alloc_error(layout))
-        })
-        .cast()
+    pooled.unwrap_or_else(alloc_fresh::<Header>).cast()
+}
+
+/// A block from the allocator, for when the pool has none.
+#[cold]
+fn alloc_fresh<T>() -> NonNull<T> {
+    let layout = Layout::new::<TaskBlock>();
+    // SAFETY: the layout has non-zero size.
+    let p = unsafe { alloc(layout) }.cast::<T>();
+    NonNull::new(p).unwrap_or_else(|| handle_alloc_error(layout))
 }
 
 /// Returns a block from [`alloc_raw`] whose `T` was moved out or dropped.
@@ -936,6 +995,24 @@ unsafe fn free_unhooked_block(block: NonNull<Header>) {
     // SAFETY: the block came from `alloc_raw`, and its contents are moved
     // out or dropped; nobody uses it (caller).
     unsafe { free_raw(block) };
+}
+
+/// [`free_unhooked_block`] on a worker, into its own pool.
+///
+/// # Safety
+/// As for `free_unhooked_block`, and `pool` is the calling thread's.
+#[inline]
+unsafe fn free_unhooked_block_to(block: NonNull<Header>, pool: OwnPool) {
+    // SAFETY: the header is live until freed below (caller).
+    let completion = unsafe { ptr::addr_of_mut!((*block.as_ptr()).join_slot) };
+    catch_and_report("the destructor of a join handle's waker", || {
+        // SAFETY: as in `free_unhooked_block`.
+        unsafe { ptr::drop_in_place(completion) }
+    });
+    if let Err(block) = pool.push(block) {
+        // SAFETY: a block of `alloc_raw`'s layout nobody uses (caller).
+        unsafe { dealloc(block.as_ptr().cast(), Layout::new::<TaskBlock>()) };
+    }
 }
 
 /// A fork-join task that lives in its joiner's stack frame: no allocation,

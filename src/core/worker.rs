@@ -17,7 +17,7 @@ use crate::core::split::{self, LoopFrame};
 use crate::core::stats::WorkerCounters;
 use crate::core::steal::{Mailbox, Reply, StealPolicy, StealRequest, VictimSet};
 use crate::core::sync::Ordering;
-use crate::core::task::{self, Header, TaskRef};
+use crate::core::task::{self, Header, OwnPool, TaskRef};
 use crate::core::unwind::AbortIfPanic;
 use std::cell::Cell;
 use std::ptr::NonNull;
@@ -102,6 +102,8 @@ pub(crate) struct Worker {
     /// going through the `Arc` and an index on every spawn and join.
     own_mailbox: &'static Mailbox,
     own_counters: &'static WorkerCounters,
+    /// This thread's block pool, reached without the thread-local.
+    pool: OwnPool,
     pub(crate) shared: Arc<Registry>,
     waker: Waker,
     /// xorshift64 state, for picking victims.
@@ -155,7 +157,7 @@ impl Worker {
     }
 
     /// Runs worker `index` of `shared` on this thread until shutdown.
-    pub(crate) fn run(index: usize, shared: Arc<Registry>) {
+    pub(crate) fn run(index: usize, shared: Arc<Registry>, pool: OwnPool) {
         let seed = 0x9E37_79B9_7F4A_7C15u64 ^ ((index as u64 + 1) << 17);
         let guarded: *const Guarded<Deque<TaskRef>> = &*shared.deques[index];
         // SAFETY: the worker holds `shared`, which owns the deque's slot, for
@@ -175,6 +177,7 @@ impl Worker {
             owner: guarded.claim(),
             own_mailbox,
             own_counters,
+            pool,
             waker: thread_waker(std::thread::current()),
             rng: Cell::new(seed),
             policy: Cell::new(StealPolicy::new()),
@@ -297,6 +300,12 @@ impl Worker {
     #[inline(always)]
     pub(crate) fn count_inlined_join(&self) {
         self.own_counters.joins_inlined.bump();
+    }
+
+    /// This worker's own block pool (see [`OwnPool`]).
+    #[inline(always)]
+    pub(crate) fn own_pool(&self) -> OwnPool {
+        self.pool
     }
 
     /// Pushes a task spawned on this worker; returns its deque position.
