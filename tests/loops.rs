@@ -24,7 +24,7 @@ use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use support::Watchdog;
 
 // ---------------------------------------------------------------------
@@ -2489,6 +2489,54 @@ fn a_lone_span_loop_still_feeds_a_worker_that_asks_after_it_began() {
         v.fill(0);
         let threads = threads.into_inner().unwrap().len();
         assert_eq!(threads, 2, "rep {rep}: the loop ran on {threads} worker(s)");
+    }
+}
+
+#[test]
+fn a_lone_span_loop_reaches_every_sleeping_worker_before_its_first_span_ends() {
+    // One large kernel loop (a GEMM of one matrix) while the other workers
+    // sleep: sleepers send no requests, so the loop hands them shares
+    // before it runs a span, and each woken worker does the same with its
+    // share before its own first span. Handing one share at a time, only
+    // as a part starts and when a span ends, reaches a new worker only
+    // when a 200 ms span ends: before that, the chain of halves (8, 4, 2,
+    // 1 of 16 chunks) wakes only 4 of the 7 sleepers.
+    let workers = 8;
+    let rt = runtime(workers);
+    let mut v = vec![0u8; 16];
+    for rep in 0..3 {
+        // Long enough idle for every worker to be asleep.
+        std::thread::sleep(Duration::from_millis(300));
+        let starts = Mutex::new(Vec::new());
+        let first_end = Mutex::new(None::<Instant>);
+        rt.run(|| {
+            par_chunks_mut(&mut v, 1).for_each_span(|_, span| {
+                starts
+                    .lock()
+                    .unwrap()
+                    .push((std::thread::current().id(), Instant::now()));
+                // A kernel call: uninterruptible, 200 ms per chunk.
+                std::thread::sleep(Duration::from_millis(200) * span.len() as u32);
+                span.fill(1);
+                first_end.lock().unwrap().get_or_insert_with(Instant::now);
+            })
+        });
+        assert!(v.iter().all(|&x| x == 1), "rep {rep}: a chunk did not run");
+        v.fill(0);
+        let first_end = first_end.into_inner().unwrap().expect("a span ran");
+        let early: HashSet<_> = starts
+            .into_inner()
+            .unwrap()
+            .into_iter()
+            .filter(|&(_, t)| t < first_end)
+            .map(|(id, _)| id)
+            .collect();
+        assert_eq!(
+            early.len(),
+            workers,
+            "rep {rep}: only {} of {workers} workers started a span before the first span ended",
+            early.len()
+        );
     }
 }
 

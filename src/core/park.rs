@@ -230,6 +230,12 @@ impl Sleep {
         self.sleepers_hint.load(Ordering::Relaxed) != 0
     }
 
+    /// A hint of how many workers are idle-parked (committed asleep).
+    #[inline]
+    pub fn sleepers(&self) -> usize {
+        self.sleepers_hint.load(Ordering::Relaxed)
+    }
+
     fn all_asleep_except(&self, committed: usize, except: Option<usize>) -> bool {
         let n = self.threads.len();
         let expected = if except.is_some() { n - 1 } else { n };

@@ -426,6 +426,30 @@ impl Worker {
         }
     }
 
+    /// A span loop about to run a span (which nothing interrupts) while
+    /// workers sleep: hands each sleeper not yet served a share now, half
+    /// of what is left each time (of the oldest loop here with iterations
+    /// to give), and wakes them. Each woken worker does the same with its
+    /// share as it starts, so one large loop reaches every worker within a
+    /// few wake-ups instead of a few spans; one share at a time, as
+    /// [`Worker::share_loop`] gives, would reach a new worker only when a
+    /// span ends. A share still in the injector counts as served.
+    #[cold]
+    pub(crate) fn share_loop_with_sleepers(&self, frame: &LoopFrame) {
+        let sleepers = self.shared.sleep.sleepers();
+        let mut pending = self.shared.injector.len();
+        while pending < sleepers {
+            let Some(task) = split::split_for_sleeper(frame) else {
+                return;
+            };
+            self.last_demand.set(ticks());
+            self.own_counters.loop_splits.bump();
+            self.shared.injector.push(task);
+            self.shared.sleep.wake_any();
+            pending += 1;
+        }
+    }
+
     /// Takes back a task this worker pushed at `pos`, if no thief took it.
     #[inline]
     pub(crate) fn take_back(&self, pos: u64, block: NonNull<Header>) -> Option<TaskRef> {

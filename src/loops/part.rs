@@ -155,11 +155,22 @@ pub(super) fn run_iterations<B: Body>(
     // One clock read per block: each block's end is the next one's start.
     let mut began = ticks();
     loop {
-        if B::SPANS && mailbox.waiting() != 0 {
+        if B::SPANS {
             // A span runs uninterrupted: a thief already asking gets its
-            // share first.
-            poll(w, f);
-            hungry = true;
+            // share first, and so do sleeping workers, which send no
+            // requests (after the span would be too late for a large loop
+            // to reach them all).
+            if mailbox.waiting() != 0 {
+                poll(w, f);
+                hungry = true;
+            }
+            if w.shared.sleep.has_sleepers() {
+                // Shares come from the oldest loop here that has some, so
+                // this loop's spans stay whole while an outer one feeds
+                // the sleepers; when this loop is the one (`hungry` from
+                // the start), its spans start short anyway.
+                w.share_loop_with_sleepers(f);
+            }
         }
         let stop = f.stop.get();
         if k >= stop {
@@ -185,12 +196,6 @@ pub(super) fn run_iterations<B: Body>(
         if mailbox.waiting() != 0 {
             poll(w, f);
             hungry = B::SPANS;
-        } else if B::SPANS && w.shared.sleep.has_sleepers() {
-            // A worker went to sleep during the span (its request may have
-            // been answered for us by a rescuer, which splits no loop):
-            // sleepers send no requests, so hand it a share now.
-            w.share_loop(f);
-            hungry = true;
         }
     }
 }
