@@ -112,7 +112,10 @@ impl<T: Send> ParChunksMut<'_, T> {
     /// one chunk and double, so a part of `n` chunks takes about `log2 n`
     /// calls, a worker that asks once a call began waits for a short span
     /// rather than for the whole part, and one large loop alone still
-    /// keeps every worker busy. On a runtime of one worker a span is
+    /// keeps every worker busy: before each span, workers that sleep (and
+    /// so cannot ask) are each handed a share and woken, and each does the
+    /// same with its share, so a loop reaches every worker within a few
+    /// wake-ups rather than a few spans. On a runtime of one worker a span is
     /// always everything left. The chunk length is the smallest piece a
     /// thief can take. Use it where one call on many chunks is cheaper than
     /// many calls on one each (a matrix kernel that packs its operands per
