@@ -375,10 +375,7 @@ where
     F: FnOnce() -> T + Send,
     T: Send,
 {
-    let block = alloc_block(&Typed::<F, T>::HANDLED);
-    // SAFETY: the block is fresh.
-    unsafe { store::<F>(block, f) };
-    TaskRef(block)
+    handled_in_block(alloc_raw(), f)
 }
 
 /// [`new_handled`] on a worker, with the block taken from the worker's own
@@ -389,10 +386,17 @@ where
     F: FnOnce() -> T + Send,
     T: Send,
 {
-    let block = pool.pop().unwrap_or_else(alloc_fresh::<Header>);
-    // SAFETY: the block is unused memory of the right layout; the header
-    // fields are written without reading (or dropping) what was there.
-    unsafe { block.as_ptr().write(Header::new(&Typed::<F, T>::HANDLED)) };
+    handled_in_block(pool.pop().unwrap_or_else(alloc_fresh::<Header>), f)
+}
+
+/// A handled task of `f` in `block`, an unused block of a task's layout.
+#[inline(always)]
+fn handled_in_block<F, T>(block: NonNull<Header>, f: F) -> TaskRef
+where
+    F: FnOnce() -> T + Send,
+    T: Send,
+{
+    let block = init_block(block, &Typed::<F, T>::HANDLED);
     // SAFETY: the block is fresh.
     unsafe { store::<F>(block, f) };
     TaskRef(block)
@@ -609,6 +613,16 @@ fn prefetch(block: *const Header) {
     let _ = block;
 }
 
+/// Returns one block to the allocator.
+///
+/// # Safety
+/// The caller owns the free block, which came from `alloc_raw` (or the
+/// allocator with its layout), and nobody uses it afterwards.
+unsafe fn dealloc_block(block: *mut Header) {
+    // SAFETY: as the caller promises.
+    unsafe { dealloc(block.cast(), Layout::new::<TaskBlock>()) };
+}
+
 /// Returns every block of a null-terminated list to the allocator.
 ///
 /// # Safety
@@ -618,7 +632,7 @@ unsafe fn dealloc_list(mut list: *mut Header) {
         // SAFETY: owned (caller).
         let next = unsafe { next_of(list) };
         // SAFETY: a free block with `alloc_raw`'s layout (caller).
-        unsafe { dealloc(list.cast(), Layout::new::<TaskBlock>()) };
+        unsafe { dealloc_block(list) };
         list = next;
     }
 }
@@ -771,7 +785,7 @@ impl BlockPool {
             self.head = unsafe { next_of(b.as_ptr()) };
             self.len -= 1;
             // SAFETY: pooled blocks are allocated with this layout and unused.
-            unsafe { dealloc(b.as_ptr().cast(), Layout::new::<TaskBlock>()) };
+            unsafe { dealloc_block(b.as_ptr()) };
         }
         let reserve = std::mem::replace(&mut self.reserve, ptr::null_mut());
         // SAFETY: the reserve's blocks are ours.
@@ -900,9 +914,15 @@ impl Drop for PoolGuard {
 
 #[inline]
 fn alloc_block(vtable: &'static VTable) -> NonNull<Header> {
-    let block = alloc_raw::<Header>();
-    // SAFETY: the block is unused memory of the right layout; the header
-    // fields are written without reading (or dropping) what was there.
+    init_block(alloc_raw::<Header>(), vtable)
+}
+
+/// Writes a fresh header into `block`, an unused block of a task's layout.
+#[inline(always)]
+fn init_block(block: NonNull<Header>, vtable: &'static VTable) -> NonNull<Header> {
+    // SAFETY: the block is unused memory of the right layout (caller); the
+    // header fields are written without reading (or dropping) what was
+    // there.
     unsafe { block.as_ptr().write(Header::new(vtable)) };
     block
 }
@@ -958,7 +978,7 @@ pub(crate) unsafe fn free_raw<T>(p: NonNull<T>) {
     if let Err(block) = refused {
         // SAFETY: every block comes from `alloc_raw`, which allocates with
         // this layout (or pools such blocks); nobody uses it (caller).
-        unsafe { dealloc(block.as_ptr().cast(), Layout::new::<TaskBlock>()) };
+        unsafe { dealloc_block(block.as_ptr()) };
     }
 }
 
@@ -986,15 +1006,8 @@ unsafe fn free_block(block: NonNull<Header>) {
 /// As for `free_block`, and no hook is installed in the block's slot.
 #[inline]
 unsafe fn free_unhooked_block(block: NonNull<Header>) {
-    // SAFETY: the header is live until freed below (caller).
-    let completion = unsafe { ptr::addr_of_mut!((*block.as_ptr()).join_slot) };
-    // The completion may hold a handle's waker, whose destructor is user
-    // code: a panic there is reported, and the block is freed all the same.
-    catch_and_report("the destructor of a join handle's waker", || {
-        // SAFETY: the completion was made by `Header::new` and is dropped
-        // once, here; nobody uses it any more (caller).
-        unsafe { ptr::drop_in_place(completion) }
-    });
+    // SAFETY: as for `drop_join_slot` (caller).
+    unsafe { drop_join_slot(block) };
     // SAFETY: the block came from `alloc_raw`, and its contents are moved
     // out or dropped; nobody uses it (caller).
     unsafe { free_raw(block) };
@@ -1006,16 +1019,30 @@ unsafe fn free_unhooked_block(block: NonNull<Header>) {
 /// As for `free_unhooked_block`, and `pool` is the calling thread's.
 #[inline]
 unsafe fn free_unhooked_block_to(block: NonNull<Header>, pool: OwnPool) {
-    // SAFETY: the header is live until freed below (caller).
-    let completion = unsafe { ptr::addr_of_mut!((*block.as_ptr()).join_slot) };
-    catch_and_report("the destructor of a join handle's waker", || {
-        // SAFETY: as in `free_unhooked_block`.
-        unsafe { ptr::drop_in_place(completion) }
-    });
+    // SAFETY: as for `drop_join_slot` (caller).
+    unsafe { drop_join_slot(block) };
     if let Err(block) = pool.push(block) {
         // SAFETY: a block of `alloc_raw`'s layout nobody uses (caller).
-        unsafe { dealloc(block.as_ptr().cast(), Layout::new::<TaskBlock>()) };
+        unsafe { dealloc_block(block.as_ptr()) };
     }
+}
+
+/// Drops the join slot of a block about to be freed.
+///
+/// # Safety
+/// The block is live, no hook is installed in its slot, and nobody uses
+/// the slot any more.
+#[inline(always)]
+unsafe fn drop_join_slot(block: NonNull<Header>) {
+    // SAFETY: the header is live (caller).
+    let completion = unsafe { ptr::addr_of_mut!((*block.as_ptr()).join_slot) };
+    // The completion may hold a handle's waker, whose destructor is user
+    // code: a panic there is reported, and the block is freed all the same.
+    catch_and_report("the destructor of a join handle's waker", || {
+        // SAFETY: the completion was made by `Header::new` and is dropped
+        // once, here; nobody uses it any more (caller).
+        unsafe { ptr::drop_in_place(completion) }
+    });
 }
 
 /// A fork-join task that lives in its joiner's stack frame: no allocation,

@@ -418,12 +418,7 @@ impl Worker {
         if !self.shared.injector.is_empty() {
             return; // the previous share is not taken yet
         }
-        if let Some(task) = split::split_for_sleeper(frame) {
-            self.last_demand.set(ticks());
-            self.own_counters.loop_splits.bump();
-            self.shared.injector.push(task);
-            self.shared.sleep.wake_any();
-        }
+        self.give_sleeper_a_share(frame);
     }
 
     /// A span loop about to run a span (which nothing interrupts) while
@@ -438,16 +433,23 @@ impl Worker {
     pub(crate) fn share_loop_with_sleepers(&self, frame: &LoopFrame) {
         let sleepers = self.shared.sleep.sleepers();
         let mut pending = self.shared.injector.len();
-        while pending < sleepers {
-            let Some(task) = split::split_for_sleeper(frame) else {
-                return;
-            };
-            self.last_demand.set(ticks());
-            self.own_counters.loop_splits.bump();
-            self.shared.injector.push(task);
-            self.shared.sleep.wake_any();
+        while pending < sleepers && self.give_sleeper_a_share(frame) {
             pending += 1;
         }
+    }
+
+    /// Splits a share off the oldest loop here with iterations to give,
+    /// puts it in the injector and wakes a sleeper for it; `false` if no
+    /// loop had any to give.
+    fn give_sleeper_a_share(&self, frame: &LoopFrame) -> bool {
+        let Some(task) = split::split_for_sleeper(frame) else {
+            return false;
+        };
+        self.last_demand.set(ticks());
+        self.own_counters.loop_splits.bump();
+        self.shared.injector.push(task);
+        self.shared.sleep.wake_any();
+        true
     }
 
     /// Takes back a task this worker pushed at `pos`, if no thief took it.
