@@ -151,6 +151,71 @@ fn sync_root_waits_for_every_descendant() {
 }
 
 #[test]
+fn an_idle_worker_comes_back_for_tasks_queued_after_it_parked() {
+    // Four of six workers sit in long calls; the root worker then queues a
+    // thousand short tasks in a scope and runs them; one worker is free.
+    // Its requests went out before the root had anything to give and were
+    // declined (or sat at the workers in long calls), so it parked; the
+    // root, only running what it queued, shares nothing unasked. The free
+    // worker must come back and take its part instead of sleeping through
+    // the scope (it ran 1 or 2 of the 1000 when it did not).
+    const TASKS: usize = 1000;
+    let rt = Runtime::builder().num_threads(6).build().unwrap();
+    for rep in 0..8 {
+        let free_ran = rt.run(|| {
+            let root = std::thread::current().id();
+            let started = Arc::new(AtomicUsize::new(0));
+            let blockers: Vec<_> = (0..4)
+                .map(|_| {
+                    let started = started.clone();
+                    spawn(move || {
+                        started.fetch_add(1, Ordering::Relaxed);
+                        std::thread::sleep(Duration::from_millis(400));
+                    })
+                })
+                .collect();
+            // The root sits in user code here: idle workers take the
+            // blockers from its deque on its behalf.
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while started.load(Ordering::Relaxed) < 4 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the blockers never started"
+                );
+                std::thread::yield_now();
+            }
+            // Counted without a lock: a contended one would slow whichever
+            // worker waits for it, not the scheduling this test judges.
+            let elsewhere = AtomicUsize::new(0);
+            scope(|s| {
+                for _ in 0..TASKS {
+                    s.spawn(|_| {
+                        // Waiting, not computing: on a machine with fewer
+                        // cores than workers, computing tasks would judge
+                        // how the OS shares the cores out.
+                        std::thread::sleep(Duration::from_micros(100));
+                        if std::thread::current().id() != root {
+                            elsewhere.fetch_add(1, Ordering::Relaxed);
+                        }
+                    });
+                }
+            });
+            // Only the free worker can have run them: the blockers' calls
+            // outlast the scope.
+            for b in blockers {
+                b.join();
+            }
+            elsewhere.into_inner()
+        });
+        assert!(
+            free_ran * 5 >= TASKS,
+            "rep {rep}: the free worker ran {free_ran} of {TASKS} tasks; {:#?}",
+            rt.stats().workers
+        );
+    }
+}
+
+#[test]
 fn stats_count_tasks_steals_and_parks() {
     let rt = Runtime::builder().num_threads(4).build().unwrap();
     rt.run(|| {

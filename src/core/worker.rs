@@ -608,6 +608,14 @@ impl Worker {
     /// ordering; a request that finds the queue empty after all is
     /// forwarded as before.
     fn pick_victim(&self, tried: &VictimSet) -> Option<usize> {
+        let (with_tasks, any) = self.pick_victims(tried);
+        with_tasks.or(any)
+    }
+
+    /// One random worker not in `tried` and not idle-parked whose deque
+    /// holds tasks, and one among all such workers (`pick_victim`'s two
+    /// candidates).
+    fn pick_victims(&self, tried: &VictimSet) -> (Option<usize>, Option<usize>) {
         let shared = &*self.shared;
         let (mut any, mut any_seen) = (None, 0);
         let (mut busy, mut busy_seen) = (None, 0);
@@ -627,12 +635,26 @@ impl Worker {
                 }
             }
         }
-        busy.or(any)
+        (busy, any)
     }
 
     fn send_request(&self) {
         let tried = VictimSet::only(self.index);
         if let Some(v) = self.pick_victim(&tried) {
+            self.post_request(v, tried);
+        }
+    }
+
+    /// The request of an idle worker that has parked (and woke): only to
+    /// a worker whose deque holds tasks. Its earlier requests may all have
+    /// been declined before any worker had tasks to give, and a worker
+    /// that only runs the tasks it queued (a scope's owner) shares none
+    /// unasked. Idle workers do not ask each other, so a runtime with
+    /// nothing queued stays asleep.
+    #[cold]
+    fn send_request_where_queued(&self) {
+        let tried = VictimSet::only(self.index);
+        if let (Some(v), _) = self.pick_victims(&tried) {
             self.post_request(v, tried);
         }
     }
@@ -774,8 +796,12 @@ impl Worker {
             if matches!(until, Until::Quiescent) && self.quiescent() {
                 return;
             }
-            if rounds < PARK_AFTER && !self.in_flight.get() {
-                self.send_request();
+            if !self.in_flight.get() {
+                if rounds < PARK_AFTER {
+                    self.send_request();
+                } else {
+                    self.send_request_where_queued();
+                }
             }
             rounds = rounds.saturating_add(1);
             if rounds < SPIN_ROUNDS {
