@@ -227,7 +227,7 @@ impl Sleep {
     /// A cheap hint that some worker is idle-parked.
     #[inline]
     pub fn has_sleepers(&self) -> bool {
-        self.sleepers_hint.load(Ordering::Relaxed) != 0
+        self.sleepers() != 0
     }
 
     /// A hint of how many workers are idle-parked (committed asleep).

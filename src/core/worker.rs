@@ -135,6 +135,15 @@ pub(crate) struct Worker {
     seen: Box<[Cell<(u64, usize, Instant)>]>,
 }
 
+/// Which workers a steal request may go to (see `Worker::pick_victim_among`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Candidates {
+    /// Only workers whose deque holds tasks.
+    Queued,
+    /// Those, and any other worker when none seems to hold tasks.
+    AnyIfNoneQueued,
+}
+
 /// What an idle worker's look at the other workers found.
 #[derive(Default)]
 struct Scan {
@@ -608,15 +617,14 @@ impl Worker {
     /// ordering; a request that finds the queue empty after all is
     /// forwarded as before.
     fn pick_victim(&self, tried: &VictimSet) -> Option<usize> {
-        let (with_tasks, any) = self.pick_victims(tried);
-        with_tasks.or(any)
+        self.pick_victim_among(tried, Candidates::AnyIfNoneQueued)
     }
 
-    /// One random worker not in `tried` and not idle-parked whose deque
-    /// holds tasks, and one among all such workers (`pick_victim`'s two
-    /// candidates).
-    fn pick_victims(&self, tried: &VictimSet) -> (Option<usize>, Option<usize>) {
+    /// `pick_victim`, limited to workers whose deque holds tasks unless
+    /// `candidates` lets it fall back on any worker.
+    fn pick_victim_among(&self, tried: &VictimSet, candidates: Candidates) -> Option<usize> {
         let shared = &*self.shared;
+        let fallback = candidates == Candidates::AnyIfNoneQueued;
         let (mut any, mut any_seen) = (None, 0);
         let (mut busy, mut busy_seen) = (None, 0);
         // One pass, one uniform choice per class (reservoir sampling).
@@ -624,9 +632,11 @@ impl Worker {
             if tried.contains(i) || shared.sleep.is_sleeping(i) {
                 continue;
             }
-            any_seen += 1;
-            if self.random_below(any_seen) == 0 {
-                any = Some(i);
+            if fallback {
+                any_seen += 1;
+                if self.random_below(any_seen) == 0 {
+                    any = Some(i);
+                }
             }
             if shared.deques[i].peek().queued_estimate() > 0 {
                 busy_seen += 1;
@@ -635,7 +645,7 @@ impl Worker {
                 }
             }
         }
-        (busy, any)
+        busy.or(any)
     }
 
     fn send_request(&self) {
@@ -654,7 +664,7 @@ impl Worker {
     #[cold]
     fn send_request_where_queued(&self) {
         let tried = VictimSet::only(self.index);
-        if let (Some(v), _) = self.pick_victims(&tried) {
+        if let Some(v) = self.pick_victim_among(&tried, Candidates::Queued) {
             self.post_request(v, tried);
         }
     }
