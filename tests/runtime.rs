@@ -216,6 +216,72 @@ fn an_idle_worker_comes_back_for_tasks_queued_after_it_parked() {
 }
 
 #[test]
+fn steal_requests_go_to_the_worker_with_queued_tasks() {
+    // Four of six workers sit in long calls with nothing queued; the root
+    // worker queues tasks and runs them; the free worker steals. Its
+    // requests must go to the root, which has tasks: one sent to a worker
+    // in a long call waits there for a rescue, a millisecond, only to be
+    // declined and forwarded. Picking victims without looking at their
+    // queues, most requests took that detour.
+    const TASKS: usize = 400;
+    let rt = Runtime::builder().num_threads(6).build().unwrap();
+    let totals = |rt: &Runtime| {
+        rt.stats()
+            .workers
+            .iter()
+            .fold((0, 0), |(sent, declined), w| {
+                (
+                    sent + w.steal_requests_sent,
+                    declined + w.steal_requests_declined,
+                )
+            })
+    };
+    let (mut sent, mut declined) = (0, 0);
+    for _ in 0..3 {
+        let (before, after) = rt.run(|| {
+            let started = Arc::new(AtomicUsize::new(0));
+            let blockers: Vec<_> = (0..4)
+                .map(|_| {
+                    let started = started.clone();
+                    spawn(move || {
+                        started.fetch_add(1, Ordering::Relaxed);
+                        std::thread::sleep(Duration::from_millis(300));
+                    })
+                })
+                .collect();
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while started.load(Ordering::Relaxed) < 4 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the blockers never started"
+                );
+                std::thread::yield_now();
+            }
+            // Let the requests of the blockers' start settle.
+            std::thread::sleep(Duration::from_millis(20));
+            let before = totals(&rt);
+            scope(|s| {
+                for _ in 0..TASKS {
+                    s.spawn(|_| std::thread::sleep(Duration::from_micros(200)));
+                }
+            });
+            let after = totals(&rt);
+            for b in blockers {
+                b.join();
+            }
+            (before, after)
+        });
+        sent += after.0 - before.0;
+        declined += after.1 - before.1;
+    }
+    assert!(sent > 0, "nobody asked for work");
+    assert!(
+        declined * 4 <= sent,
+        "{declined} declines (one per hop) for {sent} steal requests: they went to workers with nothing queued"
+    );
+}
+
+#[test]
 fn stats_count_tasks_steals_and_parks() {
     let rt = Runtime::builder().num_threads(4).build().unwrap();
     rt.run(|| {
