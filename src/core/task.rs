@@ -571,14 +571,23 @@ impl BlockExchange {
 
 impl Drop for BlockExchange {
     fn drop(&mut self) {
-        // SAFETY: taken whole, so this thread owns every block of the list.
-        unsafe { dealloc_list(self.0.take_all_to_free()) };
+        // SAFETY: taken whole, so this thread owns every carrier of the
+        // chain and every block they list.
+        unsafe { dealloc_carriers(self.0.take_all_to_free()) };
     }
 }
 
-/// Surplus blocks a worker collects before it passes them on in one chain:
-/// one compare-and-swap on the exchange per this many blocks.
-const EXCHANGE_BATCH: usize = 64;
+/// Blocks whose addresses a carrier lists besides its own (see
+/// [`BlockPool`]): its payload holds the count, then the addresses. A full
+/// carrier passes `CARRIED + 1` blocks to the exchange with one
+/// compare-and-swap.
+const CARRIED: usize = INLINE / size_of::<*mut Header>() - 1;
+
+/// Blocks a worker taking from a carrier asks the CPU to fetch ahead of the
+/// one it hands out: a task graph made on one worker takes blocks about
+/// 100 ns apart, and a block last written by another core takes longer
+/// than that to arrive.
+const FETCH_AHEAD: usize = 4;
 
 /// Reads a free block's link.
 ///
@@ -598,6 +607,32 @@ unsafe fn set_next(block: *mut Header, next: *mut Header) {
     unsafe { (*block).next.with_mut(|l| *l = next) };
 }
 
+/// The words of a carrier's payload: the count of blocks it lists, then
+/// their addresses.
+fn carrier_words(carrier: *mut Header) -> *mut usize {
+    // Pointer arithmetic only (see `payload`); the payload is aligned for
+    // words.
+    payload(NonNull::new(carrier).expect("a carrier is a block")).cast::<usize>()
+}
+
+/// How many blocks `carrier` lists.
+///
+/// # Safety
+/// The caller owns the carrier, whose count was written when it was filled.
+unsafe fn carried_count(carrier: *mut Header) -> usize {
+    // SAFETY: word 0 of an owned carrier's payload, written by `take_outbox`.
+    unsafe { carrier_words(carrier).read() }
+}
+
+/// The `i`-th block `carrier` lists (`i` below its count).
+///
+/// # Safety
+/// The caller owns the carrier, and `i` is below its count.
+unsafe fn carried(carrier: *mut Header, i: usize) -> *mut Header {
+    // SAFETY: words 1 ..= count hold addresses written by `pass_on`.
+    unsafe { carrier_words(carrier).add(1 + i).read() as *mut Header }
+}
+
 /// Asks the CPU to bring `block`'s first cache line closer, ahead of use:
 /// the exchange's blocks were last written by other cores, and following
 /// their links one after the other would otherwise wait for each line.
@@ -613,6 +648,14 @@ fn prefetch(block: *const Header) {
     let _ = block;
 }
 
+/// [`prefetch`] for the two lines a task or a node written into `block`
+/// starts with (its header and the start of its payload).
+#[inline(always)]
+fn prefetch_block(block: *const Header) {
+    prefetch(block);
+    prefetch(block.cast::<u8>().wrapping_add(64).cast());
+}
+
 /// Returns one block to the allocator.
 ///
 /// # Safety
@@ -623,32 +666,61 @@ unsafe fn dealloc_block(block: *mut Header) {
     unsafe { dealloc(block.cast(), Layout::new::<TaskBlock>()) };
 }
 
-/// Returns every block of a null-terminated list to the allocator.
+/// Returns to the allocator every block of a null-terminated chain of
+/// carriers, with the blocks they list.
 ///
 /// # Safety
-/// The caller owns every block of the list, and each came from `alloc_raw`.
-unsafe fn dealloc_list(mut list: *mut Header) {
-    while !list.is_null() {
+/// The caller owns every carrier of the chain and every block they list,
+/// and each came from `alloc_raw`.
+unsafe fn dealloc_carriers(mut chain: *mut Header) {
+    while !chain.is_null() {
         // SAFETY: owned (caller).
-        let next = unsafe { next_of(list) };
-        // SAFETY: a free block with `alloc_raw`'s layout (caller).
-        unsafe { dealloc_block(list) };
-        list = next;
+        let next = unsafe { next_of(chain) };
+        // SAFETY: as above; the count was written when it was filled.
+        unsafe { dealloc_carried(chain, carried_count(chain)) };
+        chain = next;
     }
 }
 
-/// A worker's free list of blocks, linked through their `next` field.
+/// Returns to the allocator the first `count` blocks `carrier` lists, then
+/// the carrier.
+///
+/// # Safety
+/// The caller owns the carrier and those blocks, which came from
+/// `alloc_raw`; `count` is at most the carrier's count.
+unsafe fn dealloc_carried(carrier: *mut Header, count: usize) {
+    for i in 0..count {
+        // SAFETY: listed by the carrier and owned (caller).
+        unsafe { dealloc_block(carried(carrier, i)) };
+    }
+    // SAFETY: owned (caller), no longer read.
+    unsafe { dealloc_block(carrier) };
+}
+
+/// A worker's free blocks: its own free list, linked through the blocks'
+/// `next` field, and what it passes to and takes from its runtime's
+/// exchange.
+///
+/// Blocks travel between workers in *carriers*: a free block whose payload
+/// lists the addresses of up to [`CARRIED`] others. A worker taking blocks
+/// that another core freed then reads one carrier per [`CARRIED`] + 1
+/// blocks and knows the blocks' addresses before it touches them, so it
+/// fetches them ahead ([`FETCH_AHEAD`]); following a chain of links through
+/// the blocks themselves instead made it wait on each block in turn.
 pub(crate) struct BlockPool {
     head: *mut Header,
     len: usize,
-    /// Blocks taken from the exchange, used once the free list is empty
-    /// (not counted in `len`, which only caps what this worker's own frees
-    /// keep).
+    /// Carriers taken from the exchange (linked through `next`), used
+    /// once the free list is empty (not counted in `len`, which only caps
+    /// what this worker's own frees keep).
     reserve: *mut Header,
-    /// Surplus blocks on their way to the exchange: a chain from
-    /// `outbox` to `outbox_last` of `outbox_len` blocks.
+    /// The reserve's carrier being handed out, and how many of the blocks
+    /// it lists are left (handed out last first); the carrier goes last.
+    open: *mut Header,
+    open_left: usize,
+    /// The carrier collecting surplus blocks on their way to the exchange,
+    /// and how many blocks it holds, itself included.
     outbox: *mut Header,
-    outbox_last: *mut Header,
     outbox_len: usize,
     /// The runtime's exchange; none for a pool outside a runtime.
     exchange: Option<Arc<BlockExchange>>,
@@ -660,8 +732,9 @@ impl BlockPool {
             head: ptr::null_mut(),
             len: 0,
             reserve: ptr::null_mut(),
+            open: ptr::null_mut(),
+            open_left: 0,
             outbox: ptr::null_mut(),
-            outbox_last: ptr::null_mut(),
             outbox_len: 0,
             exchange,
         }
@@ -685,22 +758,68 @@ impl BlockPool {
     /// empty; `None` if both are empty.
     #[cold]
     fn pop_reserve(&mut self) -> Option<NonNull<Header>> {
+        if self.open.is_null() && !self.open_next_carrier() {
+            return None;
+        }
+        let carrier = self.open;
+        if self.open_left == 0 {
+            // Every block it listed is handed out: the carrier goes too.
+            self.open = ptr::null_mut();
+            return NonNull::new(carrier);
+        }
+        self.open_left -= 1;
+        // SAFETY: the open carrier is ours, and `open_left` is below its
+        // count.
+        let block = unsafe { carried(carrier, self.open_left) };
+        if let Some(ahead) = self.open_left.checked_sub(FETCH_AHEAD) {
+            // SAFETY: as above, `ahead` below `open_left`.
+            prefetch_block(unsafe { carried(carrier, ahead) });
+        } else if self.open_left == 0 {
+            prefetch_block(carrier);
+        }
+        NonNull::new(block)
+    }
+
+    /// Opens the reserve's next carrier, refilling the reserve first from
+    /// this worker's own outbox, then from the exchange; `false` if all
+    /// are empty.
+    fn open_next_carrier(&mut self) -> bool {
         if self.reserve.is_null() {
             // This worker's own surplus, not yet passed on, first.
-            self.reserve = self
-                .take_outbox()
-                .map_or(ptr::null_mut(), |(first, _, _)| first);
+            self.reserve = self.take_outbox().map_or(ptr::null_mut(), |(c, _)| c);
         }
         if self.reserve.is_null() {
-            let exchange = self.exchange.as_ref()?;
-            // Taken whole: every block of the list is ours.
+            let Some(exchange) = self.exchange.as_ref() else {
+                return false;
+            };
+            // Taken whole: every carrier of the chain is ours.
             self.reserve = exchange.0.take_all();
         }
-        let head = NonNull::new(self.reserve)?;
-        // SAFETY: the reserve's blocks are ours and linked through `next`.
-        self.reserve = unsafe { next_of(head.as_ptr()) };
+        let Some(carrier) = NonNull::new(self.reserve) else {
+            return false;
+        };
+        let carrier = carrier.as_ptr();
+        // SAFETY: the reserve's carriers are ours and linked through `next`.
+        self.reserve = unsafe { next_of(carrier) };
+        // This carrier's list (its payload's lines, written by the core
+        // that filled it), and the next carrier's link, for later.
+        for line in (0..INLINE).step_by(64) {
+            prefetch(
+                carrier_words(carrier)
+                    .cast::<u8>()
+                    .wrapping_add(line)
+                    .cast(),
+            );
+        }
         prefetch(self.reserve);
-        Some(head)
+        self.open = carrier;
+        // SAFETY: ours; its count was written when it was filled.
+        self.open_left = unsafe { carried_count(carrier) };
+        for i in 1..=FETCH_AHEAD.min(self.open_left) {
+            // SAFETY: below the count.
+            prefetch_block(unsafe { carried(carrier, self.open_left - i) });
+        }
+        true
     }
 
     /// Keeps `block` in this worker's pool, or passes it on to the
@@ -718,55 +837,67 @@ impl BlockPool {
         Ok(())
     }
 
-    /// Adds a surplus block to the outbox, which goes to the exchange every
-    /// [`EXCHANGE_BATCH`] blocks; returns it back if there is no exchange.
+    /// Adds a surplus block to the outbox, which goes to the exchange once
+    /// its carrier is full; returns it back if there is no exchange.
     #[cold]
     fn pass_on(&mut self, block: NonNull<Header>) -> Result<(), NonNull<Header>> {
         if self.exchange.is_none() {
             return Err(block);
         }
         let b = block.as_ptr();
-        // SAFETY: the block is unused; only its link is written.
-        unsafe { ptr::addr_of_mut!((*b).next).write(UnsafeLink::new(self.outbox)) };
         if self.outbox.is_null() {
-            self.outbox_last = b;
+            // The first surplus block carries the next ones.
+            self.outbox = b;
+            self.outbox_len = 1;
+            return Ok(());
         }
-        self.outbox = b;
+        // SAFETY: the outbox's carrier is ours and unused, and fewer than
+        // `CARRIED` blocks are listed yet (it is passed on when full): the
+        // word written is inside its payload.
+        unsafe {
+            carrier_words(self.outbox)
+                .add(self.outbox_len)
+                .write(b as usize)
+        };
         self.outbox_len += 1;
-        if self.outbox_len >= EXCHANGE_BATCH {
+        if self.outbox_len > CARRIED {
             self.flush_outbox();
         }
         Ok(())
     }
 
-    /// Empties the outbox: its chain (first, last, length), null-terminated,
-    /// or `None` if it was empty.
-    fn take_outbox(&mut self) -> Option<(*mut Header, *mut Header, usize)> {
+    /// Empties the outbox: its carrier, with its count written and its
+    /// link cleared, and how many blocks it holds (itself included), or
+    /// `None` if it was empty.
+    fn take_outbox(&mut self) -> Option<(*mut Header, usize)> {
         if self.outbox.is_null() {
             return None;
         }
-        // SAFETY: the outbox's blocks are ours; `outbox_last` ends the chain.
-        unsafe { set_next(self.outbox_last, ptr::null_mut()) };
-        let chain = (self.outbox, self.outbox_last, self.outbox_len);
-        self.outbox = ptr::null_mut();
-        self.outbox_last = ptr::null_mut();
-        self.outbox_len = 0;
-        Some(chain)
+        let carrier = std::mem::replace(&mut self.outbox, ptr::null_mut());
+        let len = std::mem::take(&mut self.outbox_len);
+        // SAFETY: the carrier is ours and unused; word 0 of its payload is
+        // its count.
+        unsafe {
+            carrier_words(carrier).write(len - 1);
+        }
+        // SAFETY: as above.
+        unsafe { set_next(carrier, ptr::null_mut()) };
+        Some((carrier, len))
     }
 
     /// Passes the outbox to the exchange, or to the allocator if the
     /// exchange is full.
     fn flush_outbox(&mut self) {
-        let Some((first, last, len)) = self.take_outbox() else {
+        let Some((carrier, len)) = self.take_outbox() else {
             return;
         };
         let passed = self.exchange.as_ref().is_some_and(|exchange| {
-            // SAFETY: the chain is ours and linked from `first` to `last`.
-            unsafe { exchange.0.push_chain(first, last, len) }
+            // SAFETY: the carrier and what it lists are ours: a chain of one.
+            unsafe { exchange.0.push_chain(carrier, carrier, len) }
         });
         if !passed {
-            // SAFETY: refused, so still ours, and null-terminated.
-            unsafe { dealloc_list(first) };
+            // SAFETY: refused, so still ours, and its link is null.
+            unsafe { dealloc_carriers(carrier) };
         }
     }
 }
@@ -787,22 +918,29 @@ impl BlockPool {
             // SAFETY: pooled blocks are allocated with this layout and unused.
             unsafe { dealloc_block(b.as_ptr()) };
         }
+        let open = std::mem::replace(&mut self.open, ptr::null_mut());
+        if !open.is_null() {
+            // SAFETY: the open carrier is ours, with the `open_left` blocks
+            // it still lists (those beyond were handed out).
+            unsafe { dealloc_carried(open, std::mem::take(&mut self.open_left)) };
+        }
         let reserve = std::mem::replace(&mut self.reserve, ptr::null_mut());
-        // SAFETY: the reserve's blocks are ours.
-        unsafe { dealloc_list(reserve) };
-        if let Some((first, _, _)) = self.take_outbox() {
-            // SAFETY: the outbox's blocks are ours, the chain null-terminated.
-            unsafe { dealloc_list(first) };
+        // SAFETY: the reserve's carriers are ours.
+        unsafe { dealloc_carriers(reserve) };
+        if let Some((carrier, _)) = self.take_outbox() {
+            // SAFETY: the outbox's carrier is ours, its link null.
+            unsafe { dealloc_carriers(carrier) };
         }
         if let Some(exchange) = self.exchange.as_ref().filter(|_| everyone_idle) {
-            // SAFETY: taken whole: every block of the list is ours.
-            unsafe { dealloc_list(exchange.0.take_all_to_free()) };
+            // SAFETY: taken whole: every carrier of the chain is ours.
+            unsafe { dealloc_carriers(exchange.0.take_all_to_free()) };
         }
     }
 
     /// Whether an idle trim would give anything back.
     fn has_surplus(&self) -> bool {
         !self.reserve.is_null()
+            || !self.open.is_null()
             || !self.outbox.is_null()
             || self.exchange.as_ref().is_some_and(|e| e.0.held() > 0)
     }

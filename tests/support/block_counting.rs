@@ -1,5 +1,5 @@
 //! A global allocator that counts allocations the size of a task block
-//! (256 bytes) on every thread, for the tests that bound how many blocks
+//! (256 bytes) on every thread, and their deallocations, for the tests that bound how many blocks
 //! the runtime takes from the allocator. Each such test is alone in its
 //! binary and installs it:
 //!
@@ -19,6 +19,9 @@ pub struct Counting;
 /// Allocations the size of a task block (256 bytes), on any thread.
 pub static BLOCK_SIZED: AtomicUsize = AtomicUsize::new(0);
 
+/// Deallocations the size of a task block, on any thread.
+pub static BLOCK_SIZED_FREED: AtomicUsize = AtomicUsize::new(0);
+
 /// How many block-sized allocations were made so far.
 pub fn block_sized() -> usize {
     BLOCK_SIZED.load(Relaxed)
@@ -33,6 +36,9 @@ unsafe impl GlobalAlloc for Counting {
         System.alloc(layout)
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if layout.size() == 256 {
+            BLOCK_SIZED_FREED.fetch_add(1, Relaxed);
+        }
         System.dealloc(ptr, layout)
     }
 }
