@@ -40,6 +40,15 @@
 //!   scope inside `rt.run`, so several workers make tiles at once); then
 //!   the bottom-right tile's promise is waited for. Making the graph is
 //!   no longer one thread's work.
+//! - `selvedge spawn_delayed (made up front, 8 rows ahead)`: as the first,
+//!   but before each row the making task waits (running tiles meanwhile)
+//!   for the last tile of the row 8 above, so it never runs more than 8
+//!   rows ahead of the finished work: the tasks waiting on promises stay
+//!   few, and their memory is still in the cores' caches when they run.
+//! - `selvedge spawn_delayed (each tile makes the one below)`: no graph
+//!   made up front: each tile's task, once done, makes the task of the
+//!   tile below it (and the first row's, the one to its right), on the
+//!   worker that just readied half of it.
 //! - `selvedge scope.spawn_delayed`: the same in a `selvedge::scope` inside
 //!   `rt.run`, the tasks borrowing the digests and the loop promise.
 //! - `rayon barrier (par_iter per diagonal)`: `into_par_iter` over each
@@ -86,6 +95,8 @@ pub const SMALL_GROUP: &str = "wavefront_fine_64";
 pub const DELAYED: &str = "selvedge spawn_delayed (inside rt.run)";
 pub const SUBMIT: &str = "selvedge submit_delayed (from the main thread)";
 pub const ROWS: &str = "selvedge spawn_delayed (a maker task per row)";
+pub const AHEAD: &str = "selvedge spawn_delayed (made up front, 8 rows ahead)";
+pub const SUCCESSORS: &str = "selvedge spawn_delayed (each tile makes the one below)";
 pub const SCOPE_DELAYED: &str = WAVE_SCOPE_DELAYED;
 pub const RAYON_BARRIER: &str = WAVE_RAYON_BARRIER;
 
@@ -129,6 +140,16 @@ fn workload<const G: usize, const R: u32>(group: &'static str, nominal_us: u32) 
                     name: ROWS,
                     kind: Kind::SelvedgeSpawn,
                     run: |p| p.selvedge.run(rows_delayed::<G, R>),
+                },
+                Impl {
+                    name: AHEAD,
+                    kind: Kind::SelvedgeSpawn,
+                    run: |p| p.selvedge.run(ahead_delayed::<G, R>),
+                },
+                Impl {
+                    name: SUCCESSORS,
+                    kind: Kind::SelvedgeSpawn,
+                    run: |p| p.selvedge.run(successors_delayed::<G, R>),
                 },
                 Impl {
                     name: SCOPE_DELAYED,
@@ -250,13 +271,72 @@ impl Shared {
             self.done.fulfill(idx);
         }
     }
+
+    /// Tile `idx`'s task when each tile makes the next ones: the tile, its
+    /// promise, then the task of the tile below it (and, on the first row,
+    /// of the tile to its right), each of which has its other dependency
+    /// still to wait for, or not.
+    fn tile_making_next<const G: usize, const R: u32>(
+        self: Arc<Self>,
+        idx: usize,
+    ) -> impl FnOnce() + Send {
+        move || {
+            run_tile::<G, R>(&self.digests, idx);
+            self.done.fulfill(idx);
+            let (i, j) = (idx / G, idx % G);
+            if i + 1 < G {
+                self.make_next::<G, R>(idx + G);
+            }
+            if i == 0 && j + 1 < G {
+                self.make_next::<G, R>(idx + 1);
+            }
+        }
+    }
+
+    fn make_next<const G: usize, const R: u32>(self: &Arc<Self>, idx: usize) {
+        let deps = tile_deps::<G>(&self.done, idx);
+        drop(selvedge::spawn_delayed(
+            deps,
+            Arc::clone(self).tile_making_next::<G, R>(idx),
+        ));
+    }
 }
+
+/// How many rows the making task of [`ahead_delayed`] may run ahead of the
+/// finished work.
+const AHEAD_ROWS: usize = 8;
 
 /// From inside `rt.run`: every tile `spawn_delayed` on its two neighbours.
 pub fn delayed<const G: usize, const R: u32>() -> u64 {
     made_up_front::<G>(|shared, idx| {
         selvedge::spawn_delayed(tile_deps::<G>(&shared.done, idx), shared.tile::<G, R>(idx))
     })
+}
+
+/// As [`delayed`], but before making each row the making task waits for
+/// the last tile of the row [`AHEAD_ROWS`] above (its worker runs tiles
+/// meanwhile), so that it stays within that many rows of the finished
+/// work.
+pub fn ahead_delayed<const G: usize, const R: u32>() -> u64 {
+    made_up_front::<G>(|shared, idx| {
+        if idx % G == 0 && idx / G >= AHEAD_ROWS {
+            let last_of_row_above = idx - (AHEAD_ROWS - 1) * G - 1;
+            selvedge::spawn_delayed([shared.done.at(last_of_row_above)], || ()).join();
+        }
+        selvedge::spawn_delayed(tile_deps::<G>(&shared.done, idx), shared.tile::<G, R>(idx))
+    })
+}
+
+/// From inside `rt.run`: the first tile's task only; each tile's task
+/// makes the next ones (see [`Shared::tile_making_next`]), and the
+/// bottom-right tile is waited for through its promise.
+pub fn successors_delayed<const G: usize, const R: u32>() -> u64 {
+    let shared = Shared::new::<G>();
+    drop(selvedge::spawn(
+        Arc::clone(&shared).tile_making_next::<G, R>(0),
+    ));
+    selvedge::spawn_delayed([shared.done.at(G * G - 1)], || ()).join();
+    checksum(&shared.digests)
 }
 
 /// From the calling thread (not a worker): every tile `submit_delayed`.
