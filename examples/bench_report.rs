@@ -1109,6 +1109,11 @@ fn fine_wavefront_table(
              main thread)*: the same tasks queued with `Runtime::submit_delayed` from the \
              calling thread, which is no worker; *a maker task per row*: the same tasks, \
              each row's made by a task of its own, the rows' makers running in parallel; \
+             *made up front, 8 rows ahead*: as the first, but before each row the making \
+             task joins a delayed task on the last tile 8 rows up, so that it never runs \
+             more than 8 rows ahead of the finished work; *each tile makes the one below*: \
+             no graph made up front, each tile's task making the task of the tile below it \
+             (and, on the first row, of the tile to its right) once done; \
              *scope.spawn_delayed*: the same in a scope; \
              *rayon barrier*: `par_iter` over each anti-diagonal. *over ideal* is \
              (median − serial / {threads}) / tiles in ns: what each tile costs beyond a \
