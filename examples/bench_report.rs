@@ -1114,7 +1114,7 @@ fn fine_wavefront_table(
              more than 8 rows ahead of the finished work; *each tile makes the one below*: \
              no graph made up front, each tile's task making the task of the tile below it \
              (and, on the first row, of the tile to its right) once done; \
-             *scope.spawn_delayed*: the same in a scope; \
+             *scope.spawn_delayed*: the first, in a scope; \
              *rayon barrier*: `par_iter` over each anti-diagonal. *over ideal* is \
              (median − serial / {threads}) / tiles in ns: what each tile costs beyond a \
              perfect split of the serial work."
