@@ -12,6 +12,7 @@ use crate::core::sync::{lock, AtomicPtr, AtomicU64, Mutex, Ordering};
 use crate::core::task::TaskRef;
 use crate::core::worker::Worker;
 use crossbeam_utils::CachePadded;
+use std::cell::UnsafeCell;
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
@@ -55,13 +56,28 @@ pub(crate) type ReclaimNode = unsafe fn(NonNull<ParkedNode>) -> Option<(TaskRef,
 /// after its swap, so a settling side that lost the claim never needs the
 /// slot.
 pub(crate) struct Parked {
-    /// One shard per worker and one for other threads, so workers making
-    /// delayed tasks at once do not share a lock.
-    shards: Box<[CachePadded<Mutex<Slab>>]>,
+    /// One shard per worker, which only that worker's thread touches while
+    /// the workers run (see [`OwnShard`]): parking a task takes no lock.
+    own: Box<[CachePadded<OwnShard>]>,
+    /// The shard of every other thread, behind a lock.
+    others: CachePadded<Mutex<Slab>>,
     /// Parks minus releases counted on threads that are not workers of the
     /// runtime (wrapping). Workers count in their own counters.
     foreign: AtomicU64,
 }
+
+/// A worker's shard of the registry. Its slab is touched by that worker's
+/// thread alone while the workers run ([`Parked::register`] with the
+/// worker's index), and by [`Parked::reclaim`] and the registry's drop
+/// once every worker thread has exited: so it needs no lock. What other
+/// threads do with a node's slot (take it back on settling) goes through
+/// the slot's atomic, in a chunk that never moves, not through the slab.
+struct OwnShard(UnsafeCell<Slab>);
+
+// SAFETY: see the type's docs: one thread at a time uses the slab, and the
+// hand-over (a worker thread's exit, then the join in the runtime's shut
+// down) orders its uses.
+unsafe impl Sync for OwnShard {}
 
 /// Slots in chunks that never move: a node keeps its slot's address.
 #[derive(Default)]
@@ -125,9 +141,10 @@ impl Slab {
 impl Parked {
     pub(crate) fn new(workers: usize) -> Self {
         Self {
-            shards: (0..=workers)
-                .map(|_| CachePadded::new(Mutex::new(Slab::default())))
+            own: (0..workers)
+                .map(|_| CachePadded::new(OwnShard(UnsafeCell::new(Slab::default()))))
                 .collect(),
+            others: CachePadded::new(Mutex::new(Slab::default())),
             foreign: AtomicU64::new(0),
         }
     }
@@ -174,16 +191,44 @@ impl Parked {
     /// Puts `node` (whose registry reference the slot takes) in the shard
     /// of worker `here`, or the shard of other threads; returns its slot.
     /// `reclaim` is what [`Parked::reclaim`] will do with the node.
+    ///
+    /// `here` must be [`Parked::worker_here`] of the calling thread: a
+    /// worker's shard is that worker's alone.
     pub(crate) fn register(
         &self,
         here: Option<usize>,
         node: NonNull<ParkedNode>,
         reclaim: ReclaimNode,
     ) -> *const ParkedSlot {
-        let shard = here.unwrap_or(self.shards.len() - 1);
-        let mut slab = lock(&self.shards[shard]);
+        let Some(index) = here else {
+            let mut slab = lock(&self.others);
+            slab.reclaim = Some(reclaim);
+            return slab.insert(node);
+        };
+        debug_assert_eq!(
+            Worker::current().map(|w| w.index),
+            Some(index),
+            "a worker's shard is used by another thread"
+        );
+        // SAFETY: `here` names the calling thread's worker, whose thread
+        // alone uses this shard while the workers run (`OwnShard`); no
+        // other borrow of it is live (nothing below calls out).
+        let slab = unsafe { &mut *self.own[index].0.get() };
         slab.reclaim = Some(reclaim);
         slab.insert(node)
+    }
+
+    /// Calls `f` with every shard's slab.
+    ///
+    /// # Safety
+    /// Every worker thread of the runtime has exited (see [`OwnShard`]).
+    unsafe fn each_slab(&self, mut f: impl FnMut(&Slab)) {
+        for shard in self.own.iter() {
+            // SAFETY: the workers have exited (caller), so nobody else
+            // uses the shard; only shared borrows are made here.
+            f(unsafe { &*shard.0.get() });
+        }
+        f(&lock(&self.others));
     }
 
     /// Takes the registry's reference out of `slot` if it is still there.
@@ -229,10 +274,12 @@ impl Parked {
     /// reports [`Cancellation::RuntimeShutDown`]. A node whose events never
     /// close (a promise whose handle someone keeps) stays linked there,
     /// without its task, until they do.
-    pub(crate) fn reclaim(&self) {
+    ///
+    /// # Safety
+    /// Every worker thread of the runtime has exited.
+    pub(crate) unsafe fn reclaim(&self) {
         let mut claimed = Vec::new();
-        for shard in self.shards.iter() {
-            let slab = lock(shard);
+        let take_back = |slab: &Slab| {
             for i in 0..slab.chunks.len() * CHUNK {
                 // SAFETY: a slot of ours; we are part of the runtime.
                 let Some(node) = (unsafe { Self::leave(slab.slot(i)) }) else {
@@ -245,7 +292,9 @@ impl Parked {
                     claimed.push(owned);
                 }
             }
-        }
+        };
+        // SAFETY: the workers have exited (caller).
+        unsafe { self.each_slab(take_back) };
         // Outside the locks: cancelling drops user closures.
         for (task, runtime) in claimed {
             Self::count(&runtime, false);
@@ -256,8 +305,7 @@ impl Parked {
 
 impl Drop for Parked {
     fn drop(&mut self) {
-        for shard in self.shards.iter() {
-            let slab = lock(shard);
+        let give_up = |slab: &Slab| {
             for i in 0..slab.chunks.len() * CHUNK {
                 // SAFETY: a slot of ours.
                 if let Some(node) = unsafe { Self::leave(slab.slot(i)) } {
@@ -273,6 +321,9 @@ impl Drop for Parked {
                     std::mem::forget(owned);
                 }
             }
-        }
+        };
+        // SAFETY: the registry, and so every worker, is gone: nobody else
+        // can use a shard.
+        unsafe { self.each_slab(give_up) };
     }
 }
