@@ -192,9 +192,10 @@ impl Parked {
     /// of worker `here`, or the shard of other threads; returns its slot.
     /// `reclaim` is what [`Parked::reclaim`] will do with the node.
     ///
-    /// `here` must be [`Parked::worker_here`] of the calling thread: a
-    /// worker's shard is that worker's alone.
-    pub(crate) fn register(
+    /// # Safety
+    /// `here` is [`Parked::worker_here`] of the calling thread for this
+    /// registry's runtime: a worker's shard is that worker's alone.
+    pub(crate) unsafe fn register(
         &self,
         here: Option<usize>,
         node: NonNull<ParkedNode>,
@@ -206,13 +207,16 @@ impl Parked {
             return slab.insert(node);
         };
         debug_assert_eq!(
-            Worker::current().map(|w| w.index),
+            Worker::current()
+                .filter(|w| ptr::eq(&w.shared.parked, self))
+                .map(|w| w.index),
             Some(index),
             "a worker's shard is used by another thread"
         );
-        // SAFETY: `here` names the calling thread's worker, whose thread
-        // alone uses this shard while the workers run (`OwnShard`); no
-        // other borrow of it is live (nothing below calls out).
+        // SAFETY: `here` names the calling thread's worker of this runtime
+        // (caller), whose thread alone uses this shard while the workers
+        // run (`OwnShard`); no other borrow of it is live (nothing below
+        // calls out).
         let slab = unsafe { &mut *self.own[index].0.get() };
         slab.reclaim = Some(reclaim);
         slab.insert(node)
@@ -322,8 +326,11 @@ impl Drop for Parked {
                 }
             }
         };
-        // SAFETY: the registry, and so every worker, is gone: nobody else
-        // can use a shard.
+        // SAFETY: the registry's last reference is going: every worker
+        // has left its loop and dropped its reference (its thread may
+        // still be exiting, but uses no shard any more), and the
+        // reference counts' release and acquire order their uses of the
+        // shards before this.
         unsafe { self.each_slab(give_up) };
     }
 }

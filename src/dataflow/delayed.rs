@@ -118,7 +118,8 @@ pub(crate) fn delay(runtime: &Arc<Registry>, task: TaskRef, deps: impl IntoItera
         })
     };
     let here = Parked::worker_here(runtime);
-    let slot = runtime.parked.register(here, node.cast(), reclaim_node);
+    // SAFETY: `here` is `worker_here` of this thread for `runtime`.
+    let slot = unsafe { runtime.parked.register(here, node.cast(), reclaim_node) };
     // SAFETY: the node is ours alone until `Waiter::start` below (the
     // registry only stores its address before then).
     unsafe { ptr::addr_of_mut!((*node.as_ptr()).slot).write(slot) };
