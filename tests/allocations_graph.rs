@@ -13,9 +13,6 @@
 
 mod support;
 
-use selvedge::LoopPromise;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
 use std::time::Duration;
 use support::Watchdog;
 
@@ -29,43 +26,9 @@ static GLOBAL: block_counting::Counting = block_counting::Counting;
 const SIDE: usize = 128;
 
 /// A wavefront of `SIDE` x `SIDE` delayed tasks, all made by the calling
-/// task: tile (i, j) waits for (i - 1, j) and (i, j - 1). Returns the last
-/// tile's value.
+/// task (see `support::wavefront_made_up_front`).
 fn wavefront() -> u64 {
-    let done = Arc::new(LoopPromise::new(0..SIDE * SIDE));
-    let values: Arc<Vec<AtomicU64>> =
-        Arc::new((0..SIDE * SIDE).map(|_| AtomicU64::new(0)).collect());
-    for idx in 0..SIDE * SIDE {
-        let (i, j) = (idx / SIDE, idx % SIDE);
-        let deps = [
-            (i > 0).then(|| done.at(idx - SIDE)),
-            (j > 0).then(|| done.at(idx - 1)),
-        ];
-        let (done, values) = (done.clone(), values.clone());
-        drop(selvedge::spawn_delayed(
-            deps.into_iter().flatten(),
-            move || {
-                let up = if i > 0 {
-                    values[idx - SIDE].load(Relaxed)
-                } else {
-                    1
-                };
-                let left = if j > 0 {
-                    values[idx - 1].load(Relaxed)
-                } else {
-                    1
-                };
-                // A little work, so that the other workers take part.
-                let v = (0..100u64).fold(up ^ left.rotate_left(7), |a, x| {
-                    std::hint::black_box(a.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ x)
-                });
-                values[idx].store(v, Relaxed);
-                done.fulfill(idx);
-            },
-        ));
-    }
-    selvedge::spawn_delayed([done.at(SIDE * SIDE - 1)], || ()).join();
-    values[SIDE * SIDE - 1].load(Relaxed)
+    support::wavefront_made_up_front(SIDE, 100)
 }
 
 #[test]

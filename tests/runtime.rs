@@ -164,26 +164,7 @@ fn an_idle_worker_comes_back_for_tasks_queued_after_it_parked() {
     for rep in 0..8 {
         let free_ran = rt.run(|| {
             let root = std::thread::current().id();
-            let started = Arc::new(AtomicUsize::new(0));
-            let blockers: Vec<_> = (0..4)
-                .map(|_| {
-                    let started = started.clone();
-                    spawn(move || {
-                        started.fetch_add(1, Ordering::Relaxed);
-                        std::thread::sleep(Duration::from_millis(400));
-                    })
-                })
-                .collect();
-            // The root sits in user code here: idle workers take the
-            // blockers from its deque on its behalf.
-            let deadline = std::time::Instant::now() + Duration::from_secs(10);
-            while started.load(Ordering::Relaxed) < 4 {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "the blockers never started"
-                );
-                std::thread::yield_now();
-            }
+            let blockers = support::occupy_workers(4, Duration::from_millis(400));
             // Counted without a lock: a contended one would slow whichever
             // worker waits for it, not the scheduling this test judges.
             let elsewhere = AtomicUsize::new(0);
@@ -239,24 +220,7 @@ fn steal_requests_go_to_the_worker_with_queued_tasks() {
     let (mut sent, mut declined) = (0, 0);
     for _ in 0..3 {
         let (before, after) = rt.run(|| {
-            let started = Arc::new(AtomicUsize::new(0));
-            let blockers: Vec<_> = (0..4)
-                .map(|_| {
-                    let started = started.clone();
-                    spawn(move || {
-                        started.fetch_add(1, Ordering::Relaxed);
-                        std::thread::sleep(Duration::from_millis(300));
-                    })
-                })
-                .collect();
-            let deadline = std::time::Instant::now() + Duration::from_secs(10);
-            while started.load(Ordering::Relaxed) < 4 {
-                assert!(
-                    std::time::Instant::now() < deadline,
-                    "the blockers never started"
-                );
-                std::thread::yield_now();
-            }
+            let blockers = support::occupy_workers(4, Duration::from_millis(300));
             // Let the requests of the blockers' start settle.
             std::thread::sleep(Duration::from_millis(20));
             let before = totals(&rt);
