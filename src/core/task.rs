@@ -208,10 +208,15 @@ unsafe fn store<X>(block: NonNull<Header>, x: X) {
 /// them whole, and the pointer keeps the whole block's provenance.)
 #[inline(always)]
 fn payload(block: NonNull<Header>) -> *mut u8 {
+    payload_of(block.as_ptr())
+}
+
+/// [`payload`] of a raw block pointer (a free block's, in the pool).
+#[inline(always)]
+fn payload_of(block: *mut Header) -> *mut u8 {
     // Pointer arithmetic only, no reference to the block: this needs
     // neither liveness nor uniqueness (the callers' accesses do).
     block
-        .as_ptr()
         .cast::<u8>()
         .wrapping_add(std::mem::offset_of!(TaskBlock, payload))
 }
@@ -610,9 +615,8 @@ unsafe fn set_next(block: *mut Header, next: *mut Header) {
 /// The words of a carrier's payload: the count of blocks it lists, then
 /// their addresses.
 fn carrier_words(carrier: *mut Header) -> *mut usize {
-    // Pointer arithmetic only (see `payload`); the payload is aligned for
-    // words.
-    payload(NonNull::new(carrier).expect("a carrier is a block")).cast::<usize>()
+    // The payload is aligned for words.
+    payload_of(carrier).cast::<usize>()
 }
 
 /// How many blocks `carrier` lists.
