@@ -293,6 +293,13 @@ impl Shared {
         }
     }
 
+    /// Waits for the bottom-right tile, which depends on every other one,
+    /// through its promise (when no handle of it is kept); the checksum.
+    fn wait_for_last<const G: usize>(&self) -> u64 {
+        selvedge::spawn_delayed([self.done.at(G * G - 1)], || ()).join();
+        checksum(&self.digests)
+    }
+
     fn make_next<const G: usize, const R: u32>(self: &Arc<Self>, idx: usize) {
         let deps = tile_deps::<G>(&self.done, idx);
         drop(selvedge::spawn_delayed(
@@ -335,8 +342,7 @@ pub fn successors_delayed<const G: usize, const R: u32>() -> u64 {
     drop(selvedge::spawn(
         Arc::clone(&shared).tile_making_next::<G, R>(0),
     ));
-    selvedge::spawn_delayed([shared.done.at(G * G - 1)], || ()).join();
-    checksum(&shared.digests)
+    shared.wait_for_last::<G>()
 }
 
 /// From the calling thread (not a worker): every tile `submit_delayed`.
@@ -366,8 +372,7 @@ pub fn rows_delayed<const G: usize, const R: u32>() -> u64 {
             });
         }
     });
-    selvedge::spawn_delayed([shared.done.at(G * G - 1)], || ()).join();
-    checksum(&shared.digests)
+    shared.wait_for_last::<G>()
 }
 
 /// Every tile made up front, row-major, by `make` (which gives it the
