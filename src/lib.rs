@@ -98,6 +98,8 @@ mod core;
 mod dataflow;
 #[cfg(all(feature = "cuda", not(loom)))]
 pub mod gpu;
+#[cfg(not(loom))]
+mod graph;
 mod loops;
 #[cfg(not(loom))]
 mod structured;
@@ -130,6 +132,10 @@ pub use crate::dataflow::event::Dep;
 pub use crate::dataflow::loop_promise::LoopPromise;
 #[cfg(not(loom))]
 pub use crate::dataflow::promise::Promise;
+#[cfg(not(loom))]
+pub use crate::graph::build::{Graph, Node};
+#[cfg(not(loom))]
+pub use crate::graph::error::{GraphError, NodePanic};
 #[cfg(not(loom))]
 pub use crate::loops::{
     par_chunks_mut, par_iter_mut, parallel_for, ParChunksMut, ParIterMut, ParallelFor,

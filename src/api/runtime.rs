@@ -12,6 +12,8 @@ use crate::dataflow::access::Accesses;
 use crate::dataflow::declared;
 use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
+use crate::graph::build::Graph;
+use crate::graph::error::GraphError;
 use std::sync::Arc;
 
 impl Runtime {
@@ -64,6 +66,72 @@ impl Runtime {
         R: Send,
     {
         self.run_root(f)
+    }
+
+    /// Runs `graph` once on this runtime and blocks the caller until every
+    /// node ran (see [`Graph`]). Called from one of this runtime's workers,
+    /// it runs in place, and the worker keeps working while it waits.
+    ///
+    /// # Errors
+    /// [`GraphError::Cycle`] when the graph's edges form a cycle (nothing
+    /// runs); [`GraphError::Failed`] when nodes panicked: the nodes after
+    /// them were skipped, every other node ran, and the graph may be run
+    /// again.
+    ///
+    /// ```
+    /// use selvedge::{Graph, Runtime};
+    ///
+    /// let rt = Runtime::builder().num_threads(2).build()?;
+    /// let mut field = vec![1.0f64; 1024];
+    /// let mut steps = 0;
+    /// {
+    ///     let mut g = Graph::new();
+    ///     let field = &mut field;
+    ///     let halve = g.node(move || field.iter_mut().for_each(|x| *x *= 0.5));
+    ///     let count = g.node(|| steps += 1);
+    ///     g.precede(halve, count);
+    ///     for _ in 0..3 {
+    ///         rt.run_graph(&mut g)?;
+    ///     }
+    /// }
+    /// assert_eq!((field[0], steps), (0.125, 3));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn run_graph(&self, graph: &mut Graph<'_>) -> Result<(), GraphError> {
+        self.run(|| graph.run())
+    }
+
+    /// Queues one run of `graph` from any thread without blocking, and
+    /// returns a handle that gives the graph back with the run's result
+    /// (the handle is also a [`Future`](std::future::Future)). The graph
+    /// owns what its nodes use (`'static`).
+    ///
+    /// ```
+    /// use selvedge::{Graph, Runtime};
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::sync::Arc;
+    ///
+    /// let rt = Runtime::builder().num_threads(2).build()?;
+    /// let runs = Arc::new(AtomicU32::new(0));
+    /// let mut g = Graph::new();
+    /// let counter = Arc::clone(&runs);
+    /// g.node(move || { counter.fetch_add(1, Ordering::Relaxed); });
+    /// for _ in 0..2 {
+    ///     let (graph, result) = rt.submit_graph(g).join();
+    ///     result?;
+    ///     g = graph;
+    /// }
+    /// assert_eq!(runs.load(Ordering::Relaxed), 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn submit_graph(
+        &self,
+        mut graph: Graph<'static>,
+    ) -> JoinHandle<(Graph<'static>, Result<(), GraphError>)> {
+        self.submit(move || {
+            let result = graph.run();
+            (graph, result)
+        })
     }
 
     /// Queues `f` from any thread without blocking and returns its handle.

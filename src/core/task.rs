@@ -126,6 +126,21 @@ impl TaskRef {
         self.0
     }
 
+    /// A task whose header lives in a longer-lived object of a layer above
+    /// (a graph's node), queued once per run of that object: its vtable's
+    /// `run` and `cancel` find the object from the header, and neither
+    /// frees anything.
+    ///
+    /// # Safety
+    /// `header` must be the first field of a `#[repr(C)]` object that the
+    /// header's vtable functions expect, that stays in place until the
+    /// task was run or cancelled, and that is queued at most once at a
+    /// time (the returned task is the unique right to run it).
+    #[inline]
+    pub(crate) unsafe fn resident(header: NonNull<Header>) -> TaskRef {
+        TaskRef(header)
+    }
+
     /// Runs the task, consuming it.
     #[inline]
     pub(crate) fn run(self) {

@@ -1,0 +1,416 @@
+//! Building a graph: its nodes, their names, and the edges between them.
+
+use crate::core::pool::on_worker;
+use crate::core::sync::{AtomicU32, Ordering};
+use crate::graph::error::GraphError;
+use crate::graph::plan::{self, Plan};
+use crate::graph::replay::{self, NodeTask};
+use std::borrow::Cow;
+use std::fmt;
+
+/// Tells graphs apart, so that a node used with a graph other than its own
+/// is caught.
+static NEXT_GRAPH_ID: AtomicU32 = AtomicU32::new(1);
+
+/// A graph of tasks, built once and run many times.
+///
+/// Each node is a closure (`FnMut`, so it may keep state from one run to
+/// the next) and each edge says that one node runs before another. A run
+/// starts every node whose predecessors all finished, on whichever worker
+/// finished the last of them, until every node ran. The dependencies are
+/// resolved once, when the graph is first run after a change; a run after
+/// that allocates nothing and costs a few atomic operations per edge.
+///
+/// Nodes may borrow anything that outlives the graph (`'g`), and run
+/// anything a task may: [`spawn`](crate::spawn), [`join`](crate::join),
+/// parallel loops ([`Graph::node`] shows one), another graph
+/// ([`Graph::subgraph`]).
+///
+/// Run a graph with [`Runtime::run_graph`](crate::Runtime::run_graph),
+/// [`Runtime::submit_graph`](crate::Runtime::submit_graph) (from any
+/// thread, returning a handle), or [`Graph::run`] (on the current
+/// runtime, in place when called from a task).
+///
+/// ```
+/// use selvedge::{Graph, Runtime};
+/// use std::sync::atomic::{AtomicU64, Ordering};
+///
+/// let rt = Runtime::builder().num_threads(2).build()?;
+/// let (a, b, sum) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+/// let mut g = Graph::new();
+/// let load_a = g.node(|| { a.fetch_add(1, Ordering::Relaxed); });
+/// let load_b = g.node(|| { b.fetch_add(2, Ordering::Relaxed); });
+/// let add = g.node(|| {
+///     let total = a.load(Ordering::Relaxed) + b.load(Ordering::Relaxed);
+///     sum.store(total, Ordering::Relaxed);
+/// });
+/// g.precede(load_a, add);
+/// g.precede(load_b, add);
+/// for _ in 0..10 {
+///     rt.run_graph(&mut g)?; // the same graph, run again
+/// }
+/// assert_eq!(sum.load(Ordering::Relaxed), 30);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Graph<'g> {
+    id: u32,
+    /// The nodes, each with its task header, closure and counters, in the
+    /// order they were added.
+    nodes: Vec<NodeTask<'g>>,
+    names: Vec<Option<Cow<'static, str>>>,
+    /// Every edge, predecessor first, in the order added.
+    edges: Vec<(u32, u32)>,
+    /// The resolved dependencies: `None` until the first run and after
+    /// every change.
+    plan: Option<Plan>,
+}
+
+// SAFETY: a graph owns its nodes' closures, which are `Send`; the raw
+// pointers in its nodes point into the graph itself or to the state of a
+// run, which exists only while a run borrows the graph mutably, and the
+// task headers are only queued during such a run.
+unsafe impl Send for Graph<'_> {}
+
+/// A node of a [`Graph`]: a copyable name for it, to add edges with. It
+/// belongs to the graph that made it; using it with another graph panics.
+///
+/// ```
+/// let mut g = selvedge::Graph::new();
+/// let first = g.node(|| {});
+/// let second = g.node(|| {});
+/// assert_eq!((first.index(), second.index()), (0, 1));
+/// g.precede(first, second);
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub struct Node {
+    graph: u32,
+    index: u32,
+}
+
+impl Node {
+    /// The node's position in its graph: the nodes are numbered from 0 in
+    /// the order they were added.
+    ///
+    /// ```
+    /// let mut g = selvedge::Graph::new();
+    /// assert_eq!(g.node(|| {}).index(), 0);
+    /// ```
+    pub fn index(self) -> usize {
+        self.index as usize
+    }
+
+    pub(crate) fn new(graph: u32, index: u32) -> Self {
+        Self { graph, index }
+    }
+}
+
+impl<'g> Graph<'g> {
+    /// An empty graph.
+    ///
+    /// ```
+    /// let g = selvedge::Graph::new();
+    /// assert!(g.is_empty());
+    /// ```
+    pub fn new() -> Self {
+        let id = NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed);
+        assert!(
+            id != 0,
+            "selvedge: more than 4,294,967,295 graphs were made: their ids ran out"
+        );
+        Self {
+            id,
+            nodes: Vec::new(),
+            names: Vec::new(),
+            edges: Vec::new(),
+            plan: None,
+        }
+    }
+
+    /// Adds a node that runs `f` once per run of the graph, after every
+    /// node that [precedes](Graph::precede) it. `f` may borrow anything
+    /// that outlives the graph, and may itself run parallel work: a
+    /// parallel loop as a node is a node whose closure runs the loop.
+    ///
+    /// ```
+    /// use selvedge::{parallel_for, Graph};
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    ///
+    /// let rt = selvedge::Runtime::builder().num_threads(2).build()?;
+    /// let total = AtomicU64::new(0);
+    /// let mut g = Graph::new();
+    /// let sum = g.node(|| {
+    ///     parallel_for(0..1000usize).for_each(|i| {
+    ///         total.fetch_add(i as u64, Ordering::Relaxed);
+    ///     });
+    /// });
+    /// let mut runs = 0;
+    /// let count = g.node(move || runs += 1); // state kept between runs
+    /// g.precede(sum, count);
+    /// rt.run_graph(&mut g)?;
+    /// rt.run_graph(&mut g)?;
+    /// assert_eq!(total.load(Ordering::Relaxed), 2 * 499_500);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn node<F>(&mut self, f: F) -> Node
+    where
+        F: FnMut() + Send + 'g,
+    {
+        self.add(None, Box::new(f))
+    }
+
+    /// [`Graph::node`] with a name, which errors and reports use.
+    ///
+    /// ```
+    /// let mut g = selvedge::Graph::new();
+    /// let a = g.node_named("load", || {});
+    /// assert_eq!(g.name(a), "load");
+    /// ```
+    pub fn node_named<F>(&mut self, name: impl Into<Cow<'static, str>>, f: F) -> Node
+    where
+        F: FnMut() + Send + 'g,
+    {
+        self.add(Some(name.into()), Box::new(f))
+    }
+
+    /// Adds a node that runs the graph `sub` to completion, once per run
+    /// of this graph. The node finishes when every node of `sub` did. When
+    /// a node of `sub` panics, this node panics with a message naming it,
+    /// so the nodes after this one are skipped for that run.
+    ///
+    /// ```
+    /// use selvedge::Graph;
+    /// use std::sync::Mutex;
+    ///
+    /// let log = Mutex::new(Vec::new());
+    /// let mut inner = Graph::new();
+    /// let x = inner.node(|| log.lock().unwrap().push("inner x"));
+    /// let y = inner.node(|| log.lock().unwrap().push("inner y"));
+    /// inner.precede(x, y);
+    /// let mut outer = Graph::new();
+    /// let before = outer.node(|| log.lock().unwrap().push("before"));
+    /// let middle = outer.subgraph(inner);
+    /// let after = outer.node(|| log.lock().unwrap().push("after"));
+    /// outer.precede(before, middle);
+    /// outer.precede(middle, after);
+    /// outer.run()?;
+    /// assert_eq!(*log.lock().unwrap(), ["before", "inner x", "inner y", "after"]);
+    /// # Ok::<(), selvedge::GraphError>(())
+    /// ```
+    pub fn subgraph(&mut self, mut sub: Graph<'g>) -> Node {
+        self.add(
+            Some(Cow::Borrowed("subgraph")),
+            Box::new(move || {
+                if let Err(e) = sub.run() {
+                    panic!("selvedge: a nested graph failed: {e}");
+                }
+            }),
+        )
+    }
+
+    /// Says that `before` runs, and finishes, before `after` starts, in
+    /// every run. An edge may be added twice (it counts once as much as
+    /// twice); an edge that closes a cycle is reported when the graph is
+    /// next checked or run.
+    ///
+    /// # Panics
+    /// If either node belongs to another graph.
+    ///
+    /// ```
+    /// use std::sync::Mutex;
+    ///
+    /// let order = Mutex::new(Vec::new());
+    /// let mut g = selvedge::Graph::new();
+    /// let b = g.node(|| order.lock().unwrap().push('b'));
+    /// let a = g.node(|| order.lock().unwrap().push('a'));
+    /// g.precede(a, b);
+    /// g.run()?;
+    /// assert_eq!(*order.lock().unwrap(), ['a', 'b']);
+    /// # Ok::<(), selvedge::GraphError>(())
+    /// ```
+    pub fn precede(&mut self, before: Node, after: Node) {
+        let from = self.own(before, "precede");
+        let to = self.own(after, "precede");
+        self.edges.push((from, to));
+        self.plan = None;
+    }
+
+    /// Says that `after` starts only once `before` finished: the same edge
+    /// as [`Graph::precede`]`(before, after)`, written from the other end.
+    ///
+    /// # Panics
+    /// If either node belongs to another graph.
+    ///
+    /// ```
+    /// let mut g = selvedge::Graph::new();
+    /// let a = g.node(|| {});
+    /// let b = g.node(|| {});
+    /// g.succeed(b, a); // b after a
+    /// assert_eq!(g.edge_count(), 1);
+    /// ```
+    pub fn succeed(&mut self, after: Node, before: Node) {
+        self.precede(before, after);
+    }
+
+    /// The number of nodes.
+    ///
+    /// ```
+    /// let mut g = selvedge::Graph::new();
+    /// g.node(|| {});
+    /// assert_eq!(g.len(), 1);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the graph has no node.
+    ///
+    /// ```
+    /// assert!(selvedge::Graph::new().is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// The number of edges added (a repeated edge counts each time).
+    ///
+    /// ```
+    /// let mut g = selvedge::Graph::new();
+    /// let (a, b) = (g.node(|| {}), g.node(|| {}));
+    /// g.precede(a, b);
+    /// assert_eq!(g.edge_count(), 1);
+    /// ```
+    pub fn edge_count(&self) -> usize {
+        self.edges.len()
+    }
+
+    /// The node's name: the one given to [`Graph::node_named`], else
+    /// `node <index>`.
+    ///
+    /// # Panics
+    /// If the node belongs to another graph.
+    ///
+    /// ```
+    /// let mut g = selvedge::Graph::new();
+    /// let a = g.node(|| {});
+    /// assert_eq!(g.name(a), "node 0");
+    /// ```
+    pub fn name(&self, node: Node) -> Cow<'static, str> {
+        let index = self.own(node, "name");
+        self.name_at(index)
+    }
+
+    /// Resolves the graph's dependencies, if it changed since they were
+    /// last resolved, and checks that it has no cycle. Running a graph
+    /// does this itself; call it to learn of a cycle before the first run.
+    ///
+    /// # Errors
+    /// [`GraphError::Cycle`] when the edges form a cycle, with the nodes on
+    /// one of them.
+    ///
+    /// ```
+    /// let mut g = selvedge::Graph::new();
+    /// let a = g.node_named("a", || {});
+    /// let b = g.node_named("b", || {});
+    /// g.precede(a, b);
+    /// g.precede(b, a);
+    /// let err = g.check().unwrap_err();
+    /// assert_eq!(err.to_string(), "the graph has a cycle: a -> b -> a");
+    /// ```
+    pub fn check(&mut self) -> Result<(), GraphError> {
+        if self.plan.is_some() {
+            return Ok(());
+        }
+        match plan::prepare(&mut self.nodes, &self.edges) {
+            Ok(plan) => {
+                self.plan = Some(plan);
+                Ok(())
+            }
+            Err(cycle) => Err(GraphError::Cycle {
+                names: cycle
+                    .iter()
+                    .map(|&i| self.name_at(i).into_owned())
+                    .collect(),
+                nodes: cycle.into_iter().map(|i| Node::new(self.id, i)).collect(),
+            }),
+        }
+    }
+
+    /// Runs the graph once on the current runtime and waits for it: in
+    /// place from a task (the worker keeps working while it waits),
+    /// otherwise on the global runtime, blocking the caller.
+    ///
+    /// # Errors
+    /// [`GraphError::Cycle`] when the edges form a cycle (nothing runs);
+    /// [`GraphError::Failed`] when a node panicked: its successors, and
+    /// theirs, were skipped for this run, every other node ran, and the
+    /// graph may be run again.
+    ///
+    /// ```
+    /// let mut g = selvedge::Graph::new();
+    /// let a = g.node_named("a", || panic!("no input"));
+    /// let b = g.node_named("b", || unreachable!());
+    /// g.precede(a, b);
+    /// let err = g.run().unwrap_err();
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "node 'a' panicked: no input; 1 node after it was skipped: b"
+    /// );
+    /// ```
+    pub fn run(&mut self) -> Result<(), GraphError> {
+        on_worker(|w| replay::run_on(w, self))
+    }
+
+    /// The graph's id, nodes, names, and resolved plan, for a run (which
+    /// resolves the plan first).
+    pub(crate) fn parts(&mut self) -> (u32, &mut [NodeTask<'g>], Option<&Plan>) {
+        (self.id, &mut self.nodes, self.plan.as_ref())
+    }
+
+    pub(crate) fn name_at(&self, index: u32) -> Cow<'static, str> {
+        match &self.names[index as usize] {
+            Some(name) => name.clone(),
+            None => Cow::Owned(format!("node {index}")),
+        }
+    }
+
+    fn add(&mut self, name: Option<Cow<'static, str>>, work: Box<dyn FnMut() + Send + 'g>) -> Node {
+        let index = u32::try_from(self.nodes.len())
+            .ok()
+            .filter(|&i| i != u32::MAX)
+            .unwrap_or_else(|| panic!("selvedge: a graph holds at most 4,294,967,294 nodes"));
+        self.nodes.push(NodeTask::new(work));
+        self.names.push(name);
+        self.plan = None;
+        Node::new(self.id, index)
+    }
+
+    /// The index of `node`, which must be one of this graph's.
+    fn own(&self, node: Node, what: &str) -> u32 {
+        assert!(
+            node.graph == self.id,
+            "selvedge: Graph::{what} was given node {} of graph #{}, but this is graph #{}: \
+             a node belongs to the graph that made it",
+            node.index,
+            node.graph,
+            self.id
+        );
+        node.index
+    }
+}
+
+impl Default for Graph<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for Graph<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Graph")
+            .field("id", &self.id)
+            .field("nodes", &self.nodes.len())
+            .field("edges", &self.edges.len())
+            .field("resolved", &self.plan.is_some())
+            .finish()
+    }
+}

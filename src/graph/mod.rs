@@ -1,0 +1,24 @@
+//! Graphs of tasks built once and run many times.
+//!
+//! An iterative program (a solver's sweeps, a simulation's time steps, a
+//! model's training steps) often runs the same dependency graph on every
+//! iteration. Built with promises and delayed tasks, each iteration pays
+//! again for every promise, every parked task and every dependency walk. A
+//! [`Graph`](build::Graph) resolves its dependencies once, when it is first
+//! run after a change: each node keeps the range of its successors in one
+//! shared array and its count of predecessors. A run then only resets one
+//! counter per node, queues the nodes that have no predecessor, and, as each
+//! node finishes, counts down its successors' counters; the one that brings a
+//! counter to zero runs that successor itself (or queues it, when it readied
+//! more than one). Nodes are their own tasks (their task header lives in the
+//! node), so a run allocates nothing.
+//!
+//! The files: `build.rs` (the graph and its nodes, names and edges),
+//! `plan.rs` (successor lists, counts, roots and the cycle check),
+//! `replay.rs` (running a prepared graph on the workers), `error.rs` (what a
+//! failed check or run reports).
+
+pub(crate) mod build;
+pub(crate) mod error;
+mod plan;
+pub(crate) mod replay;

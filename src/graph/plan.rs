@@ -1,0 +1,114 @@
+//! Resolving a graph's dependencies once: every node's successors as a
+//! range of one shared array, its count of predecessors, the nodes with
+//! none (where a run starts), and the check that there is no cycle.
+
+use crate::graph::replay::NodeTask;
+
+/// A graph's resolved dependencies, valid until the graph changes.
+pub(crate) struct Plan {
+    /// Every node's successors, node after node (each node holds its
+    /// range): one array, so a finishing node reads one contiguous run.
+    pub(crate) successors: Box<[u32]>,
+    /// The nodes without predecessors, in the order they were added.
+    pub(crate) roots: Box<[u32]>,
+}
+
+/// Resolves the dependencies of `nodes` given by `edges` (predecessor
+/// first) and stores each node's successor range and predecessor count in
+/// it. Returns the nodes on a cycle, each before the next and the last
+/// before the first, when the edges form one.
+pub(crate) fn prepare(nodes: &mut [NodeTask<'_>], edges: &[(u32, u32)]) -> Result<Plan, Vec<u32>> {
+    let n = nodes.len();
+    // Successor lists by counting sort on the predecessor: `start[i]` is
+    // where node i's successors begin.
+    let mut start = vec![0u32; n + 1];
+    let mut preds = vec![0u32; n];
+    for &(from, to) in edges {
+        start[from as usize + 1] += 1;
+        preds[to as usize] += 1;
+    }
+    for i in 0..n {
+        start[i + 1] += start[i];
+    }
+    let mut fill = start.clone();
+    let mut successors = vec![0u32; edges.len()].into_boxed_slice();
+    for &(from, to) in edges {
+        let at = &mut fill[from as usize];
+        successors[*at as usize] = to;
+        *at += 1;
+    }
+    // Kahn's algorithm: whatever is never freed of its predecessors lies
+    // on a cycle or after one.
+    let roots: Box<[u32]> = (0..n as u32).filter(|&i| preds[i as usize] == 0).collect();
+    let mut left = preds.clone();
+    let mut ready: Vec<u32> = roots.to_vec();
+    let mut ordered = 0usize;
+    while let Some(i) = ready.pop() {
+        ordered += 1;
+        for &s in &successors[start[i as usize] as usize..start[i as usize + 1] as usize] {
+            left[s as usize] -= 1;
+            if left[s as usize] == 0 {
+                ready.push(s);
+            }
+        }
+    }
+    if ordered < n {
+        return Err(find_cycle(&left, edges));
+    }
+    for (i, node) in nodes.iter_mut().enumerate() {
+        node.set_links(start[i], start[i + 1], preds[i]);
+    }
+    Ok(Plan { successors, roots })
+}
+
+/// One cycle among the nodes Kahn's algorithm could not order (`left[i] >
+/// 0`): each of them has a predecessor among them, so walking from one to
+/// a predecessor, and on, must come back to a node already seen.
+fn find_cycle(left: &[u32], edges: &[(u32, u32)]) -> Vec<u32> {
+    let stuck = |i: u32| left[i as usize] > 0;
+    let mut predecessor = vec![u32::MAX; left.len()];
+    for &(from, to) in edges {
+        if stuck(from) && stuck(to) {
+            predecessor[to as usize] = from;
+        }
+    }
+    let first = (0..left.len() as u32)
+        .find(|&i| stuck(i))
+        .expect("an unordered graph has a node left");
+    // Walk back until a node repeats; the walk from its first visit on is
+    // the cycle, backwards.
+    let mut seen_at = vec![usize::MAX; left.len()];
+    let mut walk = Vec::new();
+    let mut at = first;
+    while seen_at[at as usize] == usize::MAX {
+        seen_at[at as usize] = walk.len();
+        walk.push(at);
+        at = predecessor[at as usize];
+        debug_assert!(at != u32::MAX, "every stuck node has a stuck predecessor");
+    }
+    let mut cycle = walk.split_off(seen_at[at as usize]);
+    cycle.reverse();
+    // Told from the node added first, so the same cycle reads the same
+    // wherever the walk entered it.
+    let earliest = (0..cycle.len()).min_by_key(|&i| cycle[i]).unwrap_or(0);
+    cycle.rotate_left(earliest);
+    cycle
+}
+
+#[cfg(test)]
+mod tests {
+    use super::find_cycle;
+
+    #[test]
+    fn a_cycle_is_found_in_edge_order_from_its_earliest_node_past_a_tail() {
+        // 0 -> 1 -> 2 -> 3 -> 1, and 4 after 3: 0 is ordered, the rest not.
+        let edges = [(0, 1), (1, 2), (2, 3), (3, 1), (3, 4)];
+        let left = [0, 1, 1, 1, 1];
+        assert_eq!(find_cycle(&left, &edges), [1, 2, 3]);
+    }
+
+    #[test]
+    fn a_self_edge_is_a_cycle_of_one() {
+        assert_eq!(find_cycle(&[1], &[(0, 0)]), [0]);
+    }
+}

@@ -1,0 +1,362 @@
+//! Running a prepared graph: each node is a task whose header lives in the
+//! node itself, queued once per run.
+//!
+//! A run's owner (the worker that runs the graph) resets every node's
+//! count of unfinished predecessors, points every node at the run's state
+//! on its own stack, and queues the roots. A worker that finishes a node
+//! counts down each successor's count; a successor whose count it brought to
+//! zero is ready. It runs the last ready one itself, next, in the same task,
+//! and queues the others on its own deque, where idle workers find them as
+//! they find any task. (A successor with one predecessor needs no atomic
+//! count: its predecessor is the only one to ready it.)
+//!
+//! The run's count latch counts the queued node tasks, each released when
+//! the chain of nodes it ran ends; the owner waits on it, working.
+//!
+//! A node that panics marks each successor cancelled before counting it
+//! down; a node found cancelled when it becomes ready does not run, and
+//! passes the mark on. So a panic skips exactly the nodes that follow it,
+//! and every node's count still reaches zero: the run ends as usual.
+
+use crate::core::error::Cancellation;
+use crate::core::latch::CountLatch;
+use crate::core::registry::Registry;
+use crate::core::sync::{lock, AtomicBool, AtomicU32, Mutex, Ordering};
+use crate::core::task::{Header, TaskRef, VTable};
+use crate::core::unwind::AbortIfPanic;
+use crate::core::worker::{Until, Worker};
+use crate::graph::build::{Graph, Node};
+use crate::graph::error::{GraphError, NodePanic};
+use std::any::Any;
+use std::cell::UnsafeCell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::NonNull;
+
+/// One node of a graph: its task header, its closure, where its successors
+/// are, and its counts for the current run.
+#[repr(C)]
+pub(crate) struct NodeTask<'g> {
+    /// First, so the header's address is the node's (`#[repr(C)]`).
+    header: Header,
+    /// The current run's state. Written by the run's owner before it queues
+    /// anything, read by whoever runs the node in that run.
+    run: *const Run<'g>,
+    work: UnsafeCell<Box<dyn FnMut() + Send + 'g>>,
+    /// The node's successors: `successors[first..end]` of the plan.
+    first: u32,
+    end: u32,
+    /// How many predecessors the node has.
+    predecessors: u32,
+    /// Predecessors not yet finished in the current run.
+    pending: AtomicU32,
+    /// Set by a predecessor that panicked or was skipped, before it counts
+    /// the node down: the node is skipped in this run.
+    cancelled: AtomicBool,
+}
+
+impl<'g> NodeTask<'g> {
+    const VTABLE: VTable = VTable {
+        run: Self::run_task,
+        run_inline: None,
+        run_value: None,
+        cancel: Self::cancel_task,
+    };
+
+    pub(crate) fn new(work: Box<dyn FnMut() + Send + 'g>) -> Self {
+        Self {
+            header: Header::new(&Self::VTABLE),
+            run: std::ptr::null(),
+            work: UnsafeCell::new(work),
+            first: 0,
+            end: 0,
+            predecessors: 0,
+            pending: AtomicU32::new(0),
+            cancelled: AtomicBool::new(false),
+        }
+    }
+
+    /// Records the node's successor range and predecessor count (see
+    /// `plan::prepare`).
+    pub(crate) fn set_links(&mut self, first: u32, end: u32, predecessors: u32) {
+        self.first = first;
+        self.end = end;
+        self.predecessors = predecessors;
+    }
+
+    /// The node as a queueable task.
+    ///
+    /// # Safety
+    /// The node is set up for a run that is under way (`run` points to its
+    /// live state) and is not queued or running in it already.
+    unsafe fn as_task(node: *const Self) -> TaskRef {
+        // SAFETY: the header is the node's first field (`#[repr(C)]`); the
+        // node stays in place while the run borrows its graph, which lasts
+        // until every queued node ran (the owner waits for the latch); it
+        // is queued once per run (caller).
+        unsafe { TaskRef::resident(NonNull::new_unchecked(node.cast_mut()).cast::<Header>()) }
+    }
+
+    /// The vtable's `run`: runs the node and every node it readies last,
+    /// then releases the task's count of the run's latch.
+    ///
+    /// # Safety
+    /// `header` came from [`NodeTask::as_task`] for a run under way, and
+    /// the caller owns that task.
+    unsafe fn run_task(header: NonNull<Header>) {
+        let node = header.cast::<Self>().as_ptr().cast_const();
+        // SAFETY: the node is live and its `run` was written before it was
+        // queued (caller); the run's state outlives its tasks, since its
+        // owner waits for the latch this task releases last.
+        let run = unsafe { &*(*node).run };
+        let w = Worker::current().expect("a graph's node runs on a worker of its runtime");
+        // SAFETY: the caller owns the task, for a run under way.
+        unsafe { run.run_chain(w, node) };
+        // SAFETY: this task holds one count of the latch, released once,
+        // here; nothing of the run is touched afterwards. It runs on a
+        // worker of the latch's runtime: node tasks are only pushed on the
+        // deques of the owner's runtime.
+        unsafe { run.release(w) };
+    }
+
+    /// The vtable's `cancel` (a runtime shutting down with the task still
+    /// queued): the node and every node after it are skipped.
+    ///
+    /// # Safety
+    /// As for `run_task`.
+    unsafe fn cancel_task(header: NonNull<Header>, _why: Cancellation) {
+        let node = header.cast::<Self>().as_ptr().cast_const();
+        // SAFETY: as in `run_task`.
+        let run = unsafe { &*(*node).run };
+        // SAFETY: as in `run_task`; the node is marked before it settles.
+        unsafe {
+            (*node).cancelled.store(true, Ordering::Relaxed);
+            run.skip_from(node);
+        }
+        let current = Worker::current().map(|w| &w.shared);
+        // SAFETY: this task holds one count of the latch, released once,
+        // here; nothing of the run is touched afterwards.
+        unsafe { CountLatch::decrement(&raw const run.latch, current) };
+    }
+}
+
+/// The state of one run, on its owner's stack.
+pub(crate) struct Run<'g> {
+    /// One count for the owner, one for each queued node task.
+    latch: CountLatch<Registry>,
+    nodes: *const NodeTask<'g>,
+    successors: *const u32,
+    /// Whether a node panicked or was cancelled: only then does the owner
+    /// look for what was skipped.
+    troubled: AtomicBool,
+    panics: Mutex<Vec<(u32, Box<dyn Any + Send>)>>,
+}
+
+impl<'g> Run<'g> {
+    /// Runs `node`, then, while it readies successors, the last of them,
+    /// queueing the others on `w`.
+    ///
+    /// # Safety
+    /// The caller owns `node`'s task in this run (it was queued and taken,
+    /// or readied by the caller's own count-down).
+    unsafe fn run_chain(&self, w: &Worker, mut node: *const NodeTask<'g>) {
+        loop {
+            // SAFETY: the node belongs to this run, whose graph stays
+            // borrowed until it ends.
+            let n = unsafe { &*node };
+            // Relaxed: whoever marked it counted it down after (release),
+            // and this thread got the node by that count-down's acquire,
+            // or through a deque, which orders it too.
+            let mut failed = n.cancelled.load(Ordering::Relaxed);
+            if !failed {
+                // SAFETY: a node runs once per run, by the owner of its
+                // task (caller): no other reference to the closure exists.
+                let work = unsafe { &mut *n.work.get() };
+                if let Err(payload) = catch_unwind(AssertUnwindSafe(work)) {
+                    self.record_panic(node, payload);
+                    failed = true;
+                }
+            } else {
+                self.troubled.store(true, Ordering::Relaxed);
+            }
+            let mut next: Option<*const NodeTask<'g>> = None;
+            for s in n.first..n.end {
+                // SAFETY: successor indices come from the plan of this
+                // graph, and its nodes are in place for the run.
+                let succ = unsafe { self.successor(s) };
+                // SAFETY: as above.
+                if unsafe { self.count_down(succ, failed) } {
+                    if let Some(ready) = next.replace(succ) {
+                        // SAFETY: its count reached zero by our count-down:
+                        // we own its task, and queue it once.
+                        unsafe { self.queue(w, ready) };
+                    }
+                }
+            }
+            match next {
+                Some(ready) => node = ready,
+                None => return,
+            }
+            // A long chain runs as one task: thieves that asked meanwhile
+            // get what was queued, between nodes as between tasks.
+            if !w.mailbox().is_empty() {
+                w.answer_requests();
+            }
+        }
+    }
+
+    /// Counts `succ` down for a finished predecessor, marking it cancelled
+    /// first when that predecessor `failed`; returns whether this made it
+    /// ready.
+    ///
+    /// # Safety
+    /// `succ` is a node of this run that the caller's node precedes, and
+    /// the caller counts it down once per edge.
+    #[inline]
+    unsafe fn count_down(&self, succ: *const NodeTask<'g>, failed: bool) -> bool {
+        // SAFETY: the node is in place for the run (caller).
+        let s = unsafe { &*succ };
+        if failed {
+            // Relaxed: the count-down below releases it to whoever readies
+            // the node.
+            s.cancelled.store(true, Ordering::Relaxed);
+        }
+        // With one predecessor, that predecessor alone readies it: no
+        // shared count to update. Otherwise AcqRel: the last count-down
+        // acquires what every predecessor did (their effects, and their
+        // cancellation marks), all of them in one release sequence.
+        s.predecessors == 1 || s.pending.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+
+    /// # Safety
+    /// `s` is an index into the plan's successor array of this run's graph.
+    #[inline]
+    unsafe fn successor(&self, s: u32) -> *const NodeTask<'g> {
+        // SAFETY: the plan's arrays and the nodes are in place for the run,
+        // and successor entries are node indices (caller).
+        unsafe { self.nodes.add(*self.successors.add(s as usize) as usize) }
+    }
+
+    /// Queues a ready node's task on `w`, counted in the latch.
+    ///
+    /// # Safety
+    /// The caller owns the node's task in this run.
+    unsafe fn queue(&self, w: &Worker, node: *const NodeTask<'g>) {
+        if self.latch.is_owner(w.index) {
+            // SAFETY: this is the owner's thread, and the caller's own task
+            // (or the owner's count) holds a count meanwhile.
+            unsafe { self.latch.increment_local() };
+        } else {
+            self.latch.increment();
+        }
+        // SAFETY: the run is under way and the node is not queued (caller).
+        w.push(unsafe { NodeTask::as_task(node) });
+    }
+
+    /// Releases one node task's count of the latch.
+    ///
+    /// # Safety
+    /// The calling task holds a count, released once, here; `w` is a
+    /// worker of the latch's runtime. Nothing of the run is touched after.
+    unsafe fn release(&self, w: &Worker) {
+        if self.latch.is_owner(w.index) {
+            // SAFETY: the owner's thread, releasing the caller's count.
+            unsafe { self.latch.decrement_local() };
+        } else {
+            // SAFETY: per the caller.
+            unsafe { CountLatch::decrement_on_worker(&raw const self.latch) };
+        }
+    }
+
+    /// Settles a cancelled node without running anything: every node after
+    /// it is marked and counted down, those it readies settled in turn.
+    ///
+    /// # Safety
+    /// As for [`Run::run_chain`], with the node marked cancelled.
+    unsafe fn skip_from(&self, node: *const NodeTask<'g>) {
+        self.troubled.store(true, Ordering::Relaxed);
+        let mut ready = vec![node];
+        while let Some(node) = ready.pop() {
+            // SAFETY: the node is in place for the run.
+            let n = unsafe { &*node };
+            for s in n.first..n.end {
+                // SAFETY: as in `run_chain`.
+                let succ = unsafe { self.successor(s) };
+                // SAFETY: as in `run_chain`.
+                if unsafe { self.count_down(succ, true) } {
+                    ready.push(succ);
+                }
+            }
+        }
+    }
+
+    fn record_panic(&self, node: *const NodeTask<'g>, payload: Box<dyn Any + Send>) {
+        // SAFETY: both point into the graph's node array.
+        let index = unsafe { node.offset_from(self.nodes) } as u32;
+        self.troubled.store(true, Ordering::Relaxed);
+        lock(&self.panics).push((index, payload));
+    }
+}
+
+/// Runs `graph` once on worker `w`, which works while it waits.
+pub(crate) fn run_on(w: &Worker, graph: &mut Graph<'_>) -> Result<(), GraphError> {
+    graph.check()?;
+    let (id, nodes, plan) = graph.parts();
+    let plan = plan.expect("a checked graph has a plan");
+    let run = Run {
+        latch: CountLatch::new(w.index, &w.shared),
+        nodes: nodes.as_ptr(),
+        successors: plan.successors.as_ptr(),
+        troubled: AtomicBool::new(false),
+        panics: Mutex::new(Vec::new()),
+    };
+    for node in nodes.iter_mut() {
+        node.run = &run;
+        *node.pending.get_mut() = node.predecessors;
+        *node.cancelled.get_mut() = false;
+    }
+    let base = run.nodes;
+    // From the first queued node on, other threads hold pointers into
+    // `run` and the nodes: nothing may unwind out of here until the wait
+    // below has seen them all finish.
+    let guard = AbortIfPanic::new();
+    for &root in plan.roots.iter() {
+        // SAFETY: a root of this run, queued once, here; the run is set up.
+        unsafe { run.queue(w, base.add(root as usize)) };
+    }
+    if !run.latch.release_own() {
+        w.wait_until(Until::Latch(&run.latch));
+    }
+    guard.disarm();
+    if !run.troubled.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    let panics = std::mem::take(&mut *lock(&run.panics));
+    drop(run);
+    Err(failure(graph, id, panics))
+}
+
+/// The report of a run in which nodes panicked or were skipped.
+fn failure(graph: &mut Graph<'_>, id: u32, panics: Vec<(u32, Box<dyn Any + Send>)>) -> GraphError {
+    let skipped: Vec<u32> = {
+        let (_, nodes, _) = graph.parts();
+        (0..nodes.len() as u32)
+            .filter(|&i| *nodes[i as usize].cancelled.get_mut())
+            .collect()
+    };
+    let panicked = panics
+        .into_iter()
+        .map(|(index, payload)| NodePanic {
+            node: Node::new(id, index),
+            name: graph.name_at(index).into_owned(),
+            payload,
+        })
+        .collect();
+    GraphError::Failed {
+        panicked,
+        skipped_names: skipped
+            .iter()
+            .map(|&i| graph.name_at(i).into_owned())
+            .collect(),
+        skipped: skipped.into_iter().map(|i| Node::new(id, i)).collect(),
+    }
+}
