@@ -16,6 +16,8 @@ pub(crate) mod error;
 pub(crate) mod gate;
 #[cfg(not(loom))]
 pub(crate) mod handle;
+#[cfg(not(loom))]
+pub(crate) mod injector;
 pub(crate) mod join_slot;
 pub(crate) mod latch;
 pub(crate) mod park;

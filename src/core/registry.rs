@@ -4,6 +4,7 @@
 use crate::core::deque::Deque;
 use crate::core::error::Cancellation;
 use crate::core::gate::Gate;
+use crate::core::injector::Injector;
 use crate::core::park::Sleep;
 use crate::core::parked::Parked;
 use crate::core::rescue::Guarded;
@@ -13,7 +14,6 @@ use crate::core::steal::{Mailbox, ReplySlot};
 use crate::core::sync::{AtomicBool, AtomicUsize};
 use crate::core::task::{BlockExchange, Header, TaskRef};
 use crate::core::worker::Worker;
-use crossbeam_queue::SegQueue;
 use crossbeam_utils::CachePadded;
 use std::sync::Arc;
 
@@ -31,7 +31,7 @@ pub(crate) struct Registry {
         >],
     >,
     /// Tasks from outside the workers (and shared with parked workers).
-    pub(crate) injector: SegQueue<TaskRef>,
+    pub(crate) injector: Injector,
     /// Signals fired where nothing else may be done (device callbacks).
     pub(crate) inbox: SignalInbox,
     pub(crate) shutdown: AtomicBool,
@@ -63,7 +63,7 @@ impl Registry {
             deques: (0..n)
                 .map(|_| CachePadded::new(Guarded::new(Deque::default())))
                 .collect(),
-            injector: SegQueue::new(),
+            injector: Injector::new(),
             inbox: SignalInbox::new(),
             shutdown: AtomicBool::new(false),
             ready_gate: Gate::new(),
