@@ -17,7 +17,7 @@
 //! the median is reported, in milliseconds.
 //!
 //! ```text
-//! cargo run --release --example bench_report -- [--samples N] [--threads N] [--only weave|dataflow|data|loops|gemm] [--markdown]
+//! cargo run --release --example bench_report -- [--samples N] [--threads N] [--only weave|dataflow|data|loops|gemm|graph] [--markdown]
 //! ```
 //!
 //! The thread count defaults to `SELVEDGE_BENCH_THREADS`, or 2. For the
@@ -74,6 +74,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use dataflow::fine_wavefront as fine;
+use dataflow::graph_replay as graph;
 
 use workloads::{pinning, Kind, Pools, Workload};
 
@@ -96,6 +97,8 @@ struct Args {
     gemm: bool,
     /// Declared data access: its overhead and the tiled Cholesky.
     data: bool,
+    /// Graphs built once and replayed.
+    graph: bool,
     /// `--markdown`: a whole document for `BENCHMARKS.md`.
     markdown: bool,
 }
@@ -109,6 +112,7 @@ fn parse_args() -> Args {
         loops: true,
         gemm: true,
         data: true,
+        graph: true,
         markdown: false,
     };
     let mut it = std::env::args().skip(1);
@@ -130,15 +134,24 @@ fn parse_args() -> Args {
             "--threads" => args.threads = value("--threads"),
             "--only" => {
                 let section = inline.clone().or_else(|| it.next()).unwrap_or_default();
-                (args.weave, args.dataflow, args.loops, args.gemm, args.data) =
-                    match section.as_str() {
-                        "weave" => (true, false, false, false, false),
-                        "dataflow" => (false, true, false, false, false),
-                        "data" => (false, false, false, false, true),
-                        "loops" => (false, false, true, false, false),
-                        "gemm" => (false, false, false, true, false),
-                        _ => usage("--only needs `weave`, `dataflow`, `data`, `loops` or `gemm`"),
-                    };
+                (
+                    args.weave,
+                    args.dataflow,
+                    args.loops,
+                    args.gemm,
+                    args.data,
+                    args.graph,
+                ) = match section.as_str() {
+                    "weave" => (true, false, false, false, false, false),
+                    "dataflow" => (false, true, false, false, false, false),
+                    "data" => (false, false, false, false, true, false),
+                    "loops" => (false, false, true, false, false, false),
+                    "gemm" => (false, false, false, true, false, false),
+                    "graph" => (false, false, false, false, false, true),
+                    _ => usage(
+                        "--only needs `weave`, `dataflow`, `data`, `loops`, `gemm` or `graph`",
+                    ),
+                };
             }
             "--markdown" => {
                 if inline.is_some() {
@@ -159,7 +172,7 @@ fn usage(msg: &str) -> ! {
         eprintln!("error: {msg}");
     }
     eprintln!(
-        "usage: bench_report [--samples N] [--threads N] [--only weave|dataflow|data|loops|gemm] [--markdown]"
+        "usage: bench_report [--samples N] [--threads N] [--only weave|dataflow|data|loops|gemm|graph] [--markdown]"
     );
     std::process::exit(if msg.is_empty() { 0 } else { 2 })
 }
@@ -311,7 +324,7 @@ fn main() {
     }
 
     let mut handoffs = Vec::new();
-    let sections: [(bool, &str, Section); 5] = [
+    let sections: [(bool, &str, Section); 6] = [
         (args.weave, "before Weave's suite", weave_section),
         (
             args.dataflow,
@@ -321,6 +334,7 @@ fn main() {
         (args.loops, "before the loops section", loops_section),
         (args.gemm, "before the GEMM section", gemm_section),
         (args.data, "before the data-access section", data_section),
+        (args.graph, "before the graph section", graph_section),
     ];
     for (on, when, section) in sections {
         if on {
@@ -1830,6 +1844,142 @@ fn data_section(pools: &Pools, samples: usize, md: bool) {
     );
     println!(
         "| declared write chains / hand-written promise chains | {write_vs_promises:.2}x | (reported) | |"
+    );
+    println!();
+}
+
+/// Graphs built once and replayed, against the same wavefront made with
+/// promises every run, rayon's barriers and serial code; the samples of a
+/// grid's implementations are taken in turn (see [`interleaved`]).
+fn graph_section(pools: &Pools, samples: usize, md: bool) {
+    let threads = pools.threads;
+    println!("## Graphs");
+    println!();
+    if md {
+        println!(
+            "The fine-grained wavefront's tiles (tile (i, j) after (i − 1, j) and (i, j − 1)) \
+             as a `selvedge::Graph`: *replayed* is one graph per grid, built once and run \
+             again with `Runtime::run_graph` for every sample; *built every run* builds, runs \
+             and drops it each time; *spawn_delayed (made up front)* makes a promise and a \
+             delayed task per tile from the root task every run; *each tile makes the one \
+             below* is the promise version made close to its work; *rayon barrier* runs one \
+             anti-diagonal at a time. The third grid's tiles do no rounds (a load, a few \
+             instructions, a store), so its time is the runtime's cost per node. The samples \
+             of a grid's implementations are taken in turn, each the mean of back-to-back \
+             runs lasting at least {DATAFLOW_MIN_SAMPLE_MS} ms. *vs ideal* divides the \
+             median by serial / {threads}; *ns per node* is the median over the nodes."
+        );
+        println!();
+    }
+    let mut found: Vec<(&'static str, Vec<Timing>)> = Vec::new();
+    for d in graph::all() {
+        let w = &d.workload;
+        progress(md, &format!("timing {}", w.title));
+        d.verify(pools);
+        let handoff = handoff_now();
+        let mut runs: Vec<Box<dyn FnMut() -> f64 + '_>> = w
+            .impls
+            .iter()
+            .map(|imp| {
+                let run = imp.run;
+                Box::new(move || {
+                    let start = Instant::now();
+                    black_box(run(pools));
+                    start.elapsed().as_secs_f64() * 1e3
+                }) as Box<dyn FnMut() -> f64 + '_>
+            })
+            .collect();
+        let measured = interleaved(&mut runs, samples, DATAFLOW_MIN_SAMPLE_MS);
+        let t: Vec<Timing> = w
+            .impls
+            .iter()
+            .zip(measured)
+            .map(|(imp, (median, min, max))| Timing {
+                name: imp.name,
+                kind: imp.kind,
+                median,
+                min,
+                max,
+            })
+            .collect();
+        let serial = named(&t, dataflow::SERIAL);
+        let ideal = serial.map(|s| s / threads as f64);
+        let barrier = named(&t, graph::RAYON_BARRIER);
+        let replayed = named(&t, graph::REPLAYED);
+        println!("### {}", w.title);
+        println!();
+        println!(
+            "- {} nodes, {} edges; ideal with {threads} threads: serial / {threads} = {} ms; \
+             core-to-core hand-off just before: {handoff:.0} ns one way",
+            d.units,
+            2 * d.units - 2 * (d.units as f64).sqrt() as u64,
+            ms(ideal)
+        );
+        println!();
+        println!(
+            "| implementation | median | min | max | vs ideal | ns per node | vs rayon barrier \
+             | vs replayed |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+        for x in &t {
+            println!(
+                "| {} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {} |",
+                x.name,
+                x.median,
+                x.min,
+                x.max,
+                ratio(Some(x.median), ideal),
+                ns(ns_per(Some(x.median), d.units)),
+                ratio(Some(x.median), barrier),
+                ratio(Some(x.median), replayed),
+            );
+        }
+        println!();
+        found.push((w.group, t));
+    }
+    let of_group = |group: &str, name: &str| {
+        found
+            .iter()
+            .find(|(g, _)| *g == group)
+            .and_then(|(_, t)| named(t, name))
+    };
+    let to_ideal = |group: &str| {
+        of_group(group, graph::REPLAYED)
+            .zip(of_group(group, dataflow::SERIAL))
+            .map(|(r, s)| r / (s / threads as f64))
+    };
+    let empty_ns = ns_per(
+        of_group(graph::EMPTY_GROUP, graph::REPLAYED),
+        (fine::LARGE_GRID * fine::LARGE_GRID) as u64,
+    );
+    let large_to_ideal = to_ideal(graph::LARGE_GROUP);
+    let small_to_ideal = to_ideal(graph::SMALL_GROUP);
+    let to_promises = of_group(graph::LARGE_GROUP, graph::REPLAYED)
+        .zip(of_group(graph::LARGE_GROUP, graph::DELAYED))
+        .map(|(r, p)| r / p);
+    println!("### Targets ({threads} threads)");
+    println!();
+    println!("| target | measured | met |");
+    println!("|---|---:|:---:|");
+    println!(
+        "| replay per empty node ≤ 50 ns | {} | {} |",
+        ns(empty_ns),
+        met(empty_ns.is_some_and(|n| n <= 50.0))
+    );
+    println!(
+        "| 1 µs wavefront replayed ≤ 1.1x serial / {threads} | {} | {} |",
+        large_to_ideal.map_or("—".into(), |r| format!("{r:.2}x")),
+        met(large_to_ideal.is_some_and(|r| r <= 1.1))
+    );
+    println!(
+        "| 1 µs wavefront replayed faster than made with promises every run | {} | {} |",
+        to_promises.map_or("—".into(), |r| format!("{r:.2}x")),
+        met(to_promises.is_some_and(|r| r < 1.0))
+    );
+    println!(
+        "| 5 µs wavefront replayed ≤ 1.05x serial / {threads} | {} | {} |",
+        small_to_ideal.map_or("—".into(), |r| format!("{r:.2}x")),
+        met(small_to_ideal.is_some_and(|r| r <= 1.05))
     );
     println!();
 }

@@ -123,6 +123,8 @@ use crate::workloads::{Impl, Kind, Pools, Workload};
 
 #[path = "fine_wavefront.rs"]
 pub mod fine_wavefront;
+#[path = "graph_replay.rs"]
+pub mod graph_replay;
 
 // ---------------------------------------------------------------------------
 // Sizes

@@ -201,13 +201,13 @@ pub fn tile_us(rounds: u32, tiles: usize) -> f64 {
 /// The tiles' digests, row-major. Relaxed accesses: a tile reads its
 /// neighbours only after a promise or a barrier ordered their writes before
 /// it.
-type Digests = [AtomicU64];
+pub(super) type Digests = [AtomicU64];
 
-fn new_digests<const G: usize>() -> Box<Digests> {
+pub(super) fn new_digests<const G: usize>() -> Box<Digests> {
     (0..G * G).map(|_| AtomicU64::new(0)).collect()
 }
 
-fn checksum(digests: &Digests) -> u64 {
+pub(super) fn checksum(digests: &Digests) -> u64 {
     digests
         .iter()
         .fold(0, |h, d| mix(h ^ d.load(Ordering::Relaxed)))
@@ -216,7 +216,7 @@ fn checksum(digests: &Digests) -> u64 {
 /// Runs tile `idx` from its neighbours' digests (the grid's edges are
 /// seeded by position) and stores its own.
 #[inline]
-fn run_tile<const G: usize, const R: u32>(digests: &Digests, idx: usize) {
+pub(super) fn run_tile<const G: usize, const R: u32>(digests: &Digests, idx: usize) {
     let (i, j) = (idx / G, idx % G);
     let up = if i > 0 {
         digests[idx - G].load(Ordering::Relaxed)

@@ -1,0 +1,53 @@
+//! Criterion benchmarks of graphs built once and replayed: the
+//! fine-grained wavefront (256 × 256 tiles of about 1 µs, 64 × 64 of about
+//! 5 µs, and 256 × 256 empty tiles, where the time is the runtime's per
+//! node) as a replayed `selvedge::Graph`, the same graph built every run,
+//! promises and delayed tasks, rayon with a barrier per anti-diagonal, and
+//! serial code. The workloads are in `benches/workloads/graph_replay.rs`,
+//! which `examples/bench_report.rs` times too (`--only graph`).
+//!
+//! One group per grid, every implementation in it, throughput in nodes;
+//! each implementation is first checked against the serial checksum. The
+//! pools are built once, each with `SELVEDGE_BENCH_THREADS` threads
+//! (default 2).
+//!
+//! ```text
+//! SELVEDGE_BENCH_THREADS=2 cargo bench --bench graph [-- <filter>]
+//! ```
+
+#[path = "workloads/dataflow.rs"]
+#[allow(dead_code)] // the other dataflow workloads are `benches/dataflow.rs`'s
+mod dataflow;
+#[allow(dead_code)] // Weave's suite in it is `benches/scheduler.rs`'s; we use the pools and table
+mod workloads;
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
+
+fn graphs(c: &mut Criterion) {
+    let pools = workloads::Pools::new(workloads::threads_from_env());
+    for d in dataflow::graph_replay::all() {
+        let w = &d.workload;
+        let result = d.verify(&pools);
+        eprintln!(
+            "{}: {} = {result:#x}, all implementations agree",
+            w.group, w.title
+        );
+        let mut group = c.benchmark_group(w.group);
+        group
+            .throughput(Throughput::Elements(d.units))
+            .sampling_mode(SamplingMode::Flat)
+            .sample_size(20)
+            .warm_up_time(Duration::from_secs(1))
+            .measurement_time(Duration::from_secs(3));
+        for imp in &w.impls {
+            group.bench_function(imp.name, |b| b.iter(|| black_box((imp.run)(&pools))));
+        }
+        group.finish();
+    }
+}
+
+criterion_group!(benches, graphs);
+criterion_main!(benches);

@@ -1,0 +1,168 @@
+//! Graphs built once and replayed, on the fine-grained wavefront's tiles
+//! (see [`super::fine_wavefront`]): tile `(i, j)` after `(i − 1, j)` and
+//! `(i, j − 1)`, each tile a chain of mixing rounds seeded from its
+//! neighbours' digests, every implementation checked against the serial
+//! checksum. A child module of `dataflow.rs`, used by `benches/graph.rs`
+//! (criterion) and `examples/bench_report.rs` (`--only graph`).
+//!
+//! Three grids: 256 × 256 tiles of about 1 µs, 64 × 64 of about 5 µs, and
+//! 256 × 256 tiles with no rounds at all (a load, a few arithmetic
+//! instructions, a store), where the time is what a node costs the
+//! runtime.
+//!
+//! - `serial`: row-major.
+//! - `selvedge graph (replayed)`: one `selvedge::Graph` per grid, a node
+//!   per tile and an edge per dependency, built the first time and run
+//!   again on every call with `Runtime::run_graph`.
+//! - `selvedge graph (built every run)`: the same graph built, run once and
+//!   dropped on every call.
+//! - `selvedge spawn_delayed (made up front)`: a promise per tile and
+//!   every tile's task made by the root task, as the fine wavefront's
+//!   `spawn_delayed (inside rt.run)` row.
+//! - `selvedge spawn_delayed (each tile makes the one below)`: as the fine
+//!   wavefront's row of that name.
+//! - `rayon barrier (par_iter per diagonal)`.
+//!
+//! Targets (2 threads): a replayed empty node at most 50 ns; the 1 µs grid
+//! replayed within 1.1 × serial / threads and faster than the graph made
+//! with promises every run; the 5 µs grid within 1.05 × serial / threads.
+
+// `benches/dataflow.rs` includes this module's parent but times none of it.
+#![allow(dead_code)]
+
+use std::sync::Mutex;
+
+use selvedge::{Graph, Node, Runtime};
+
+use super::fine_wavefront::{self as fine, checksum, new_digests, run_tile, Digests};
+use super::{Dataflow, SERIAL, WAVE_RAYON_BARRIER};
+use crate::workloads::{Impl, Kind, Workload};
+
+/// Criterion groups (and what the report finds them by).
+pub const LARGE_GROUP: &str = "graph_wavefront_256";
+pub const SMALL_GROUP: &str = "graph_wavefront_64";
+pub const EMPTY_GROUP: &str = "graph_wavefront_empty_256";
+
+pub const REPLAYED: &str = "selvedge graph (replayed)";
+pub const BUILT: &str = "selvedge graph (built every run)";
+pub const DELAYED: &str = "selvedge spawn_delayed (made up front)";
+pub const SUCCESSORS: &str = fine::SUCCESSORS;
+pub const RAYON_BARRIER: &str = WAVE_RAYON_BARRIER;
+
+/// The three grids: 1 µs tiles, 5 µs tiles, empty tiles.
+pub fn all() -> [Dataflow; 3] {
+    [
+        workload::<{ fine::LARGE_GRID }, { fine::LARGE_ROUNDS }>(LARGE_GROUP, "~1 µs"),
+        workload::<{ fine::SMALL_GRID }, { fine::SMALL_ROUNDS }>(SMALL_GROUP, "~5 µs"),
+        workload::<{ fine::LARGE_GRID }, 0>(EMPTY_GROUP, "no work"),
+    ]
+}
+
+fn workload<const G: usize, const R: u32>(group: &'static str, size: &str) -> Dataflow {
+    Dataflow {
+        units: (G * G) as u64,
+        unit: "node",
+        phases: Vec::new(),
+        workload: Workload {
+            group,
+            title: format!("graph wavefront ({G}x{G} tiles, {size}, {R} rounds)"),
+            producer_consumer: false,
+            expected: None,
+            impls: vec![
+                Impl {
+                    name: SERIAL,
+                    kind: Kind::Serial,
+                    run: |_| fine::serial::<G, R>(),
+                },
+                Impl {
+                    name: REPLAYED,
+                    kind: Kind::SelvedgeSpawn,
+                    run: |p| replayed::<G, R>(&p.selvedge),
+                },
+                Impl {
+                    name: BUILT,
+                    kind: Kind::SelvedgeSpawn,
+                    run: |p| built_every_run::<G, R>(&p.selvedge),
+                },
+                Impl {
+                    name: DELAYED,
+                    kind: Kind::SelvedgeSpawn,
+                    run: |p| p.selvedge.run(fine::delayed::<G, R>),
+                },
+                Impl {
+                    name: SUCCESSORS,
+                    kind: Kind::SelvedgeSpawn,
+                    run: |p| p.selvedge.run(fine::successors_delayed::<G, R>),
+                },
+                Impl {
+                    name: RAYON_BARRIER,
+                    kind: Kind::Rayon,
+                    run: |p| p.rayon.install(fine::rayon_barrier::<G, R>),
+                },
+            ],
+        },
+    }
+}
+
+/// Adds the wavefront's nodes and edges to `g`: node `idx` runs tile
+/// `idx` of `digests`.
+fn build<'g, const G: usize, const R: u32>(g: &mut Graph<'g>, digests: impl Fn() -> &'g Digests) {
+    let mut nodes: Vec<Node> = Vec::with_capacity(G * G);
+    for idx in 0..G * G {
+        let d = digests();
+        let node = g.node(move || run_tile::<G, R>(d, idx));
+        if idx >= G {
+            g.precede(nodes[idx - G], node);
+        }
+        if idx % G > 0 {
+            g.precede(nodes[idx - 1], node);
+        }
+        nodes.push(node);
+    }
+}
+
+/// A built graph kept for the next call, with the digests it writes.
+struct Kept {
+    grid: (usize, u32),
+    graph: Graph<'static>,
+    digests: &'static Digests,
+}
+
+/// One graph per grid, built on first use. (The digests are leaked: they
+/// live as long as the graph that writes them, which lives as long as the
+/// process.)
+static KEPT: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
+
+/// The grid's graph, built the first time, run once more.
+pub fn replayed<const G: usize, const R: u32>(rt: &Runtime) -> u64 {
+    let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
+    let at = match kept.iter().position(|k| k.grid == (G, R)) {
+        Some(at) => at,
+        None => {
+            let digests: &'static Digests = Box::leak(new_digests::<G>());
+            let mut graph = Graph::new();
+            build::<G, R>(&mut graph, || digests);
+            kept.push(Kept {
+                grid: (G, R),
+                graph,
+                digests,
+            });
+            kept.len() - 1
+        }
+    };
+    let k = &mut kept[at];
+    rt.run_graph(&mut k.graph)
+        .expect("the wavefront graph runs");
+    checksum(k.digests)
+}
+
+/// The grid's graph built, run once and dropped.
+pub fn built_every_run<const G: usize, const R: u32>(rt: &Runtime) -> u64 {
+    let digests = new_digests::<G>();
+    {
+        let mut graph = Graph::new();
+        build::<G, R>(&mut graph, || &*digests);
+        rt.run_graph(&mut graph).expect("the wavefront graph runs");
+    }
+    checksum(&digests)
+}
