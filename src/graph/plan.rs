@@ -2,7 +2,7 @@
 //! range of one shared array, its count of predecessors, the nodes with
 //! none (where a run starts), and the check that there is no cycle.
 
-use crate::graph::replay::NodeTask;
+use crate::graph::replay::{NodeTask, RunSlot};
 
 /// A graph's resolved dependencies, valid until the graph changes.
 pub(crate) struct Plan {
@@ -11,11 +11,15 @@ pub(crate) struct Plan {
     pub(crate) successors: Box<[u32]>,
     /// The nodes without predecessors, in the order they were added.
     pub(crate) roots: Box<[u32]>,
+    /// Where the nodes find the state of the run under way: boxed, so its
+    /// address, which every node holds, stays put when the graph moves.
+    pub(crate) slot: Box<RunSlot>,
 }
 
 /// Resolves the dependencies of `nodes` given by `edges` (predecessor
-/// first) and stores each node's successor range and predecessor count in
-/// it. Returns the nodes on a cycle, each before the next and the last
+/// first) and stores in each node its successor range, its predecessor
+/// count (its count of unfinished predecessors starts there), and the
+/// plan's run slot. Returns the nodes on a cycle, each before the next and the last
 /// before the first, when the edges form one.
 pub(crate) fn prepare(nodes: &mut [NodeTask<'_>], edges: &[(u32, u32)]) -> Result<Plan, Vec<u32>> {
     let n = nodes.len();
@@ -55,10 +59,15 @@ pub(crate) fn prepare(nodes: &mut [NodeTask<'_>], edges: &[(u32, u32)]) -> Resul
     if ordered < n {
         return Err(find_cycle(&left, edges));
     }
+    let slot = Box::new(RunSlot::new());
     for (i, node) in nodes.iter_mut().enumerate() {
-        node.set_links(start[i], start[i + 1], preds[i]);
+        node.set_links(start[i], start[i + 1], preds[i], &slot);
     }
-    Ok(Plan { successors, roots })
+    Ok(Plan {
+        successors,
+        roots,
+        slot,
+    })
 }
 
 /// One cycle among the nodes Kahn's algorithm could not order (`left[i] >

@@ -1,14 +1,21 @@
 //! Running a prepared graph: each node is a task whose header lives in the
 //! node itself, queued once per run.
 //!
-//! A run's owner (the worker that runs the graph) resets every node's
-//! count of unfinished predecessors, points every node at the run's state
-//! on its own stack, and queues the roots. A worker that finishes a node
-//! counts down each successor's count; a successor whose count it brought to
-//! zero is ready. It runs the last ready one itself, next, in the same task,
-//! and queues the others on its own deque, where idle workers find them as
-//! they find any task. (A successor with one predecessor needs no atomic
-//! count: its predecessor is the only one to ready it.)
+//! A run's owner (the worker that runs the graph) points the plan's run
+//! slot at the run's state on its own stack and queues the roots. A worker
+//! that finishes a node counts down each successor's count of unfinished
+//! predecessors; a successor whose count it brought to zero is ready. It
+//! runs the last ready one itself, next, in the same task, and queues the
+//! others on its own deque, where idle workers find them as they find any
+//! task. (A successor with one predecessor needs no atomic count: its
+//! predecessor is the only one to ready it.)
+//!
+//! Nothing is reset before a run: whoever brings a node's count to zero
+//! sets it back to the node's predecessor count at once (every predecessor
+//! has counted it down by then, and the next count-down comes in the next
+//! run), and a node's cancellation mark is cleared by whoever settles the
+//! node. Every node's count reaches zero exactly once per run, failed runs
+//! included, so every node is ready for the next run when this one ends.
 //!
 //! The run's count latch counts the queued node tasks, each released when
 //! the chain of nodes it ran ends; the owner waits on it, working.
@@ -38,20 +45,33 @@ use std::ptr::NonNull;
 pub(crate) struct NodeTask<'g> {
     /// First, so the header's address is the node's (`#[repr(C)]`).
     header: Header,
-    /// The current run's state. Written by the run's owner before it queues
-    /// anything, read by whoever runs the node in that run.
-    run: *const Run<'g>,
+    /// The plan's run slot (see [`RunSlot`]).
+    slot: *const RunSlot,
     work: UnsafeCell<Box<dyn FnMut() + Send + 'g>>,
     /// The node's successors: `successors[first..end]` of the plan.
     first: u32,
     end: u32,
     /// How many predecessors the node has.
     predecessors: u32,
-    /// Predecessors not yet finished in the current run.
+    /// Predecessors not yet finished in the current run (back at
+    /// `predecessors` from the moment the node is ready).
     pending: AtomicU32,
     /// Set by a predecessor that panicked or was skipped, before it counts
-    /// the node down: the node is skipped in this run.
+    /// the node down: the node is skipped in this run. Cleared when the
+    /// node is settled.
     cancelled: AtomicBool,
+}
+
+/// Where a graph's nodes find the state of the run under way: written by
+/// the run's owner before it queues anything, read by whoever runs a node
+/// in that run (the deque hand-off, or the count-down that readied the
+/// node, orders the write before the read).
+pub(crate) struct RunSlot(UnsafeCell<*const ()>);
+
+impl RunSlot {
+    pub(crate) fn new() -> Self {
+        Self(UnsafeCell::new(std::ptr::null()))
+    }
 }
 
 impl<'g> NodeTask<'g> {
@@ -65,7 +85,7 @@ impl<'g> NodeTask<'g> {
     pub(crate) fn new(work: Box<dyn FnMut() + Send + 'g>) -> Self {
         Self {
             header: Header::new(&Self::VTABLE),
-            run: std::ptr::null(),
+            slot: std::ptr::null(),
             work: UnsafeCell::new(work),
             first: 0,
             end: 0,
@@ -75,12 +95,28 @@ impl<'g> NodeTask<'g> {
         }
     }
 
-    /// Records the node's successor range and predecessor count (see
-    /// `plan::prepare`).
-    pub(crate) fn set_links(&mut self, first: u32, end: u32, predecessors: u32) {
+    /// Records the node's successor range, predecessor count and run slot
+    /// (see `plan::prepare`), ready for a run.
+    pub(crate) fn set_links(&mut self, first: u32, end: u32, predecessors: u32, slot: &RunSlot) {
         self.first = first;
         self.end = end;
         self.predecessors = predecessors;
+        self.slot = slot;
+        *self.pending.get_mut() = predecessors;
+        *self.cancelled.get_mut() = false;
+    }
+
+    /// The state of the run under way.
+    ///
+    /// # Safety
+    /// The node belongs to a run under way, and the caller owns its task.
+    #[inline]
+    unsafe fn run<'r>(node: *const Self) -> &'r Run<'g> {
+        // SAFETY: the slot was set by `prepare` and lives in the plan, which
+        // stays in place during a run; the owner wrote the run's address
+        // before queueing anything, and the run's state outlives its tasks
+        // (its owner waits for the latch they release).
+        unsafe { &*(*(*(*node).slot).0.get()).cast::<Run<'g>>() }
     }
 
     /// The node as a queueable task.
@@ -104,10 +140,8 @@ impl<'g> NodeTask<'g> {
     /// the caller owns that task.
     unsafe fn run_task(header: NonNull<Header>) {
         let node = header.cast::<Self>().as_ptr().cast_const();
-        // SAFETY: the node is live and its `run` was written before it was
-        // queued (caller); the run's state outlives its tasks, since its
-        // owner waits for the latch this task releases last.
-        let run = unsafe { &*(*node).run };
+        // SAFETY: the caller owns the task, for a run under way.
+        let run = unsafe { Self::run(node) };
         let w = Worker::current().expect("a graph's node runs on a worker of its runtime");
         // SAFETY: the caller owns the task, for a run under way.
         unsafe { run.run_chain(w, node) };
@@ -126,12 +160,9 @@ impl<'g> NodeTask<'g> {
     unsafe fn cancel_task(header: NonNull<Header>, _why: Cancellation) {
         let node = header.cast::<Self>().as_ptr().cast_const();
         // SAFETY: as in `run_task`.
-        let run = unsafe { &*(*node).run };
-        // SAFETY: as in `run_task`; the node is marked before it settles.
-        unsafe {
-            (*node).cancelled.store(true, Ordering::Relaxed);
-            run.skip_from(node);
-        }
+        let run = unsafe { Self::run(node) };
+        // SAFETY: as in `run_task`.
+        unsafe { run.skip_from(node) };
         let current = Worker::current().map(|w| &w.shared);
         // SAFETY: this task holds one count of the latch, released once,
         // here; nothing of the run is touched afterwards.
@@ -149,6 +180,7 @@ pub(crate) struct Run<'g> {
     /// look for what was skipped.
     troubled: AtomicBool,
     panics: Mutex<Vec<(u32, Box<dyn Any + Send>)>>,
+    skipped: Mutex<Vec<u32>>,
 }
 
 impl<'g> Run<'g> {
@@ -176,7 +208,8 @@ impl<'g> Run<'g> {
                     failed = true;
                 }
             } else {
-                self.troubled.store(true, Ordering::Relaxed);
+                n.cancelled.store(false, Ordering::Relaxed);
+                self.record_skip(node);
             }
             let mut next: Option<*const NodeTask<'g>> = None;
             for s in n.first..n.end {
@@ -224,7 +257,16 @@ impl<'g> Run<'g> {
         // shared count to update. Otherwise AcqRel: the last count-down
         // acquires what every predecessor did (their effects, and their
         // cancellation marks), all of them in one release sequence.
-        s.predecessors == 1 || s.pending.fetch_sub(1, Ordering::AcqRel) == 1
+        if s.predecessors == 1 {
+            return true;
+        }
+        if s.pending.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return false;
+        }
+        // Every predecessor has counted it down; the next count-down is
+        // the next run's, which the end of this run orders after this.
+        s.pending.store(s.predecessors, Ordering::Relaxed);
+        true
     }
 
     /// # Safety
@@ -273,11 +315,12 @@ impl<'g> Run<'g> {
     /// # Safety
     /// As for [`Run::run_chain`], with the node marked cancelled.
     unsafe fn skip_from(&self, node: *const NodeTask<'g>) {
-        self.troubled.store(true, Ordering::Relaxed);
         let mut ready = vec![node];
         while let Some(node) = ready.pop() {
             // SAFETY: the node is in place for the run.
             let n = unsafe { &*node };
+            n.cancelled.store(false, Ordering::Relaxed);
+            self.record_skip(node);
             for s in n.first..n.end {
                 // SAFETY: as in `run_chain`.
                 let succ = unsafe { self.successor(s) };
@@ -289,11 +332,22 @@ impl<'g> Run<'g> {
         }
     }
 
-    fn record_panic(&self, node: *const NodeTask<'g>, payload: Box<dyn Any + Send>) {
+    /// The index of `node` in the graph.
+    fn index_of(&self, node: *const NodeTask<'g>) -> u32 {
         // SAFETY: both point into the graph's node array.
-        let index = unsafe { node.offset_from(self.nodes) } as u32;
+        unsafe { node.offset_from(self.nodes) as u32 }
+    }
+
+    #[cold]
+    fn record_skip(&self, node: *const NodeTask<'g>) {
         self.troubled.store(true, Ordering::Relaxed);
-        lock(&self.panics).push((index, payload));
+        lock(&self.skipped).push(self.index_of(node));
+    }
+
+    #[cold]
+    fn record_panic(&self, node: *const NodeTask<'g>, payload: Box<dyn Any + Send>) {
+        self.troubled.store(true, Ordering::Relaxed);
+        lock(&self.panics).push((self.index_of(node), payload));
     }
 }
 
@@ -308,12 +362,11 @@ pub(crate) fn run_on(w: &Worker, graph: &mut Graph<'_>) -> Result<(), GraphError
         successors: plan.successors.as_ptr(),
         troubled: AtomicBool::new(false),
         panics: Mutex::new(Vec::new()),
+        skipped: Mutex::new(Vec::new()),
     };
-    for node in nodes.iter_mut() {
-        node.run = &run;
-        *node.pending.get_mut() = node.predecessors;
-        *node.cancelled.get_mut() = false;
-    }
+    // SAFETY: no run of this graph is under way (this one borrows it
+    // mutably), so nobody reads the slot; the queueing below publishes it.
+    unsafe { *plan.slot.0.get() = (&raw const run).cast::<()>() };
     let base = run.nodes;
     // From the first queued node on, other threads hold pointers into
     // `run` and the nodes: nothing may unwind out of here until the wait
@@ -331,18 +384,19 @@ pub(crate) fn run_on(w: &Worker, graph: &mut Graph<'_>) -> Result<(), GraphError
         return Ok(());
     }
     let panics = std::mem::take(&mut *lock(&run.panics));
+    let mut skipped = std::mem::take(&mut *lock(&run.skipped));
     drop(run);
-    Err(failure(graph, id, panics))
+    skipped.sort_unstable();
+    Err(failure(graph, id, panics, skipped))
 }
 
 /// The report of a run in which nodes panicked or were skipped.
-fn failure(graph: &mut Graph<'_>, id: u32, panics: Vec<(u32, Box<dyn Any + Send>)>) -> GraphError {
-    let skipped: Vec<u32> = {
-        let (_, nodes, _) = graph.parts();
-        (0..nodes.len() as u32)
-            .filter(|&i| *nodes[i as usize].cancelled.get_mut())
-            .collect()
-    };
+fn failure(
+    graph: &Graph<'_>,
+    id: u32,
+    panics: Vec<(u32, Box<dyn Any + Send>)>,
+    skipped: Vec<u32>,
+) -> GraphError {
     let panicked = panics
         .into_iter()
         .map(|(index, payload)| NodePanic {
