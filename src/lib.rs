@@ -98,7 +98,6 @@ mod core;
 mod dataflow;
 #[cfg(all(feature = "cuda", not(loom)))]
 pub mod gpu;
-#[cfg(not(loom))]
 mod graph;
 mod loops;
 #[cfg(not(loom))]
@@ -166,5 +165,6 @@ pub mod protocols {
     pub use crate::core::steal::{Mailbox, Reply, ReplySlot, StealRequest, VictimSet};
     pub use crate::dataflow::bucket_counts::BucketCounts;
     pub use crate::dataflow::event::{Claim, Dep, Group, Outcome, Waiter};
+    pub use crate::graph::countdown::Countdown;
     pub use crate::loops::merge::{deposit, split, Out};
 }

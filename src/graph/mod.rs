@@ -15,10 +15,16 @@
 //!
 //! The files: `build.rs` (the graph and its nodes, names and edges),
 //! `plan.rs` (successor lists, counts, roots and the cycle check),
-//! `replay.rs` (running a prepared graph on the workers), `error.rs` (what a
-//! failed check or run reports).
+//! `replay.rs` (running a prepared graph on the workers), `countdown.rs` (a
+//! node's count of unfinished predecessors, reused run after run),
+//! `error.rs` (what a failed check or run reports).
 
+#[cfg(not(loom))]
 pub(crate) mod build;
+pub(crate) mod countdown;
+#[cfg(not(loom))]
 pub(crate) mod error;
+#[cfg(not(loom))]
 mod plan;
+#[cfg(not(loom))]
 pub(crate) mod replay;

@@ -10,12 +10,11 @@
 //! task. (A successor with one predecessor needs no atomic count: its
 //! predecessor is the only one to ready it.)
 //!
-//! Nothing is reset before a run: whoever brings a node's count to zero
-//! sets it back to the node's predecessor count at once (every predecessor
-//! has counted it down by then, and the next count-down comes in the next
-//! run), and a node's cancellation mark is cleared by whoever settles the
-//! node. Every node's count reaches zero exactly once per run, failed runs
-//! included, so every node is ready for the next run when this one ends.
+//! Nothing is reset before a run: a node's count is set back by whoever
+//! readies it, and its cancellation mark cleared by whoever settles it (see
+//! `countdown.rs`). Every node's count reaches zero exactly once per run,
+//! failed runs included, so every node is ready for the next run when this
+//! one ends.
 //!
 //! The run's count latch counts the queued node tasks, each released when
 //! the chain of nodes it ran ends; the owner waits on it, working.
@@ -28,11 +27,12 @@
 use crate::core::error::Cancellation;
 use crate::core::latch::CountLatch;
 use crate::core::registry::Registry;
-use crate::core::sync::{lock, AtomicBool, AtomicU32, Mutex, Ordering};
+use crate::core::sync::{lock, AtomicBool, Mutex, Ordering};
 use crate::core::task::{Header, TaskRef, VTable};
 use crate::core::unwind::AbortIfPanic;
 use crate::core::worker::{Until, Worker};
 use crate::graph::build::{Graph, Node};
+use crate::graph::countdown::Countdown;
 use crate::graph::error::{GraphError, NodePanic};
 use std::any::Any;
 use std::cell::UnsafeCell;
@@ -51,15 +51,9 @@ pub(crate) struct NodeTask<'g> {
     /// The node's successors: `successors[first..end]` of the plan.
     first: u32,
     end: u32,
-    /// How many predecessors the node has.
-    predecessors: u32,
-    /// Predecessors not yet finished in the current run (back at
-    /// `predecessors` from the moment the node is ready).
-    pending: AtomicU32,
-    /// Set by a predecessor that panicked or was skipped, before it counts
-    /// the node down: the node is skipped in this run. Cleared when the
-    /// node is settled.
-    cancelled: AtomicBool,
+    /// Its predecessors not yet finished in this run, and whether one of
+    /// them failed.
+    countdown: Countdown,
 }
 
 /// Where a graph's nodes find the state of the run under way: written by
@@ -89,9 +83,7 @@ impl<'g> NodeTask<'g> {
             work: UnsafeCell::new(work),
             first: 0,
             end: 0,
-            predecessors: 0,
-            pending: AtomicU32::new(0),
-            cancelled: AtomicBool::new(false),
+            countdown: Countdown::new(0),
         }
     }
 
@@ -100,10 +92,8 @@ impl<'g> NodeTask<'g> {
     pub(crate) fn set_links(&mut self, first: u32, end: u32, predecessors: u32, slot: &RunSlot) {
         self.first = first;
         self.end = end;
-        self.predecessors = predecessors;
         self.slot = slot;
-        *self.pending.get_mut() = predecessors;
-        *self.cancelled.get_mut() = false;
+        self.countdown = Countdown::new(predecessors);
     }
 
     /// The state of the run under way.
@@ -198,7 +188,7 @@ impl<'g> Run<'g> {
             // Relaxed: whoever marked it counted it down after (release),
             // and this thread got the node by that count-down's acquire,
             // or through a deque, which orders it too.
-            let mut failed = n.cancelled.load(Ordering::Relaxed);
+            let mut failed = n.countdown.settle();
             if !failed {
                 // SAFETY: a node runs once per run, by the owner of its
                 // task (caller): no other reference to the closure exists.
@@ -208,7 +198,6 @@ impl<'g> Run<'g> {
                     failed = true;
                 }
             } else {
-                n.cancelled.store(false, Ordering::Relaxed);
                 self.record_skip(node);
             }
             let mut next: Option<*const NodeTask<'g>> = None;
@@ -237,9 +226,8 @@ impl<'g> Run<'g> {
         }
     }
 
-    /// Counts `succ` down for a finished predecessor, marking it cancelled
-    /// first when that predecessor `failed`; returns whether this made it
-    /// ready.
+    /// Counts `succ` down for a finished predecessor that `failed` or not;
+    /// returns whether this made it ready (see [`Countdown`]).
     ///
     /// # Safety
     /// `succ` is a node of this run that the caller's node precedes, and
@@ -247,26 +235,7 @@ impl<'g> Run<'g> {
     #[inline]
     unsafe fn count_down(&self, succ: *const NodeTask<'g>, failed: bool) -> bool {
         // SAFETY: the node is in place for the run (caller).
-        let s = unsafe { &*succ };
-        if failed {
-            // Relaxed: the count-down below releases it to whoever readies
-            // the node.
-            s.cancelled.store(true, Ordering::Relaxed);
-        }
-        // With one predecessor, that predecessor alone readies it: no
-        // shared count to update. Otherwise AcqRel: the last count-down
-        // acquires what every predecessor did (their effects, and their
-        // cancellation marks), all of them in one release sequence.
-        if s.predecessors == 1 {
-            return true;
-        }
-        if s.pending.fetch_sub(1, Ordering::AcqRel) != 1 {
-            return false;
-        }
-        // Every predecessor has counted it down; the next count-down is
-        // the next run's, which the end of this run orders after this.
-        s.pending.store(s.predecessors, Ordering::Relaxed);
-        true
+        unsafe { &*succ }.countdown.count_down(failed)
     }
 
     /// # Safety
@@ -313,13 +282,13 @@ impl<'g> Run<'g> {
     /// it is marked and counted down, those it readies settled in turn.
     ///
     /// # Safety
-    /// As for [`Run::run_chain`], with the node marked cancelled.
+    /// As for [`Run::run_chain`].
     unsafe fn skip_from(&self, node: *const NodeTask<'g>) {
         let mut ready = vec![node];
         while let Some(node) = ready.pop() {
             // SAFETY: the node is in place for the run.
             let n = unsafe { &*node };
-            n.cancelled.store(false, Ordering::Relaxed);
+            n.countdown.settle();
             self.record_skip(node);
             for s in n.first..n.end {
                 // SAFETY: as in `run_chain`.
