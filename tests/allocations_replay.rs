@@ -110,4 +110,25 @@ fn a_graph_run_again_allocates_nothing() {
         allocated, 0,
         "{ROUNDS} runs of a 64x64 graph allocated {allocated} times"
     );
+    from_outside_the_pool_only_the_root_task_allocates(&rt, &mut g);
+}
+
+/// From a thread outside the pool, `run_graph` also enters the pool as
+/// `Runtime::run` does, with a root task whose block comes from the
+/// allocator: one allocation per run, no more. (Called by the test above,
+/// after it: the count sees every thread, so the two must not overlap.)
+fn from_outside_the_pool_only_the_root_task_allocates(rt: &Runtime, g: &mut Graph<'_>) {
+    const ROUNDS: usize = 50;
+    for _ in 0..ROUNDS {
+        rt.run_graph(g).unwrap();
+    }
+    let at_start = allocations();
+    for _ in 0..ROUNDS {
+        rt.run_graph(g).unwrap();
+    }
+    let allocated = allocations() - at_start;
+    assert!(
+        allocated <= ROUNDS,
+        "{ROUNDS} runs from outside the pool allocated {allocated} times"
+    );
 }
