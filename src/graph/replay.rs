@@ -5,10 +5,18 @@
 //! slot at the run's state on its own stack and queues the roots. A worker
 //! that finishes a node counts down each successor's count of unfinished
 //! predecessors; a successor whose count it brought to zero is ready. It
-//! runs the last ready one itself, next, in the same task, and queues the
-//! others on its own deque, where idle workers find them as they find any
-//! task. (A successor with one predecessor needs no atomic count: its
-//! predecessor is the only one to ready it.)
+//! runs the first ready one (in the order the edges were added) itself,
+//! next, in the same task, and queues the others on its own deque, where
+//! idle workers find them as they find any task. (A successor with one
+//! predecessor needs no atomic count: its predecessor is the only one to
+//! ready it.)
+//!
+//! The first, not the last: a graph built in a natural order (a grid row
+//! by row, say) adds each node's edges in that order, so running the first
+//! ready successor walks the nodes, their closures and their data in the
+//! order they lie in memory. Running the last walked a 256 x 256 grid
+//! down its columns, a cache miss per node: 70 ns a node on one worker
+//! against 16.
 //!
 //! Nothing is reset before a run: a node's count is set back by whoever
 //! readies it, and its cancellation mark cleared by whoever settles it (see
@@ -112,8 +120,9 @@ impl<'g> NodeTask<'g> {
     /// The node as a queueable task.
     ///
     /// # Safety
-    /// The node is set up for a run that is under way (`run` points to its
-    /// live state) and is not queued or running in it already.
+    /// The node belongs to a run that is under way (its plan's run slot
+    /// points to the run's live state) and is not queued or running in it
+    /// already.
     unsafe fn as_task(node: *const Self) -> TaskRef {
         // SAFETY: the header is the node's first field (`#[repr(C)]`); the
         // node stays in place while the run borrows its graph, which lasts
@@ -122,7 +131,7 @@ impl<'g> NodeTask<'g> {
         unsafe { TaskRef::resident(NonNull::new_unchecked(node.cast_mut()).cast::<Header>()) }
     }
 
-    /// The vtable's `run`: runs the node and every node it readies last,
+    /// The vtable's `run`: runs the node and every node it readies first,
     /// then releases the task's count of the run's latch.
     ///
     /// # Safety
@@ -174,7 +183,7 @@ pub(crate) struct Run<'g> {
 }
 
 impl<'g> Run<'g> {
-    /// Runs `node`, then, while it readies successors, the last of them,
+    /// Runs `node`, then, while it readies successors, the first of them,
     /// queueing the others on `w`.
     ///
     /// # Safety
@@ -207,10 +216,12 @@ impl<'g> Run<'g> {
                 let succ = unsafe { self.successor(s) };
                 // SAFETY: as above.
                 if unsafe { self.count_down(succ, failed) } {
-                    if let Some(ready) = next.replace(succ) {
+                    if next.is_none() {
+                        next = Some(succ);
+                    } else {
                         // SAFETY: its count reached zero by our count-down:
                         // we own its task, and queue it once.
-                        unsafe { self.queue(w, ready) };
+                        unsafe { self.queue(w, succ) };
                     }
                 }
             }
