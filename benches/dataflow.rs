@@ -26,10 +26,10 @@ mod dataflow;
 #[allow(dead_code)] // Weave's suite in it is `benches/scheduler.rs`'s; we use the pools and table
 mod workloads;
 
-use std::hint::black_box;
-use std::time::Duration;
+#[path = "workloads/dataflow_group.rs"]
+mod dataflow_group;
 
-use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
+use criterion::{criterion_group, criterion_main, Criterion};
 
 fn dataflow(c: &mut Criterion) {
     let pools = workloads::Pools::new(workloads::threads_from_env());
@@ -39,35 +39,7 @@ fn dataflow(c: &mut Criterion) {
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     for d in dataflow::all() {
-        let w = &d.workload;
-        let result = d.verify(&pools);
-        eprintln!(
-            "{}: {} = {result:#x}, all implementations agree",
-            w.group, w.title
-        );
-        let mut group = c.benchmark_group(w.group);
-        // Each iteration is a whole workload (about a millisecond to tens
-        // of milliseconds).
-        group
-            .throughput(Throughput::Elements(d.units))
-            .sampling_mode(SamplingMode::Flat)
-            .sample_size(20)
-            .warm_up_time(Duration::from_secs(1))
-            .measurement_time(Duration::from_secs(3));
-        for imp in &w.impls {
-            group.bench_function(imp.name, |b| b.iter(|| black_box((imp.run)(&pools))));
-        }
-        // Implementations that time part of their run themselves.
-        for phase in &d.phases {
-            group.bench_function(phase.name, |b| {
-                b.iter_custom(|iters| {
-                    (0..iters)
-                        .map(|_| black_box((phase.run)(&pools)).1)
-                        .sum::<Duration>()
-                })
-            });
-        }
-        group.finish();
+        dataflow_group::bench(c, &pools, &d);
     }
 }
 

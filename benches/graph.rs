@@ -21,31 +21,15 @@ mod dataflow;
 #[allow(dead_code)] // Weave's suite in it is `benches/scheduler.rs`'s; we use the pools and table
 mod workloads;
 
-use std::hint::black_box;
-use std::time::Duration;
+#[path = "workloads/dataflow_group.rs"]
+mod dataflow_group;
 
-use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
+use criterion::{criterion_group, criterion_main, Criterion};
 
 fn graphs(c: &mut Criterion) {
     let pools = workloads::Pools::new(workloads::threads_from_env());
     for d in dataflow::graph_replay::all() {
-        let w = &d.workload;
-        let result = d.verify(&pools);
-        eprintln!(
-            "{}: {} = {result:#x}, all implementations agree",
-            w.group, w.title
-        );
-        let mut group = c.benchmark_group(w.group);
-        group
-            .throughput(Throughput::Elements(d.units))
-            .sampling_mode(SamplingMode::Flat)
-            .sample_size(20)
-            .warm_up_time(Duration::from_secs(1))
-            .measurement_time(Duration::from_secs(3));
-        for imp in &w.impls {
-            group.bench_function(imp.name, |b| b.iter(|| black_box((imp.run)(&pools))));
-        }
-        group.finish();
+        dataflow_group::bench(c, &pools, &d);
     }
 }
 

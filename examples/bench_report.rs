@@ -1245,6 +1245,25 @@ fn measure_interleaved(
     interleaved(&mut once, samples, min_sample_ms)
 }
 
+/// Each implementation's timing, from its name and kind and its (median,
+/// min, max), in the same order.
+fn timings_of(
+    impls: impl IntoIterator<Item = (&'static str, Kind)>,
+    measured: Vec<(f64, f64, f64)>,
+) -> Vec<Timing> {
+    impls
+        .into_iter()
+        .zip(measured)
+        .map(|((name, kind), (median, min, max))| Timing {
+            name,
+            kind,
+            median,
+            min,
+            max,
+        })
+        .collect()
+}
+
 /// The interleaving of [`measure_interleaved`] for any runs, each returning
 /// its own time in ms: warm-ups, then `samples` rounds of one sample of
 /// each (after [`SETTLE`]), a sample being the mean of as many back-to-back
@@ -1319,17 +1338,10 @@ fn loops_section(pools: &Pools, samples: usize, md: bool) {
             w.verify(pools);
             probes.push(capacity(threads));
             let runs: Vec<_> = w.impls.iter().map(|imp| imp.run).collect();
-            let timings = measure_interleaved(pools, &runs, samples, LOOPS_MIN_SAMPLE_MS)
-                .into_iter()
-                .zip(&w.impls)
-                .map(|((median, min, max), imp)| Timing {
-                    name: imp.name,
-                    kind: imp.kind,
-                    median,
-                    min,
-                    max,
-                })
-                .collect();
+            let timings = timings_of(
+                w.impls.iter().map(|imp| (imp.name, imp.kind)),
+                measure_interleaved(pools, &runs, samples, LOOPS_MIN_SAMPLE_MS),
+            );
             (w, timings)
         })
         .collect();
@@ -1889,19 +1901,10 @@ fn graph_section(pools: &Pools, samples: usize, md: bool) {
                 }) as Box<dyn FnMut() -> f64 + '_>
             })
             .collect();
-        let measured = interleaved(&mut runs, samples, DATAFLOW_MIN_SAMPLE_MS);
-        let t: Vec<Timing> = w
-            .impls
-            .iter()
-            .zip(measured)
-            .map(|(imp, (median, min, max))| Timing {
-                name: imp.name,
-                kind: imp.kind,
-                median,
-                min,
-                max,
-            })
-            .collect();
+        let t = timings_of(
+            w.impls.iter().map(|imp| (imp.name, imp.kind)),
+            interleaved(&mut runs, samples, DATAFLOW_MIN_SAMPLE_MS),
+        );
         let serial = named(&t, dataflow::SERIAL);
         let ideal = serial.map(|s| s / threads as f64);
         let barrier = named(&t, graph::RAYON_BARRIER);
