@@ -496,6 +496,11 @@ scaling_table() {
       w && /^\|---/ { next }
       w && /^\|/ { name = trim($2); sub(/\(.*/, "", name); print n "\t" name "\t" trim($5) " / " trim($6); next }
       { w = 0 }
+      /^## Graphs/ { gr = 1 }
+      /^## / && !/^## Graphs/ { gr = 0 }
+      gr && /^### graph wavefront \(/ { t = $0; sub(/^### graph wavefront \(/, "", t); sub(/, [0-9]+ rounds\)$/, "", t) }
+      gr && /^\| selvedge graph \(replayed\) \|/ { replayed = trim($3) }
+      gr && /^\| rayon barrier \(par_iter per diagonal\) \|/ { print n "\tgraph replayed, " t "\t" replayed " / " trim($3) }
       /^## Nested batched GEMM/ { g = 1 }
       g && /^\| selvedge, nested and dataflow \|/ { s = trim($3) }
       g && /^\| rayon, nested with a barrier \|/ { r = trim($3) }
