@@ -354,3 +354,46 @@ fn graphs_run_from_many_threads_and_tasks_at_once() {
     let per_run: u64 = (0..64).sum();
     assert_eq!(total.load(Ordering::Relaxed), per_run * 50 * 8);
 }
+
+#[test]
+fn long_chains_and_wide_fans_run_without_deep_recursion() {
+    let _watchdog = Watchdog::new("long chains and wide fans", Duration::from_secs(120));
+    let rt = runtime(3);
+    let count = AtomicUsize::new(0);
+    let bump = || {
+        count.fetch_add(1, Ordering::Relaxed);
+    };
+    let mut g = Graph::new();
+    // A chain of 200,000 nodes, then a fan of 20,000 nodes after its end,
+    // all joined by one last node.
+    const CHAIN: usize = 200_000;
+    const FAN: usize = 20_000;
+    let mut previous = g.node(bump);
+    for _ in 1..CHAIN {
+        let n = g.node(bump);
+        g.precede(previous, n);
+        previous = n;
+    }
+    let sink = g.node(bump);
+    for _ in 0..FAN {
+        let n = g.node(bump);
+        g.precede(previous, n);
+        g.precede(n, sink);
+    }
+    for run in 1..=3 {
+        rt.run_graph(&mut g).unwrap();
+        assert_eq!(count.load(Ordering::Relaxed), run * (CHAIN + FAN + 1));
+    }
+    // The same chain's first node panicking skips all of it.
+    let mut failing = Graph::new();
+    let mut previous = failing.node(|| panic!("the first link"));
+    for _ in 1..CHAIN {
+        let n = failing.node(|| {});
+        failing.precede(previous, n);
+        previous = n;
+    }
+    let Err(GraphError::Failed { skipped, .. }) = rt.run_graph(&mut failing) else {
+        panic!("expected a failed run");
+    };
+    assert_eq!(skipped.len(), CHAIN - 1);
+}
