@@ -2,8 +2,9 @@
 //! the mailbox (loop blocks, spans) and for how long a worker remembers
 //! that thieves were asking.
 
-/// A cheap clock: the time-stamp counter.
-#[cfg(target_arch = "x86_64")]
+/// A cheap clock: the time-stamp counter (not under Miri, which cannot
+/// run `rdtsc`).
+#[cfg(all(target_arch = "x86_64", not(miri)))]
 #[inline(always)]
 pub(crate) fn ticks() -> u64 {
     // SAFETY: `rdtsc` has no preconditions on x86_64 (it only reads a
@@ -19,7 +20,7 @@ pub(crate) fn ticks() -> u64 {
 /// block, so only loops of slow iterations read it often). A clock that
 /// always read the same would let every block grow to `MAX_BLOCK`, which
 /// would leave a thief waiting for thousands of slow iterations.
-#[cfg(not(target_arch = "x86_64"))]
+#[cfg(any(not(target_arch = "x86_64"), miri))]
 #[inline(always)]
 pub(crate) fn ticks() -> u64 {
     use std::sync::OnceLock;

@@ -1,7 +1,7 @@
 //! Building a graph: its nodes, their names, and the edges between them.
 
 use crate::core::pool::on_worker;
-use crate::core::sync::{AtomicU32, Ordering};
+use crate::core::sync::{AtomicU64, Ordering};
 use crate::graph::error::GraphError;
 use crate::graph::plan::{self, Plan};
 use crate::graph::replay::{self, NodeTask};
@@ -9,8 +9,9 @@ use std::borrow::Cow;
 use std::fmt;
 
 /// Tells graphs apart, so that a node used with a graph other than its own
-/// is caught.
-static NEXT_GRAPH_ID: AtomicU32 = AtomicU32::new(1);
+/// is caught. 64 bits: at a graph a nanosecond it would take centuries to
+/// wrap and hand out an id twice.
+static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A graph of tasks, built once and run many times.
 ///
@@ -19,7 +20,10 @@ static NEXT_GRAPH_ID: AtomicU32 = AtomicU32::new(1);
 /// starts every node whose predecessors all finished, on whichever worker
 /// finished the last of them, until every node ran. The dependencies are
 /// resolved once, when the graph is first run after a change; a run after
-/// that allocates nothing and costs a few atomic operations per edge.
+/// that costs a few atomic operations per edge, and one that succeeds
+/// allocates nothing when started from a task (from a thread outside the
+/// pool, entering it costs one task block, as [`Runtime::run`](crate::Runtime::run)
+/// does).
 ///
 /// Nodes may borrow anything that outlives the graph (`'g`), and run
 /// anything a task may: [`spawn`](crate::spawn), [`join`](crate::join),
@@ -53,7 +57,7 @@ static NEXT_GRAPH_ID: AtomicU32 = AtomicU32::new(1);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Graph<'g> {
-    id: u32,
+    id: u64,
     /// The nodes, each with its task header, closure and counters, in the
     /// order they were added.
     nodes: Vec<NodeTask<'g>>,
@@ -83,7 +87,7 @@ unsafe impl Send for Graph<'_> {}
 /// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct Node {
-    graph: u32,
+    graph: u64,
     index: u32,
 }
 
@@ -99,7 +103,7 @@ impl Node {
         self.index as usize
     }
 
-    pub(crate) fn new(graph: u32, index: u32) -> Self {
+    pub(crate) fn new(graph: u64, index: u32) -> Self {
         Self { graph, index }
     }
 }
@@ -113,10 +117,6 @@ impl<'g> Graph<'g> {
     /// ```
     pub fn new() -> Self {
         let id = NEXT_GRAPH_ID.fetch_add(1, Ordering::Relaxed);
-        assert!(
-            id != 0,
-            "selvedge: more than 4,294,967,295 graphs were made: their ids ran out"
-        );
         Self {
             id,
             nodes: Vec::new(),
@@ -174,8 +174,9 @@ impl<'g> Graph<'g> {
 
     /// Adds a node that runs the graph `sub` to completion, once per run
     /// of this graph. The node finishes when every node of `sub` did. When
-    /// a node of `sub` panics, this node panics with a message naming it,
-    /// so the nodes after this one are skipped for that run.
+    /// a node of `sub` panics, or `sub` has a cycle, this node panics with
+    /// a message saying so, and the nodes after it are skipped for that
+    /// run.
     ///
     /// ```
     /// use selvedge::Graph;
@@ -208,12 +209,12 @@ impl<'g> Graph<'g> {
     }
 
     /// Says that `before` runs, and finishes, before `after` starts, in
-    /// every run. An edge may be added twice (it counts once as much as
-    /// twice); an edge that closes a cycle is reported when the graph is
-    /// next checked or run.
+    /// every run. Adding an edge again has no further effect; an edge that
+    /// closes a cycle is reported when the graph is next checked or run.
     ///
     /// # Panics
-    /// If either node belongs to another graph.
+    /// If either node belongs to another graph, or the graph already holds
+    /// 4,294,967,295 edges.
     ///
     /// ```
     /// use std::sync::Mutex;
@@ -230,6 +231,11 @@ impl<'g> Graph<'g> {
     pub fn precede(&mut self, before: Node, after: Node) {
         let from = self.own(before, "precede");
         let to = self.own(after, "precede");
+        // The plan counts edges and predecessors in 32 bits.
+        assert!(
+            self.edges.len() < u32::MAX as usize,
+            "selvedge: a graph holds at most 4,294,967,295 edges"
+        );
         self.edges.push((from, to));
         self.plan = None;
     }
@@ -362,7 +368,7 @@ impl<'g> Graph<'g> {
 
     /// The graph's id, nodes, names, and resolved plan, for a run (which
     /// resolves the plan first).
-    pub(crate) fn parts(&mut self) -> (u32, &mut [NodeTask<'g>], Option<&Plan>) {
+    pub(crate) fn parts(&mut self) -> (u64, &mut [NodeTask<'g>], Option<&Plan>) {
         (self.id, &mut self.nodes, self.plan.as_ref())
     }
 

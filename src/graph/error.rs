@@ -35,9 +35,10 @@ pub enum GraphError {
         /// Their names (see [`Graph::name`](crate::Graph::name)).
         names: Vec<String>,
     },
-    /// Nodes panicked. Every node that follows one of them, directly or
-    /// not, was skipped for this run; every other node ran. The graph may
-    /// be run again.
+    /// Nodes panicked (or, should a runtime cancel a run's queued nodes,
+    /// the run was cut short). Every node that follows one of them,
+    /// directly or not, was skipped for this run; every other node ran.
+    /// The graph may be run again.
     Failed {
         /// Each node that panicked, with its panic, in the order they
         /// panicked.
@@ -119,15 +120,19 @@ impl fmt::Display for GraphError {
                         None => write!(f, "node '{}' panicked", p.name)?,
                     }
                 }
-                if panicked.is_empty() {
-                    f.write_str("the run was cancelled (its runtime shut down)")?;
-                }
-                let them = if panicked.len() == 1 { "it" } else { "them" };
+                let after = match panicked.len() {
+                    0 => {
+                        f.write_str("the run was cancelled (its runtime shut down)")?;
+                        ""
+                    }
+                    1 => " after it",
+                    _ => " after them",
+                };
                 match skipped_names.len() {
                     0 => Ok(()),
-                    1 => write!(f, "; 1 node after {them} was skipped: {}", skipped_names[0]),
+                    1 => write!(f, "; 1 node{after} was skipped: {}", skipped_names[0]),
                     k => {
-                        write!(f, "; {k} nodes after {them} were skipped: ")?;
+                        write!(f, "; {k} nodes{after} were skipped: ")?;
                         write_some(f, skipped_names)
                     }
                 }

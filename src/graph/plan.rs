@@ -3,6 +3,7 @@
 //! none (where a run starts), and the check that there is no cycle.
 
 use crate::graph::replay::{NodeTask, RunSlot};
+use std::ptr::NonNull;
 
 /// A graph's resolved dependencies, valid until the graph changes.
 pub(crate) struct Plan {
@@ -11,9 +12,28 @@ pub(crate) struct Plan {
     pub(crate) successors: Box<[u32]>,
     /// The nodes without predecessors, in the order they were added.
     pub(crate) roots: Box<[u32]>,
-    /// Where the nodes find the state of the run under way: boxed, so its
-    /// address, which every node holds, stays put when the graph moves.
-    pub(crate) slot: Box<RunSlot>,
+    /// Where the nodes find the state of the run under way: allocated on
+    /// its own, so its address, which every node holds, stays put when the
+    /// graph moves. Owned through this raw pointer (freed by `Drop`), not
+    /// a `Box`: moving a `Box` asserts unique access to what it points to,
+    /// which the nodes' pointers would contradict.
+    slot: NonNull<RunSlot>,
+}
+
+impl Plan {
+    /// The run slot (see the field).
+    pub(crate) fn slot(&self) -> NonNull<RunSlot> {
+        self.slot
+    }
+}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        // SAFETY: the slot came from `Box::into_raw` in `prepare` and is
+        // freed once, here; the nodes that point to it are only read in a
+        // run, which borrows the graph (and so this plan) for its length.
+        drop(unsafe { Box::from_raw(self.slot.as_ptr()) });
+    }
 }
 
 /// Resolves the dependencies of `nodes` given by `edges` (predecessor
@@ -59,9 +79,9 @@ pub(crate) fn prepare(nodes: &mut [NodeTask<'_>], edges: &[(u32, u32)]) -> Resul
     if ordered < n {
         return Err(find_cycle(&left, edges));
     }
-    let slot = Box::new(RunSlot::new());
+    let slot = NonNull::from(Box::leak(Box::new(RunSlot::new())));
     for (i, node) in nodes.iter_mut().enumerate() {
-        node.set_links(start[i], start[i + 1], preds[i], &slot);
+        node.set_links(start[i], start[i + 1], preds[i], slot);
     }
     Ok(Plan {
         successors,

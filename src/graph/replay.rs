@@ -97,10 +97,16 @@ impl<'g> NodeTask<'g> {
 
     /// Records the node's successor range, predecessor count and run slot
     /// (see `plan::prepare`), ready for a run.
-    pub(crate) fn set_links(&mut self, first: u32, end: u32, predecessors: u32, slot: &RunSlot) {
+    pub(crate) fn set_links(
+        &mut self,
+        first: u32,
+        end: u32,
+        predecessors: u32,
+        slot: NonNull<RunSlot>,
+    ) {
         self.first = first;
         self.end = end;
-        self.slot = slot;
+        self.slot = slot.as_ptr().cast_const();
         self.countdown = Countdown::new(predecessors);
     }
 
@@ -148,11 +154,14 @@ impl<'g> NodeTask<'g> {
         // here; nothing of the run is touched afterwards. It runs on a
         // worker of the latch's runtime: node tasks are only pushed on the
         // deques of the owner's runtime.
-        unsafe { run.release(w) };
+        unsafe { Run::release(run, w) };
     }
 
-    /// The vtable's `cancel` (a runtime shutting down with the task still
-    /// queued): the node and every node after it are skipped.
+    /// The vtable's `cancel`: the node and every node after it are
+    /// skipped. A runtime cancels the tasks it finds queued when it is
+    /// dropped; no path is known that leaves a node task queued then (a
+    /// run's owner waits for every node, and a runtime's drop runs what
+    /// is queued first), so this is the same defence a stack job has.
     ///
     /// # Safety
     /// As for `run_task`.
@@ -274,18 +283,25 @@ impl<'g> Run<'g> {
         w.push(unsafe { NodeTask::as_task(node) });
     }
 
-    /// Releases one node task's count of the latch.
+    /// Releases one node task's count of the latch. A raw pointer, not
+    /// `&self`: the release may let the owner return and free the run
+    /// while this call is still under way, and a reference argument would
+    /// be asserted live for the whole call.
     ///
     /// # Safety
-    /// The calling task holds a count, released once, here; `w` is a
-    /// worker of the latch's runtime. Nothing of the run is touched after.
-    unsafe fn release(&self, w: &Worker) {
-        if self.latch.is_owner(w.index) {
+    /// `run` is live; the calling task holds a count, released once, here;
+    /// `w` is a worker of the latch's runtime. Nothing of the run is
+    /// touched after.
+    unsafe fn release(run: *const Self, w: &Worker) {
+        // SAFETY: the caller's count keeps the run alive until the release.
+        let latch = unsafe { &raw const (*run).latch };
+        // SAFETY: as above.
+        if unsafe { (*latch).is_owner(w.index) } {
             // SAFETY: the owner's thread, releasing the caller's count.
-            unsafe { self.latch.decrement_local() };
+            unsafe { (*latch).decrement_local() };
         } else {
             // SAFETY: per the caller.
-            unsafe { CountLatch::decrement_on_worker(&raw const self.latch) };
+            unsafe { CountLatch::decrement_on_worker(latch) };
         }
     }
 
@@ -346,7 +362,7 @@ pub(crate) fn run_on(w: &Worker, graph: &mut Graph<'_>) -> Result<(), GraphError
     };
     // SAFETY: no run of this graph is under way (this one borrows it
     // mutably), so nobody reads the slot; the queueing below publishes it.
-    unsafe { *plan.slot.0.get() = (&raw const run).cast::<()>() };
+    unsafe { *(*plan.slot().as_ptr()).0.get() = (&raw const run).cast::<()>() };
     let base = run.nodes;
     // From the first queued node on, other threads hold pointers into
     // `run` and the nodes: nothing may unwind out of here until the wait
@@ -373,7 +389,7 @@ pub(crate) fn run_on(w: &Worker, graph: &mut Graph<'_>) -> Result<(), GraphError
 /// The report of a run in which nodes panicked or were skipped.
 fn failure(
     graph: &Graph<'_>,
-    id: u32,
+    id: u64,
     panics: Vec<(u32, Box<dyn Any + Send>)>,
     skipped: Vec<u32>,
 ) -> GraphError {
