@@ -95,7 +95,7 @@ impl Runtime {
     ///     }
     /// }
     /// assert_eq!((field[0], steps), (0.125, 3));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
     /// ```
     pub fn run_graph(&self, graph: &mut Graph<'_>) -> Result<(), GraphError> {
         self.run(|| graph.run())

@@ -5,7 +5,9 @@ use crate::graph::build::Node;
 use std::any::Any;
 use std::fmt;
 
-/// Why a graph did not run, or did not run completely.
+/// Why a graph did not run, or did not run completely. It is `Send` and
+/// `Sync`, so `?` turns it into `Box<dyn Error + Send + Sync>` (or an
+/// `anyhow::Error`).
 ///
 /// ```
 /// use selvedge::{Graph, GraphError};
@@ -65,11 +67,31 @@ pub struct NodePanic {
     pub node: Node,
     /// Its name (see [`Graph::name`](crate::Graph::name)).
     pub name: String,
-    /// The panic's payload, as [`std::panic::catch_unwind`] returns it.
-    pub payload: Box<dyn Any + Send>,
+    /// The panic's message, when the payload is a string.
+    message: Option<String>,
+    payload: Payload,
 }
 
+/// A panic's payload, reachable only by value: so a `NodePanic`, and the
+/// error holding it, can be `Sync` (for `anyhow` and `Box<dyn Error + Send
+/// + Sync>`) although the payload itself is only `Send`.
+struct Payload(Box<dyn Any + Send>);
+
+// SAFETY: nothing reaches the payload through a shared reference: it is
+// only moved out, by value (`NodePanic::into_payload`). Sharing a `&Payload`
+// between threads therefore shares nothing.
+unsafe impl Sync for Payload {}
+
 impl NodePanic {
+    pub(crate) fn new(node: Node, name: String, payload: Box<dyn Any + Send>) -> Self {
+        Self {
+            node,
+            name,
+            message: panic_message(&*payload).map(str::to_owned),
+            payload: Payload(payload),
+        }
+    }
+
     /// The panic's message, when the payload is a string (as `panic!`
     /// makes it).
     ///
@@ -80,7 +102,21 @@ impl NodePanic {
     /// assert_eq!(panicked[0].message(), Some("code 7"));
     /// ```
     pub fn message(&self) -> Option<&str> {
-        panic_message(&*self.payload)
+        self.message.as_deref()
+    }
+
+    /// The panic's payload, as [`std::panic::catch_unwind`] returns it (to
+    /// resume the panic, say).
+    ///
+    /// ```
+    /// let mut g = selvedge::Graph::new();
+    /// g.node(|| std::panic::panic_any(42u32));
+    /// let Err(selvedge::GraphError::Failed { mut panicked, .. }) = g.run() else { panic!() };
+    /// let payload = panicked.remove(0).into_payload();
+    /// assert_eq!(payload.downcast_ref::<u32>(), Some(&42));
+    /// ```
+    pub fn into_payload(self) -> Box<dyn Any + Send> {
+        self.payload.0
     }
 }
 
@@ -176,3 +212,7 @@ impl fmt::Debug for GraphError {
 }
 
 impl std::error::Error for GraphError {}
+
+// A graph's error goes where errors go: `anyhow`, `Box<dyn Error + Send +
+// Sync>`, across threads.
+static_assertions::assert_impl_all!(GraphError: Send, Sync, std::error::Error);

@@ -395,10 +395,12 @@ fn failure(
 ) -> GraphError {
     let panicked = panics
         .into_iter()
-        .map(|(index, payload)| NodePanic {
-            node: Node::new(id, index),
-            name: graph.name_at(index).into_owned(),
-            payload,
+        .map(|(index, payload)| {
+            NodePanic::new(
+                Node::new(id, index),
+                graph.name_at(index).into_owned(),
+                payload,
+            )
         })
         .collect();
     GraphError::Failed {
