@@ -366,10 +366,12 @@ impl<'g> Graph<'g> {
         on_worker(|w| replay::run_on(w, self))
     }
 
-    /// The graph's id, nodes, names, and resolved plan, for a run (which
-    /// resolves the plan first).
-    pub(crate) fn parts(&mut self) -> (u64, &mut [NodeTask<'g>], Option<&Plan>) {
-        (self.id, &mut self.nodes, self.plan.as_ref())
+    /// The graph's id, nodes and plan, for a run: the plan resolved first
+    /// if the graph changed (see [`Graph::check`]).
+    pub(crate) fn prepared(&mut self) -> Result<(u64, &mut [NodeTask<'g>], &Plan), GraphError> {
+        self.check()?;
+        let plan = self.plan.as_ref().expect("a checked graph has a plan");
+        Ok((self.id, &mut self.nodes, plan))
     }
 
     pub(crate) fn name_at(&self, index: u32) -> Cow<'static, str> {

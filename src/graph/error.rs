@@ -145,12 +145,10 @@ impl fmt::Display for GraphError {
                 skipped_names,
                 ..
             } => {
-                let mut first = true;
-                for p in panicked {
-                    if !first {
+                for (i, p) in panicked.iter().enumerate() {
+                    if i > 0 {
                         f.write_str("; ")?;
                     }
-                    first = false;
                     match p.message() {
                         Some(m) => write!(f, "node '{}' panicked: {m}", p.name)?,
                         None => write!(f, "node '{}' panicked", p.name)?,

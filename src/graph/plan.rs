@@ -29,8 +29,8 @@ impl Plan {
 
 impl Drop for Plan {
     fn drop(&mut self) {
-        // SAFETY: the slot came from `Box::into_raw` in `prepare` and is
-        // freed once, here; the nodes that point to it are only read in a
+        // SAFETY: the slot came from `Box::leak` in `prepare` and is freed
+        // once, here; the nodes that point to it are only read in a
         // run, which borrows the graph (and so this plan) for its length.
         drop(unsafe { Box::from_raw(self.slot.as_ptr()) });
     }
@@ -39,8 +39,8 @@ impl Drop for Plan {
 /// Resolves the dependencies of `nodes` given by `edges` (predecessor
 /// first) and stores in each node its successor range, its predecessor
 /// count (its count of unfinished predecessors starts there), and the
-/// plan's run slot. Returns the nodes on a cycle, each before the next and the last
-/// before the first, when the edges form one.
+/// plan's run slot. Returns the nodes on a cycle, each before the next and
+/// the last before the first, when the edges form one.
 pub(crate) fn prepare(nodes: &mut [NodeTask<'_>], edges: &[(u32, u32)]) -> Result<Plan, Vec<u32>> {
     let n = nodes.len();
     // Successor lists by counting sort on the predecessor: `start[i]` is

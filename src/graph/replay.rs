@@ -35,7 +35,7 @@
 use crate::core::error::Cancellation;
 use crate::core::latch::CountLatch;
 use crate::core::registry::Registry;
-use crate::core::sync::{lock, AtomicBool, Mutex, Ordering};
+use crate::core::sync::{lock, Mutex};
 use crate::core::task::{Header, TaskRef, VTable};
 use crate::core::unwind::AbortIfPanic;
 use crate::core::worker::{Until, Worker};
@@ -184,11 +184,16 @@ pub(crate) struct Run<'g> {
     latch: CountLatch<Registry>,
     nodes: *const NodeTask<'g>,
     successors: *const u32,
-    /// Whether a node panicked or was cancelled: only then does the owner
-    /// look for what was skipped.
-    troubled: AtomicBool,
-    panics: Mutex<Vec<(u32, Box<dyn Any + Send>)>>,
-    skipped: Mutex<Vec<u32>>,
+    /// What went wrong, if anything (only failures take the lock).
+    failures: Mutex<Failures>,
+}
+
+/// The nodes of a run that panicked (with their payloads) and that were
+/// skipped, by index.
+#[derive(Default)]
+struct Failures {
+    panics: Vec<(u32, Box<dyn Any + Send>)>,
+    skipped: Vec<u32>,
 }
 
 impl<'g> Run<'g> {
@@ -203,9 +208,6 @@ impl<'g> Run<'g> {
             // SAFETY: the node belongs to this run, whose graph stays
             // borrowed until it ends.
             let n = unsafe { &*node };
-            // Relaxed: whoever marked it counted it down after (release),
-            // and this thread got the node by that count-down's acquire,
-            // or through a deque, which orders it too.
             let mut failed = n.countdown.settle();
             if !failed {
                 // SAFETY: a node runs once per run, by the owner of its
@@ -224,7 +226,7 @@ impl<'g> Run<'g> {
                 // graph, and its nodes are in place for the run.
                 let succ = unsafe { self.successor(s) };
                 // SAFETY: as above.
-                if unsafe { self.count_down(succ, failed) } {
+                if unsafe { &*succ }.countdown.count_down(failed) {
                     if next.is_none() {
                         next = Some(succ);
                     } else {
@@ -244,18 +246,6 @@ impl<'g> Run<'g> {
                 w.answer_requests();
             }
         }
-    }
-
-    /// Counts `succ` down for a finished predecessor that `failed` or not;
-    /// returns whether this made it ready (see [`Countdown`]).
-    ///
-    /// # Safety
-    /// `succ` is a node of this run that the caller's node precedes, and
-    /// the caller counts it down once per edge.
-    #[inline]
-    unsafe fn count_down(&self, succ: *const NodeTask<'g>, failed: bool) -> bool {
-        // SAFETY: the node is in place for the run (caller).
-        unsafe { &*succ }.countdown.count_down(failed)
     }
 
     /// # Safety
@@ -321,7 +311,7 @@ impl<'g> Run<'g> {
                 // SAFETY: as in `run_chain`.
                 let succ = unsafe { self.successor(s) };
                 // SAFETY: as in `run_chain`.
-                if unsafe { self.count_down(succ, true) } {
+                if unsafe { &*succ }.countdown.count_down(true) {
                     ready.push(succ);
                 }
             }
@@ -336,52 +326,50 @@ impl<'g> Run<'g> {
 
     #[cold]
     fn record_skip(&self, node: *const NodeTask<'g>) {
-        self.troubled.store(true, Ordering::Relaxed);
-        lock(&self.skipped).push(self.index_of(node));
+        lock(&self.failures).skipped.push(self.index_of(node));
     }
 
     #[cold]
     fn record_panic(&self, node: *const NodeTask<'g>, payload: Box<dyn Any + Send>) {
-        self.troubled.store(true, Ordering::Relaxed);
-        lock(&self.panics).push((self.index_of(node), payload));
+        lock(&self.failures)
+            .panics
+            .push((self.index_of(node), payload));
     }
 }
 
 /// Runs `graph` once on worker `w`, which works while it waits.
 pub(crate) fn run_on(w: &Worker, graph: &mut Graph<'_>) -> Result<(), GraphError> {
-    graph.check()?;
-    let (id, nodes, plan) = graph.parts();
-    let plan = plan.expect("a checked graph has a plan");
+    let (id, nodes, plan) = graph.prepared()?;
     let run = Run {
         latch: CountLatch::new(w.index, &w.shared),
         nodes: nodes.as_ptr(),
         successors: plan.successors.as_ptr(),
-        troubled: AtomicBool::new(false),
-        panics: Mutex::new(Vec::new()),
-        skipped: Mutex::new(Vec::new()),
+        failures: Mutex::new(Failures::default()),
     };
     // SAFETY: no run of this graph is under way (this one borrows it
     // mutably), so nobody reads the slot; the queueing below publishes it.
     unsafe { *(*plan.slot().as_ptr()).0.get() = (&raw const run).cast::<()>() };
-    let base = run.nodes;
     // From the first queued node on, other threads hold pointers into
     // `run` and the nodes: nothing may unwind out of here until the wait
     // below has seen them all finish.
     let guard = AbortIfPanic::new();
     for &root in plan.roots.iter() {
         // SAFETY: a root of this run, queued once, here; the run is set up.
-        unsafe { run.queue(w, base.add(root as usize)) };
+        unsafe { run.queue(w, run.nodes.add(root as usize)) };
     }
     if !run.latch.release_own() {
         w.wait_until(Until::Latch(&run.latch));
     }
     guard.disarm();
-    if !run.troubled.load(Ordering::Relaxed) {
+    // The latch's acquire ordered every record before this.
+    let Failures {
+        panics,
+        mut skipped,
+    } = std::mem::take(&mut *lock(&run.failures));
+    drop(run);
+    if panics.is_empty() && skipped.is_empty() {
         return Ok(());
     }
-    let panics = std::mem::take(&mut *lock(&run.panics));
-    let mut skipped = std::mem::take(&mut *lock(&run.skipped));
-    drop(run);
     skipped.sort_unstable();
     Err(failure(graph, id, panics, skipped))
 }
