@@ -73,7 +73,7 @@ fn every_node_runs_once_per_run_after_its_predecessors() {
 }
 
 #[test]
-fn nodes_without_edges_all_run_on_every_worker() {
+fn every_node_runs_when_none_has_an_edge() {
     let rt = runtime(4);
     let count = AtomicUsize::new(0);
     let mut g = Graph::new();
@@ -90,6 +90,7 @@ fn nodes_without_edges_all_run_on_every_worker() {
 
 #[test]
 fn an_empty_graph_runs() {
+    let _watchdog = Watchdog::new("empty graph", Duration::from_secs(60));
     let rt = runtime(2);
     let mut g = Graph::new();
     rt.run_graph(&mut g).unwrap();
@@ -98,6 +99,7 @@ fn an_empty_graph_runs() {
 
 #[test]
 fn a_cycle_is_reported_with_its_nodes_and_nothing_runs() {
+    let _watchdog = Watchdog::new("cyclic graph", Duration::from_secs(60));
     let ran = AtomicBool::new(false);
     let mut g = Graph::new();
     let start = g.node_named("start", || ran.store(true, Ordering::Relaxed));
@@ -259,7 +261,7 @@ fn a_nested_graph_runs_as_one_node_and_its_failure_fails_the_node() {
 }
 
 #[test]
-fn a_parallel_loop_in_a_node_splits_across_workers() {
+fn a_parallel_loop_in_a_node_finishes_before_its_successor_runs() {
     let rt = runtime(4);
     let sum = AtomicU64::new(0);
     let checked = AtomicU64::new(0);
