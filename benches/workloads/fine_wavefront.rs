@@ -120,50 +120,56 @@ fn workload<const G: usize, const R: u32>(group: &'static str, nominal_us: u32) 
             title: format!("fine wavefront ({G}x{G} tiles of ~{nominal_us} µs, {R} rounds)"),
             producer_consumer: false,
             expected: None,
-            impls: vec![
-                Impl {
-                    name: SERIAL,
-                    kind: Kind::Serial,
-                    run: |_| serial::<G, R>(),
-                },
-                Impl {
-                    name: DELAYED,
-                    kind: Kind::SelvedgeSpawn,
-                    run: |p| p.selvedge.run(delayed::<G, R>),
-                },
-                Impl {
-                    name: SUBMIT,
-                    kind: Kind::SelvedgeSpawn,
-                    run: |p| submitted::<G, R>(&p.selvedge),
-                },
-                Impl {
-                    name: ROWS,
-                    kind: Kind::SelvedgeSpawn,
-                    run: |p| p.selvedge.run(rows_delayed::<G, R>),
-                },
-                Impl {
-                    name: AHEAD,
-                    kind: Kind::SelvedgeSpawn,
-                    run: |p| p.selvedge.run(ahead_delayed::<G, R>),
-                },
-                Impl {
-                    name: SUCCESSORS,
-                    kind: Kind::SelvedgeSpawn,
-                    run: |p| p.selvedge.run(successors_delayed::<G, R>),
-                },
-                Impl {
-                    name: SCOPE_DELAYED,
-                    kind: Kind::SelvedgeStructured,
-                    run: |p| p.selvedge.run(scope_delayed::<G, R>),
-                },
-                Impl {
-                    name: RAYON_BARRIER,
-                    kind: Kind::Rayon,
-                    run: |p| p.rayon.install(rayon_barrier::<G, R>),
-                },
-            ],
+            impls: impls::<G, R>(),
         },
     }
+}
+
+/// Every implementation of one grid, in the report's order (the graph
+/// benchmarks take some of them as their peers).
+pub(super) fn impls<const G: usize, const R: u32>() -> Vec<Impl> {
+    vec![
+        Impl {
+            name: SERIAL,
+            kind: Kind::Serial,
+            run: |_| serial::<G, R>(),
+        },
+        Impl {
+            name: DELAYED,
+            kind: Kind::SelvedgeSpawn,
+            run: |p| p.selvedge.run(delayed::<G, R>),
+        },
+        Impl {
+            name: SUBMIT,
+            kind: Kind::SelvedgeSpawn,
+            run: |p| submitted::<G, R>(&p.selvedge),
+        },
+        Impl {
+            name: ROWS,
+            kind: Kind::SelvedgeSpawn,
+            run: |p| p.selvedge.run(rows_delayed::<G, R>),
+        },
+        Impl {
+            name: AHEAD,
+            kind: Kind::SelvedgeSpawn,
+            run: |p| p.selvedge.run(ahead_delayed::<G, R>),
+        },
+        Impl {
+            name: SUCCESSORS,
+            kind: Kind::SelvedgeSpawn,
+            run: |p| p.selvedge.run(successors_delayed::<G, R>),
+        },
+        Impl {
+            name: SCOPE_DELAYED,
+            kind: Kind::SelvedgeStructured,
+            run: |p| p.selvedge.run(scope_delayed::<G, R>),
+        },
+        Impl {
+            name: RAYON_BARRIER,
+            kind: Kind::Rayon,
+            run: |p| p.rayon.install(rayon_barrier::<G, R>),
+        },
+    ]
 }
 
 // ---------------------------------------------------------------------------

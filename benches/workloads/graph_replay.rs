@@ -69,11 +69,7 @@ fn workload<const G: usize, const R: u32>(group: &'static str, size: &str) -> Da
             producer_consumer: false,
             expected: None,
             impls: vec![
-                Impl {
-                    name: SERIAL,
-                    kind: Kind::Serial,
-                    run: |_| fine::serial::<G, R>(),
-                },
+                peer::<G, R>(SERIAL),
                 Impl {
                     name: REPLAYED,
                     kind: Kind::SelvedgeSpawn,
@@ -86,22 +82,21 @@ fn workload<const G: usize, const R: u32>(group: &'static str, size: &str) -> Da
                 },
                 Impl {
                     name: DELAYED,
-                    kind: Kind::SelvedgeSpawn,
-                    run: |p| p.selvedge.run(fine::delayed::<G, R>),
+                    ..peer::<G, R>(fine::DELAYED)
                 },
-                Impl {
-                    name: SUCCESSORS,
-                    kind: Kind::SelvedgeSpawn,
-                    run: |p| p.selvedge.run(fine::successors_delayed::<G, R>),
-                },
-                Impl {
-                    name: RAYON_BARRIER,
-                    kind: Kind::Rayon,
-                    run: |p| p.rayon.install(fine::rayon_barrier::<G, R>),
-                },
+                peer::<G, R>(SUCCESSORS),
+                peer::<G, R>(RAYON_BARRIER),
             ],
         },
     }
+}
+
+/// The fine wavefront's implementation called `name`, on the same grid.
+fn peer<const G: usize, const R: u32>(name: &str) -> Impl {
+    fine::impls::<G, R>()
+        .into_iter()
+        .find(|imp| imp.name == name)
+        .unwrap_or_else(|| panic!("the fine wavefront has no implementation `{name}`"))
 }
 
 /// Adds the wavefront's nodes and edges to `g`: node `idx` runs tile
