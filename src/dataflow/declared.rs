@@ -19,6 +19,8 @@ use crate::dataflow::data::{poisoned_message, Log, Recorded};
 use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
 use crate::dataflow::promise::Promise;
+use std::any::Any;
+use std::fmt;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
@@ -45,8 +47,8 @@ pub(crate) fn submit<A: Accesses>(
         deps.extend(after.cloned());
         {
             for (log, mode) in logs {
-                deps.extend(log.before(*mode).map(|r| r.done.clone()));
-                log.record(*mode, Recorded::host(done.dep()));
+                deps.extend(log.before(mode).map(|r| r.done.clone()));
+                log.record(mode, Recorded::host(done.dep()));
             }
         }
     });
@@ -66,7 +68,7 @@ pub(crate) fn submit<A: Accesses>(
 pub(crate) fn with_logs<'s, A: Accesses>(
     accesses: &'s A,
     runtime: &Arc<Registry>,
-    record: impl FnOnce(&mut dyn Iterator<Item = &'s Dep>, &mut dyn Iterator<Item = (&mut Log, &Mode)>),
+    record: impl FnOnce(&mut dyn Iterator<Item = &'s Dep>, &mut dyn Iterator<Item = (&mut Log, Mode)>),
 ) {
     // A task declares a few accesses: they and their locks stay on the
     // stack (no allocation below nine).
@@ -77,10 +79,18 @@ pub(crate) fn with_logs<'s, A: Accesses>(
         Declared::After(dep) => after.push(dep),
     });
     let data = data.slots();
-    // Address order: two submissions lock their common handles in the
-    // same order, so they cannot deadlock, and each one's accesses are
-    // recorded at once: no task can end up ordered both before and after
-    // another.
+    in_address_order(data);
+    lock_logs(data.iter().flatten().copied(), runtime, |logs| {
+        record(&mut after.slots().iter().flatten().copied(), logs)
+    });
+}
+
+/// Sorts declared handles by address, and panics when one is declared
+/// twice. Address order: two submissions lock their common handles in the
+/// same order, so they cannot deadlock, and each one's accesses are
+/// recorded at once: no task can end up ordered both before and after
+/// another.
+pub(crate) fn in_address_order(data: &mut [Option<(&dyn Target, Mode)>]) {
     data.sort_unstable_by_key(|slot| slot.map(|(t, _)| address(t)));
     for pair in data.windows(2) {
         if let [Some((a, mode_a)), Some((b, mode_b))] = pair {
@@ -94,8 +104,18 @@ pub(crate) fn with_logs<'s, A: Accesses>(
             }
         }
     }
+}
+
+/// Locks the logs of the handles in `data` (distinct, in address order),
+/// all at once, and hands them to `record` with each one's mode. Notes
+/// `runtime` as the handles' latest.
+pub(crate) fn lock_logs<'t>(
+    data: impl Iterator<Item = (&'t dyn Target, Mode)> + Clone,
+    runtime: &Arc<Registry>,
+    record: impl FnOnce(&mut dyn Iterator<Item = (&mut Log, Mode)>),
+) {
     let mut logs: Few<MutexGuard<'_, Log>> = Few::default();
-    for (t, _) in data.iter().flatten() {
+    for (t, _) in data.clone() {
         let mut log = lock(t.log());
         log.note_runtime(runtime);
         logs.push(log);
@@ -105,12 +125,12 @@ pub(crate) fn with_logs<'s, A: Accesses>(
         .iter_mut()
         .flatten()
         .map(|g| &mut **g)
-        .zip(data.iter().flatten().map(|(_, mode)| mode));
-    record(&mut after.slots().iter().flatten().copied(), &mut pairs);
+        .zip(data.map(|(_, mode)| mode));
+    record(&mut pairs);
 }
 
 /// Up to eight values on the stack, more on the heap.
-enum Few<T> {
+pub(crate) enum Few<T> {
     Inline(usize, [Option<T>; 8]),
     Heap(Vec<Option<T>>),
 }
@@ -122,7 +142,7 @@ impl<T> Default for Few<T> {
 }
 
 impl<T> Few<T> {
-    fn push(&mut self, value: T) {
+    pub(crate) fn push(&mut self, value: T) {
         match self {
             Few::Inline(len, slots) if *len < slots.len() => {
                 slots[*len] = Some(value);
@@ -138,7 +158,7 @@ impl<T> Few<T> {
     }
 
     /// The values pushed, each `Some`.
-    fn slots(&mut self) -> &mut [Option<T>] {
+    pub(crate) fn slots(&mut self) -> &mut [Option<T>] {
         match self {
             Few::Inline(len, slots) => &mut slots[..*len],
             Few::Heap(heap) => heap,
@@ -161,69 +181,9 @@ impl<A: Accesses> Submission<A> {
         body: impl for<'a> FnOnce(A::Refs<'a>) -> R,
     ) -> R {
         let accesses = self.accesses.as_ref().expect("a submission runs once");
-        // One walk over the accesses: note them as held on this thread,
-        // look for poison, and see whether any clears it.
-        let mut poisoned = None;
-        let mut recovers = false;
-        let held = held_here::Held::enter(accesses, |t, mode| {
-            recovers |= mode == Mode::Recover;
-            if poisoned.is_none() && mode != Mode::Recover {
-                // SAFETY: the task's dependencies are fulfilled: every
-                // access has its turn.
-                if let Some(cause) = unsafe { t.poison() } {
-                    poisoned = Some((t.describe(), cause));
-                }
-            }
-        });
-        if let Some((handle, cause)) = poisoned {
-            drop(held);
-            // What this task would have written is not written either.
-            self.set_written_poison(Some(&cause), Some(&cause));
-            self.finish();
-            resume_unwind(Box::new(CancelledBecause(poisoned_message(
-                &handle, &cause,
-            ))));
-        }
-        // SAFETY: every access has its turn (as above), and the references
-        // do not outlive the call: `body` returns owned `R`.
-        let result = catch_unwind(AssertUnwindSafe(|| body(unsafe { accesses.refs() })));
-        drop(held);
-        match result {
-            Ok(value) => {
-                // A recover access that returned repaired its handle.
-                if recovers {
-                    self.set_written_poison(None, None);
-                }
-                self.finish();
-                value
-            }
-            Err(payload) => {
-                let message = panic_message(&*payload).unwrap_or("(a non-string payload)");
-                let cause: Arc<str> =
-                    format!("task `{task}` panicked while it held a write to it: {message}").into();
-                self.set_written_poison(Some(&cause), Some(&cause));
-                self.finish();
-                resume_unwind(payload)
-            }
-        }
-    }
-
-    /// Sets the poison of every handle the task writes: `write` for plain
-    /// writes, `recover` for recover accesses.
-    fn set_written_poison(&self, write: Option<&Arc<str>>, recover: Option<&Arc<str>>) {
-        let accesses = self.accesses.as_ref().expect("a submission runs once");
-        accesses.declare_all(&mut |d| {
-            if let Declared::Data(t, mode) = d {
-                let cause = match mode {
-                    Mode::Read => return,
-                    Mode::Write if write.is_none() => return,
-                    Mode::Write => write,
-                    Mode::Recover => recover,
-                };
-                // SAFETY: the task's write has its turn.
-                unsafe { t.set_poison(cause.cloned()) };
-            }
-        });
+        let result = with_turn(accesses, &format_args!("task `{task}`"), body);
+        self.finish();
+        result.unwrap_or_else(|payload| resume_unwind(payload))
     }
 
     /// Lets the next accesses run: drops the task's handles first (so a
@@ -236,6 +196,88 @@ impl<A: Accesses> Submission<A> {
             done.fulfill();
         }
     }
+}
+
+/// Runs `body` with the references `accesses` declares, which must all
+/// have their turn (every access ordered before them finished, none
+/// ordered after them started), and keeps the handles' poison: an access
+/// set that declares a poisoned handle refuses to run (unless its access
+/// to it is a recover) and poisons what it would have written; a panic in
+/// `body` poisons what it writes; a recover access that returns clears the
+/// poison. `who` names the code in a poison's cause (``task `...` ``,
+/// `graph node '...'`).
+///
+/// Returns the panic's payload (or, for a refusal, a [`CancelledBecause`]
+/// saying which handle is poisoned) as `Err`, for the caller to resume once
+/// it finished its own bookkeeping.
+pub(crate) fn with_turn<A: Accesses, R>(
+    accesses: &A,
+    who: &dyn fmt::Display,
+    body: impl for<'a> FnOnce(A::Refs<'a>) -> R,
+) -> Result<R, Box<dyn Any + Send>> {
+    // One walk over the accesses: note them as held on this thread, look
+    // for poison, and see whether any clears it.
+    let mut poisoned = None;
+    let mut recovers = false;
+    let held = held_here::Held::enter(accesses, |t, mode| {
+        recovers |= mode == Mode::Recover;
+        if poisoned.is_none() && mode != Mode::Recover {
+            // SAFETY: every access has its turn (caller).
+            if let Some(cause) = unsafe { t.poison() } {
+                poisoned = Some((t.describe(), cause));
+            }
+        }
+    });
+    if let Some((handle, cause)) = poisoned {
+        drop(held);
+        // What this code would have written is not written either.
+        set_written_poison(accesses, Some(&cause), Some(&cause));
+        return Err(Box::new(CancelledBecause(poisoned_message(
+            &handle, &cause,
+        ))));
+    }
+    // SAFETY: every access has its turn (as above), and the references do
+    // not outlive the call: `body` returns owned `R`.
+    let result = catch_unwind(AssertUnwindSafe(|| body(unsafe { accesses.refs() })));
+    drop(held);
+    match result {
+        Ok(value) => {
+            // A recover access that returned repaired its handle.
+            if recovers {
+                set_written_poison(accesses, None, None);
+            }
+            Ok(value)
+        }
+        Err(payload) => {
+            let message = panic_message(&*payload).unwrap_or("(a non-string payload)");
+            let cause: Arc<str> =
+                format!("{who} panicked while it held a write to it: {message}").into();
+            set_written_poison(accesses, Some(&cause), Some(&cause));
+            Err(payload)
+        }
+    }
+}
+
+/// Sets the poison of every handle `accesses` writes: `write` for plain
+/// writes, `recover` for recover accesses. Every access of `accesses` must
+/// have its turn.
+pub(crate) fn set_written_poison<A: Accesses>(
+    accesses: &A,
+    write: Option<&Arc<str>>,
+    recover: Option<&Arc<str>>,
+) {
+    accesses.declare_all(&mut |d| {
+        if let Declared::Data(t, mode) = d {
+            let cause = match mode {
+                Mode::Read => return,
+                Mode::Write if write.is_none() => return,
+                Mode::Write => write,
+                Mode::Recover => recover,
+            };
+            // SAFETY: the write has its turn (caller).
+            unsafe { t.set_poison(cause.cloned()) };
+        }
+    });
 }
 
 impl<A> Drop for Submission<A> {
@@ -318,6 +360,13 @@ pub(crate) mod held_here {
     pub(crate) fn contains(address: usize) -> bool {
         HELD.try_with(|h| h.borrow().contains(&address))
             .unwrap_or(false)
+    }
+
+    /// The first handle noted on this thread for which `pred` holds.
+    pub(crate) fn find(pred: impl Fn(usize) -> bool) -> Option<usize> {
+        HELD.try_with(|h| h.borrow().iter().copied().find(|&a| pred(a)))
+            .ok()
+            .flatten()
     }
 
     /// The running task's handles, on this thread's list until dropped.

@@ -66,7 +66,7 @@ impl Device {
         with_logs(&accesses, self.inner.runtime(), |after, logs| {
             host_deps.extend(after.cloned());
             for (log, mode) in logs {
-                for before in log.before(*mode) {
+                for before in log.before(mode) {
                     match before
                         .device
                         .as_ref()
@@ -76,7 +76,7 @@ impl Device {
                         None => host_deps.push(before.done.clone()),
                     }
                 }
-                log.record(*mode, recorded.clone());
+                log.record(mode, recorded.clone());
             }
         });
         self.spawn_linked(host_deps, device_waits, link, promises, move |s| {
