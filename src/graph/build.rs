@@ -2,6 +2,8 @@
 
 use crate::core::pool::on_worker;
 use crate::core::sync::{AtomicU64, Ordering};
+use crate::dataflow::access::Accesses;
+use crate::graph::data::{declared_by, DataUses, DeclaredNode, NodeWork, Plain};
 use crate::graph::error::GraphError;
 use crate::graph::plan::{self, Plan};
 use crate::graph::replay::{self, NodeTask};
@@ -67,12 +69,17 @@ pub struct Graph<'g> {
     /// The resolved dependencies: `None` until the first run and after
     /// every change.
     plan: Option<Plan>,
+    /// The `Data` handles the nodes declare, for the edges a new node's
+    /// accesses imply and for each run's access to them.
+    data: DataUses<'g>,
 }
 
 // SAFETY: a graph owns its nodes' closures, which are `Send`; the raw
 // pointers in its nodes point into the graph itself or to the state of a
 // run, which exists only while a run borrows the graph mutably, and the
-// task headers are only queued during such a run.
+// task headers are only queued during such a run. Those of its data uses
+// point to the shared part of `Data` handles its nodes own, which is
+// `Sync`.
 unsafe impl Send for Graph<'_> {}
 
 /// A node of a [`Graph`]: a copyable name for it, to add edges with. It
@@ -123,6 +130,7 @@ impl<'g> Graph<'g> {
             names: Vec::new(),
             edges: Vec::new(),
             plan: None,
+            data: DataUses::default(),
         }
     }
 
@@ -155,7 +163,7 @@ impl<'g> Graph<'g> {
     where
         F: FnMut() + Send + 'g,
     {
-        self.add(None, Box::new(f))
+        self.add(None, Box::new(Plain(f)))
     }
 
     /// [`Graph::node`] with a name, which errors and reports use.
@@ -169,7 +177,96 @@ impl<'g> Graph<'g> {
     where
         F: FnMut() + Send + 'g,
     {
-        self.add(Some(name.into()), Box::new(f))
+        self.add(Some(name.into()), Box::new(Plain(f)))
+    }
+
+    /// Adds a node that declares the [`Data`](crate::Data) it reads and
+    /// writes, as [`spawn_with`](crate::spawn_with) does: `f` gets `&T` for
+    /// each [`Data::read`](crate::Data::read) and `&mut T` for each
+    /// [`Data::write`](crate::Data::write) or
+    /// [`Data::recover`](crate::Data::recover), in the shape of `accesses`
+    /// (one access, a tuple, a `Vec` or an array).
+    ///
+    /// The declarations add the edges they imply, in the order the nodes
+    /// are added: a node that writes a handle runs after the node added
+    /// before it that wrote the handle and every node since that read it;
+    /// a node that reads it runs after that last writer. Each run of the
+    /// graph is one access to each handle (a write if any node writes it),
+    /// ordered with the tasks outside the graph that use the handle: the
+    /// run starts its nodes once the accesses submitted before it finished,
+    /// and accesses submitted while it runs wait for it to end.
+    ///
+    /// Poison works as for tasks: a node refuses a poisoned handle (it
+    /// fails, and the nodes after it are skipped), a node that panics
+    /// poisons what it writes, a recover access clears the poison, and a
+    /// node skipped in a run poisons what it would have written.
+    ///
+    /// # Panics
+    /// When `accesses` declares a [`Dep`](crate::Dep) (a graph runs many
+    /// times, a `Dep` is fulfilled once: use [`Graph::precede`]), or one
+    /// handle twice.
+    ///
+    /// ```
+    /// use selvedge::{Data, Graph, Runtime};
+    ///
+    /// let rt = Runtime::builder().num_threads(2).build()?;
+    /// let state = Data::new(vec![1.0f64; 1000]);
+    /// let flux = Data::new(vec![0.0f64; 1000]);
+    /// let mut step = Graph::new();
+    /// // flux from state, then state from flux: the edge comes from the
+    /// // declarations (a read of what the node before wrote).
+    /// step.node_with((state.read(), flux.write()), |(s, f)| {
+    ///     for (f, s) in f.iter_mut().zip(s) {
+    ///         *f = 0.5 * s;
+    ///     }
+    /// });
+    /// step.node_with((flux.read(), state.write()), |(f, s)| {
+    ///     for (s, f) in s.iter_mut().zip(f) {
+    ///         *s += f;
+    ///     }
+    /// });
+    /// assert_eq!(step.edge_count(), 1);
+    /// for _ in 0..3 {
+    ///     rt.run_graph(&mut step)?;
+    /// }
+    /// drop(step); // its nodes hold handles to the data
+    /// assert_eq!(state.into_inner()[0], 1.5f64.powi(3));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn node_with<A, F>(&mut self, accesses: A, f: F) -> Node
+    where
+        A: Accesses + 'g,
+        F: for<'a> FnMut(A::Refs<'a>) + Send + 'g,
+    {
+        self.add_declared(None, accesses, f)
+    }
+
+    /// [`Graph::node_with`] with a name, which errors, reports and poison
+    /// causes use.
+    ///
+    /// ```
+    /// use selvedge::{Data, Graph};
+    ///
+    /// let total = Data::new(0u64);
+    /// let mut g = Graph::new();
+    /// let add = g.node_with_named("add", total.write(), |t| *t += 1);
+    /// assert_eq!(g.name(add), "add");
+    /// g.run()?;
+    /// drop(g);
+    /// assert_eq!(total.into_inner(), 1);
+    /// # Ok::<(), selvedge::GraphError>(())
+    /// ```
+    pub fn node_with_named<A, F>(
+        &mut self,
+        name: impl Into<Cow<'static, str>>,
+        accesses: A,
+        f: F,
+    ) -> Node
+    where
+        A: Accesses + 'g,
+        F: for<'a> FnMut(A::Refs<'a>) + Send + 'g,
+    {
+        self.add_declared(Some(name.into()), accesses, f)
     }
 
     /// Adds a node that runs the graph `sub` to completion, once per run
@@ -198,14 +295,11 @@ impl<'g> Graph<'g> {
     /// # Ok::<(), selvedge::GraphError>(())
     /// ```
     pub fn subgraph(&mut self, mut sub: Graph<'g>) -> Node {
-        self.add(
-            Some(Cow::Borrowed("subgraph")),
-            Box::new(move || {
-                if let Err(e) = sub.run() {
-                    panic!("selvedge: a nested graph failed: {e}");
-                }
-            }),
-        )
+        let handles = sub.data.merge_into();
+        let node = self.add(Some(Cow::Borrowed("subgraph")), Box::new(Subgraph(sub)));
+        self.data.declare(node.index, &handles, &mut self.edges);
+        self.check_edge_count();
+        node
     }
 
     /// Says that `before` runs, and finishes, before `after` starts, in
@@ -231,12 +325,8 @@ impl<'g> Graph<'g> {
     pub fn precede(&mut self, before: Node, after: Node) {
         let from = self.own(before, "precede");
         let to = self.own(after, "precede");
-        // The plan counts edges and predecessors in 32 bits.
-        assert!(
-            self.edges.len() < u32::MAX as usize,
-            "selvedge: a graph holds at most 4,294,967,295 edges"
-        );
         self.edges.push((from, to));
+        self.check_edge_count();
         self.plan = None;
     }
 
@@ -328,6 +418,7 @@ impl<'g> Graph<'g> {
         }
         match plan::prepare(&mut self.nodes, &self.edges) {
             Ok(plan) => {
+                self.data.sort();
                 self.plan = Some(plan);
                 Ok(())
             }
@@ -368,10 +459,14 @@ impl<'g> Graph<'g> {
 
     /// The graph's id, nodes and plan, for a run: the plan resolved first
     /// if the graph changed (see [`Graph::check`]).
-    pub(crate) fn prepared(&mut self) -> Result<(u64, &mut [NodeTask<'g>], &Plan), GraphError> {
+    pub(crate) fn prepared(&mut self) -> Result<Prepared<'_, 'g>, GraphError> {
         self.check()?;
-        let plan = self.plan.as_ref().expect("a checked graph has a plan");
-        Ok((self.id, &mut self.nodes, plan))
+        Ok(Prepared {
+            id: self.id,
+            nodes: &mut self.nodes,
+            plan: self.plan.as_ref().expect("a checked graph has a plan"),
+            data: &self.data,
+        })
     }
 
     pub(crate) fn name_at(&self, index: u32) -> Cow<'static, str> {
@@ -381,11 +476,42 @@ impl<'g> Graph<'g> {
         }
     }
 
-    fn add(&mut self, name: Option<Cow<'static, str>>, work: Box<dyn FnMut() + Send + 'g>) -> Node {
-        let index = u32::try_from(self.nodes.len())
+    /// A node that declares `accesses` (see [`Graph::node_with`]).
+    fn add_declared<A, F>(&mut self, name: Option<Cow<'static, str>>, accesses: A, f: F) -> Node
+    where
+        A: Accesses + 'g,
+        F: for<'a> FnMut(A::Refs<'a>) + Send + 'g,
+    {
+        let handles = declared_by(&accesses);
+        let index = self.next_index();
+        let who = match &name {
+            Some(name) => format!("graph node '{name}'"),
+            None => format!("graph node {index}"),
+        };
+        let node = self.add(name, Box::new(DeclaredNode::new(accesses, f, who)));
+        self.data.declare(node.index, &handles, &mut self.edges);
+        self.check_edge_count();
+        node
+    }
+
+    /// The plan counts edges and predecessors in 32 bits.
+    fn check_edge_count(&self) {
+        assert!(
+            self.edges.len() <= u32::MAX as usize,
+            "selvedge: a graph holds at most 4,294,967,295 edges"
+        );
+    }
+
+    /// The index the next node gets.
+    fn next_index(&self) -> u32 {
+        u32::try_from(self.nodes.len())
             .ok()
             .filter(|&i| i != u32::MAX)
-            .unwrap_or_else(|| panic!("selvedge: a graph holds at most 4,294,967,294 nodes"));
+            .unwrap_or_else(|| panic!("selvedge: a graph holds at most 4,294,967,294 nodes"))
+    }
+
+    fn add(&mut self, name: Option<Cow<'static, str>>, work: Box<dyn NodeWork + 'g>) -> Node {
+        let index = self.next_index();
         self.nodes.push(NodeTask::new(work));
         self.names.push(name);
         self.plan = None;
@@ -403,6 +529,36 @@ impl<'g> Graph<'g> {
             self.id
         );
         node.index
+    }
+}
+
+/// A graph, ready for a run (see [`Graph::prepared`]).
+pub(crate) struct Prepared<'a, 'g> {
+    pub(crate) id: u64,
+    pub(crate) nodes: &'a mut [NodeTask<'g>],
+    pub(crate) plan: &'a Plan,
+    pub(crate) data: &'a DataUses<'g>,
+}
+
+/// A graph run as a node of another ([`Graph::subgraph`]).
+struct Subgraph<'g>(Graph<'g>);
+
+impl NodeWork for Subgraph<'_> {
+    fn run(&mut self) {
+        if let Err(e) = self.0.run() {
+            panic!("selvedge: a nested graph failed: {e}");
+        }
+    }
+
+    fn skipped(&mut self) {
+        let cause: std::sync::Arc<str> =
+            "a nested graph was skipped (a node before it failed in the same run), so its \
+             nodes did not write it"
+                .into();
+        // SAFETY: the subgraph's node declares every handle of the nested
+        // graph as the nested graph declares it (`Graph::subgraph`), and a
+        // skipped node has its turn.
+        unsafe { self.0.data.poison_written(&cause) };
     }
 }
 

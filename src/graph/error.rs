@@ -43,12 +43,22 @@ pub enum GraphError {
     /// The graph may be run again.
     Failed {
         /// Each node that panicked, with its panic, in the order they
-        /// panicked.
+        /// panicked; a node that refused to run because a
+        /// [`Data`](crate::Data) handle it declared is poisoned is among
+        /// them, its message saying so.
         panicked: Vec<NodePanic>,
         /// The nodes skipped, in the order they were added to the graph.
         skipped: Vec<Node>,
         /// Their names, in the same order.
         skipped_names: Vec<String>,
+    },
+    /// A task outside the graph that uses a [`Data`](crate::Data) handle
+    /// the graph declares was cancelled before it ran, so the handle's
+    /// ordering is broken (see [`DataError::Cancelled`](crate::DataError::Cancelled)):
+    /// no node ran, and the accesses after this run are cancelled too.
+    Cancelled {
+        /// The handle, as messages name it.
+        handle: String,
     },
 }
 
@@ -171,6 +181,11 @@ impl fmt::Display for GraphError {
                     }
                 }
             }
+            GraphError::Cancelled { handle } => write!(
+                f,
+                "the graph did not run: {handle}: {}",
+                crate::dataflow::data::CANCELLED_ACCESS
+            ),
         }
     }
 }
@@ -205,6 +220,9 @@ impl fmt::Debug for GraphError {
                 .field("panicked", panicked)
                 .field("skipped", skipped_names)
                 .finish(),
+            GraphError::Cancelled { handle } => {
+                f.debug_struct("Cancelled").field("handle", handle).finish()
+            }
         }
     }
 }

@@ -17,11 +17,15 @@
 //! `plan.rs` (successor lists, counts, roots and the cycle check),
 //! `replay.rs` (running a prepared graph on the workers), `countdown.rs` (a
 //! node's count of unfinished predecessors, reused run after run),
-//! `error.rs` (what a failed check or run reports).
+//! `data.rs` (nodes that declare the `Data` they use: the edges their
+//! accesses imply, and each run's access to the handles), `error.rs` (what
+//! a failed check or run reports).
 
 #[cfg(not(loom))]
 pub(crate) mod build;
 pub(crate) mod countdown;
+#[cfg(not(loom))]
+mod data;
 #[cfg(not(loom))]
 pub(crate) mod error;
 #[cfg(not(loom))]

@@ -39,8 +39,9 @@ use crate::core::sync::{lock, Mutex};
 use crate::core::task::{Header, TaskRef, VTable};
 use crate::core::unwind::AbortIfPanic;
 use crate::core::worker::{Until, Worker};
-use crate::graph::build::{Graph, Node};
+use crate::graph::build::{Graph, Node, Prepared};
 use crate::graph::countdown::Countdown;
+use crate::graph::data::NodeWork;
 use crate::graph::error::{GraphError, NodePanic};
 use std::any::Any;
 use std::cell::UnsafeCell;
@@ -55,7 +56,7 @@ pub(crate) struct NodeTask<'g> {
     header: Header,
     /// The plan's run slot (see [`RunSlot`]).
     slot: *const RunSlot,
-    work: UnsafeCell<Box<dyn FnMut() + Send + 'g>>,
+    work: UnsafeCell<Box<dyn NodeWork + 'g>>,
     /// The node's successors: `successors[first..end]` of the plan.
     first: u32,
     end: u32,
@@ -84,7 +85,7 @@ impl<'g> NodeTask<'g> {
         cancel: Self::cancel_task,
     };
 
-    pub(crate) fn new(work: Box<dyn FnMut() + Send + 'g>) -> Self {
+    pub(crate) fn new(work: Box<dyn NodeWork + 'g>) -> Self {
         Self {
             header: Header::new(&Self::VTABLE),
             slot: std::ptr::null(),
@@ -209,16 +210,18 @@ impl<'g> Run<'g> {
             // borrowed until it ends.
             let n = unsafe { &*node };
             let mut failed = n.countdown.settle();
+            // SAFETY: a node runs (or is skipped) once per run, by the
+            // owner of its task (caller): no other reference to its work
+            // exists.
+            let work = unsafe { &mut *n.work.get() };
             if !failed {
-                // SAFETY: a node runs once per run, by the owner of its
-                // task (caller): no other reference to the closure exists.
-                let work = unsafe { &mut *n.work.get() };
-                if let Err(payload) = catch_unwind(AssertUnwindSafe(work)) {
+                if let Err(payload) = catch_unwind(AssertUnwindSafe(|| work.run())) {
                     self.record_panic(node, payload);
                     failed = true;
                 }
             } else {
                 self.record_skip(node);
+                work.skipped();
             }
             let mut next: Option<*const NodeTask<'g>> = None;
             for s in n.first..n.end {
@@ -307,6 +310,8 @@ impl<'g> Run<'g> {
             let n = unsafe { &*node };
             n.countdown.settle();
             self.record_skip(node);
+            // SAFETY: as in `run_chain`: the caller owns the node's task.
+            unsafe { (*n.work.get()).skipped() };
             for s in n.first..n.end {
                 // SAFETY: as in `run_chain`.
                 let succ = unsafe { self.successor(s) };
@@ -339,7 +344,15 @@ impl<'g> Run<'g> {
 
 /// Runs `graph` once on worker `w`, which works while it waits.
 pub(crate) fn run_on(w: &Worker, graph: &mut Graph<'_>) -> Result<(), GraphError> {
-    let (id, nodes, plan) = graph.prepared()?;
+    let Prepared {
+        id,
+        nodes,
+        plan,
+        data,
+    } = graph.prepared()?;
+    // Ordered with the tasks outside the graph that use its data: started
+    // once those before it finished.
+    let access = data.begin_run(w)?;
     let run = Run {
         latch: CountLatch::new(w.index, &w.shared),
         nodes: nodes.as_ptr(),
@@ -361,6 +374,10 @@ pub(crate) fn run_on(w: &Worker, graph: &mut Graph<'_>) -> Result<(), GraphError
         w.wait_until(Until::Latch(&run.latch));
     }
     guard.disarm();
+    if let Some(done) = access {
+        // The accesses after the run may start.
+        done.fulfill();
+    }
     // The latch's acquire ordered every record before this.
     let Failures {
         panics,

@@ -1,0 +1,312 @@
+//! Nodes that declare the [`Data`](crate::Data) they read and write.
+//!
+//! Two orders come from the declarations. Inside the graph, the edges the
+//! accesses imply, added when the node is, in the order the nodes are
+//! added (as tasks submitted in that order would be ordered): a write
+//! after the previous write and the reads since it, a read after the
+//! previous write. Outside it, one access per handle for each whole run
+//! (a write if any node writes the handle), recorded in the handle's log
+//! when the run starts and completed when it ends: the run waits for the
+//! tasks submitted before it that use its handles, and the tasks
+//! submitted during it wait for the run.
+//!
+//! What a node does with its handles is what a task declaring them does
+//! (`declared::with_turn`): it refuses a poisoned handle, poisons what it
+//! writes when it panics, clears the poison with a recover access. A node
+//! skipped because a node before it failed poisons what it would have
+//! written: its value was not updated in that run.
+
+use crate::core::error::CancelledBecause;
+use crate::core::worker::Worker;
+use crate::dataflow::access::sealed::Target;
+use crate::dataflow::access::{Accesses, Declared, Mode};
+use crate::dataflow::data::Recorded;
+use crate::dataflow::declared::{
+    held_here, in_address_order, lock_logs, set_written_poison, with_turn, Few,
+};
+use crate::dataflow::delayed::submit_delayed;
+use crate::dataflow::event::Dep;
+use crate::dataflow::promise::Promise;
+use crate::graph::error::GraphError;
+use std::collections::HashMap;
+use std::panic::resume_unwind;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+/// What a node runs: its closure, and what it does when it is skipped.
+pub(crate) trait NodeWork: Send {
+    /// Runs the node (a panic is the node's failure).
+    fn run(&mut self);
+    /// The node was skipped in a run: a node before it failed.
+    fn skipped(&mut self) {}
+}
+
+/// A node that declares nothing: its closure.
+pub(crate) struct Plain<F>(pub(crate) F);
+
+impl<F: FnMut() + Send> NodeWork for Plain<F> {
+    fn run(&mut self) {
+        (self.0)()
+    }
+}
+
+/// A node that declares accesses: its closure gets their references.
+pub(crate) struct DeclaredNode<A, F> {
+    accesses: A,
+    f: F,
+    /// How poison causes name the node ("graph node 'name'").
+    who: String,
+}
+
+impl<A, F> NodeWork for DeclaredNode<A, F>
+where
+    A: Accesses,
+    F: for<'a> FnMut(A::Refs<'a>) + Send,
+{
+    fn run(&mut self) {
+        let f = &mut self.f;
+        if let Err(payload) = with_turn(&self.accesses, &self.who, |refs| f(refs)) {
+            // A refusal (a declared handle is poisoned) fails the node as a
+            // panic with its message would: reported with the node, its
+            // successors skipped.
+            match payload.downcast::<CancelledBecause>() {
+                Ok(refusal) => resume_unwind(Box::new(refusal.0)),
+                Err(payload) => resume_unwind(payload),
+            }
+        }
+    }
+
+    fn skipped(&mut self) {
+        let cause: Arc<str> = format!(
+            "{} was skipped (a node before it failed in the same run), so it did not write it",
+            self.who
+        )
+        .into();
+        // A skipped node has its turn: its count of unfinished
+        // predecessors reached zero, and its successors wait for it.
+        set_written_poison(&self.accesses, Some(&cause), Some(&cause));
+    }
+}
+
+/// The handles `accesses` declares, in address order, as a node of a
+/// graph of lifetime `'g` keeps them.
+///
+/// # Panics
+/// When `accesses` declares a [`Dep`] (a graph runs many times; a `Dep` is
+/// fulfilled once), or one handle twice.
+pub(crate) fn declared_by<'g, A: Accesses + 'g>(accesses: &A) -> Vec<Handle<'g>> {
+    let mut data: Few<(&dyn Target, Mode)> = Few::default();
+    accesses.declare_all(&mut |d| match d {
+        Declared::Data(target, mode) => data.push((target, mode)),
+        Declared::After(_) => panic!(
+            "selvedge: a graph's node cannot declare a Dep: a Dep is fulfilled once and \
+             the graph runs many times; order nodes with Graph::precede, and wait for \
+             things outside the graph before running it"
+        ),
+    });
+    let data = data.slots();
+    in_address_order(data);
+    data.iter()
+        .flatten()
+        .map(|&(target, mode)| {
+            let erased: NonNull<dyn Target + '_> = NonNull::from(target);
+            // SAFETY: only the trait object's lifetime bound changes. Every
+            // declared target is the data of a handle, kept in an `Arc`
+            // that the access holds, so it stays at this address while
+            // `accesses` lives (wherever `accesses` moves); the node will
+            // own `accesses`, and the graph its nodes, for `'g` or until
+            // the graph is dropped, whichever ends first. Nothing reads
+            // these pointers after the graph is dropped.
+            let target = unsafe {
+                std::mem::transmute::<NonNull<dyn Target + '_>, NonNull<dyn Target + 'g>>(erased)
+            };
+            Handle { target, mode }
+        })
+        .collect()
+}
+
+impl<A, F> DeclaredNode<A, F> {
+    pub(crate) fn new(accesses: A, f: F, who: String) -> Self {
+        Self { accesses, f, who }
+    }
+}
+
+/// One handle a node declares, and how.
+#[derive(Clone, Copy)]
+pub(crate) struct Handle<'g> {
+    target: NonNull<dyn Target + 'g>,
+    mode: Mode,
+}
+
+/// Every handle a graph's nodes declare.
+#[derive(Default)]
+pub(crate) struct DataUses<'g> {
+    /// Each handle's uses, found by its address.
+    handles: HashMap<usize, Uses<'g>>,
+    /// Every handle and how a run declares it, in address order (the order
+    /// their logs are locked in): sorted by [`DataUses::sort`] after a
+    /// change, before the next run.
+    order: Vec<Handle<'g>>,
+    /// Whether the graph is a node of another graph, whose runs declare
+    /// its handles (see [`DataUses::merge_into`]).
+    nested: bool,
+}
+
+/// The nodes that use one handle, for the edges the next one implies.
+struct Uses<'g> {
+    target: NonNull<dyn Target + 'g>,
+    /// A write if any node writes it: how a run declares it.
+    mode: Mode,
+    last_write: Option<u32>,
+    reads_since: Vec<u32>,
+}
+
+impl<'g> DataUses<'g> {
+    /// Notes that node `node` accesses `handles`, and adds to `edges` the
+    /// edges that order it after the nodes added before it that use them:
+    /// one edge from each such node, however many handles imply it.
+    pub(crate) fn declare(
+        &mut self,
+        node: u32,
+        handles: &[Handle<'g>],
+        edges: &mut Vec<(u32, u32)>,
+    ) {
+        let mut before = Vec::new();
+        for h in handles {
+            let uses = self
+                .handles
+                .entry(h.target.cast::<()>().as_ptr() as usize)
+                .or_insert_with(|| Uses {
+                    target: h.target,
+                    mode: Mode::Read,
+                    last_write: None,
+                    reads_since: Vec::new(),
+                });
+            before.extend(uses.last_write);
+            if h.mode.writes() {
+                before.append(&mut uses.reads_since);
+                uses.last_write = Some(node);
+                uses.mode = Mode::Write;
+            } else {
+                uses.reads_since.push(node);
+            }
+        }
+        before.sort_unstable();
+        before.dedup();
+        edges.extend(before.into_iter().map(|b| (b, node)));
+    }
+
+    /// Lists the handles in address order, for the runs: called when the
+    /// graph's plan is made, after every change.
+    pub(crate) fn sort(&mut self) {
+        self.order.clear();
+        self.order.extend(self.handles.values().map(|u| Handle {
+            target: u.target,
+            mode: u.mode,
+        }));
+        self.order
+            .sort_unstable_by_key(|h| h.target.cast::<()>().as_ptr() as usize);
+    }
+
+    /// The handles this graph declares, as one node of another graph
+    /// declares them (a write where any node writes), for that graph's
+    /// [`DataUses::declare`]; from now on this graph's runs leave the
+    /// ordering with outside tasks to the other graph's runs (which wait
+    /// for them before this graph's node can start).
+    pub(crate) fn merge_into(&mut self) -> Vec<Handle<'g>> {
+        self.nested = true;
+        self.handles
+            .values()
+            .map(|u| Handle {
+                target: u.target,
+                mode: u.mode,
+            })
+            .collect()
+    }
+
+    /// Poisons every handle a node of this graph writes, with `cause`.
+    ///
+    /// # Safety
+    /// The caller has the turn of a node that declares every handle of
+    /// this graph as it is declared (a subgraph's node, skipped).
+    pub(crate) unsafe fn poison_written(&self, cause: &Arc<str>) {
+        for u in self.handles.values().filter(|u| u.mode.writes()) {
+            // SAFETY: the pointer is live while the graph is (see
+            // `declared_by`); the caller has the write's turn.
+            unsafe { u.target.as_ref().set_poison(Some(cause.clone())) };
+        }
+    }
+
+    /// Starts a run's access to every handle: records it in their logs and
+    /// waits (working, on `w`) for the accesses recorded before it. The
+    /// returned promise is the run's completion, to fulfil when it ends;
+    /// `None` when the graph declares nothing (or its runs are part of
+    /// another graph's).
+    ///
+    /// # Errors
+    /// [`GraphError::Cancelled`] when an access before the run was
+    /// cancelled, which breaks the handle's ordering: the run's own access
+    /// is cancelled too (and the accesses after it), and no node runs.
+    ///
+    /// # Panics
+    /// When a task running on this thread declared one of the handles: the
+    /// run would wait for that task, which waits for the run.
+    pub(crate) fn begin_run(&self, w: &Worker) -> Result<Option<Promise>, GraphError> {
+        if self.order.is_empty() || self.nested {
+            return Ok(None);
+        }
+        if let Some(held) = held_here::find(|a| self.handles.contains_key(&a)) {
+            // SAFETY: live while the graph is (see `declared_by`).
+            let name = unsafe { self.handles[&held].target.as_ref() }.describe();
+            panic!(
+                "selvedge: a graph whose nodes declare {name} was run inside a task that \
+                 declared it too: the run would wait for that task's access, which waits \
+                 for the run; run the graph outside that task, or leave the handle out of \
+                 the task's declarations"
+            );
+        }
+        let done = Promise::new();
+        let data = self.order.iter().map(|h| {
+            // SAFETY: live while the graph is (see `declared_by`).
+            (unsafe { h.target.as_ref() }, h.mode)
+        });
+        let mut before: Vec<(Dep, usize)> = Vec::new();
+        lock_logs(data, &w.shared, |logs| {
+            for (i, (log, mode)) in logs.enumerate() {
+                before.extend(log.before(mode).map(|r| (r.done.clone(), i)));
+                log.record(mode, Recorded::host(done.dep()));
+            }
+        });
+        if before.is_empty() || settled_fulfilled(&before, w) {
+            return Ok(Some(done));
+        }
+        // `done` is dropped unfulfilled: it breaks, and the accesses after
+        // the run see the broken ordering, as after a cancelled task.
+        let broken = before
+            .iter()
+            .find(|(dep, _)| !dep.is_fulfilled())
+            .map(|&(_, i)| {
+                // SAFETY: live while the graph is (see `declared_by`).
+                unsafe { self.order[i].target.as_ref() }.describe()
+            })
+            .unwrap_or_default();
+        Err(GraphError::Cancelled { handle: broken })
+    }
+}
+
+/// Waits until every one of `deps` is fulfilled or broken (working, on
+/// `w`), and says whether all were fulfilled. All, not the first broken:
+/// an access before the broken one may still be running.
+fn settled_fulfilled(deps: &[(Dep, usize)], w: &Worker) -> bool {
+    let all = deps.iter().map(|(d, _)| d.clone());
+    if submit_delayed(&w.shared, all, || ()).try_join().is_ok() {
+        return true;
+    }
+    for (dep, _) in deps {
+        if !dep.is_fulfilled() {
+            // Returns once it settles: fulfilled, or broken.
+            let _ = submit_delayed(&w.shared, [dep.clone()], || ()).try_join();
+        }
+    }
+    false
+}

@@ -1,0 +1,341 @@
+//! Graphs whose nodes declare the `Data` they read and write: the edges
+//! the declarations imply, the ordering of whole runs with tasks outside
+//! the graph, poison, and the misuses that are refused with a message.
+//! Runtimes have more workers than the machine has cores.
+
+mod support;
+
+use selvedge::{Data, Dep, Graph, GraphError, Promise, Runtime};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+use support::Watchdog;
+
+fn runtime(threads: usize) -> Runtime {
+    Runtime::builder().num_threads(threads).build().unwrap()
+}
+
+/// A wavefront whose tiles are `Data` and whose only edges come from the
+/// declarations: tile (i, j) reads its upper and left neighbours and
+/// writes itself, each run adding the step number to a running digest.
+/// Checked against the same sums computed serially, run after run.
+#[test]
+fn declarations_alone_order_a_wavefront_run_after_run() {
+    let _watchdog = Watchdog::new("declared wavefront", Duration::from_secs(120));
+    let rt = runtime(4);
+    let side = 24;
+    let tiles: Vec<Data<u64>> = (0..side * side).map(|_| Data::new(0)).collect();
+    let step = Arc::new(AtomicU64::new(0));
+    let mut g = Graph::new();
+    for i in 0..side {
+        for j in 0..side {
+            let me = tiles[i * side + j].write();
+            let up = (i > 0).then(|| tiles[(i - 1) * side + j].read());
+            let left = (j > 0).then(|| tiles[i * side + j - 1].read());
+            let step = step.clone();
+            let mix = move |me: &mut u64, up: u64, left: u64| {
+                // Slow enough that a neighbour running at the same time
+                // would be seen half way.
+                let mut x = up.wrapping_mul(31) ^ left.wrapping_mul(17);
+                for _ in 0..64 {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                }
+                *me = me.wrapping_add(x ^ step.load(Ordering::Relaxed));
+            };
+            match (up, left) {
+                (Some(u), Some(l)) => g.node_with((me, u, l), move |(me, u, l)| mix(me, *u, *l)),
+                (Some(u), None) => g.node_with((me, u), move |(me, u)| mix(me, *u, 0)),
+                (None, Some(l)) => g.node_with((me, l), move |(me, l)| mix(me, 0, *l)),
+                (None, None) => g.node_with(me, move |me| mix(me, 0, 0)),
+            };
+        }
+    }
+    // Each tile but the first row and column reads two neighbours.
+    assert_eq!(g.edge_count(), 2 * side * (side - 1));
+    let mut expected = vec![0u64; side * side];
+    for run in 1..=20u64 {
+        step.store(run, Ordering::Relaxed);
+        rt.run_graph(&mut g).unwrap();
+        for i in 0..side {
+            for j in 0..side {
+                let up = if i > 0 {
+                    expected[(i - 1) * side + j]
+                } else {
+                    0
+                };
+                let left = if j > 0 { expected[i * side + j - 1] } else { 0 };
+                let mut x = up.wrapping_mul(31) ^ left.wrapping_mul(17);
+                for _ in 0..64 {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                }
+                expected[i * side + j] = expected[i * side + j].wrapping_add(x ^ run);
+            }
+        }
+        for (k, tile) in tiles.iter().enumerate() {
+            assert_eq!(
+                *tile.read_now().unwrap(),
+                expected[k],
+                "tile {k} after run {run}"
+            );
+        }
+    }
+}
+
+/// The edges: a write after the last write and the reads since it, a
+/// read after the last write only (so reads of one version run at once).
+#[test]
+fn the_declared_edges_are_a_writes_predecessors_and_a_reads_last_writer() {
+    let d = Data::new(0u32);
+    let mut g = Graph::new();
+    let w1 = g.node_with_named("w1", d.write(), |_| {});
+    let r1 = g.node_with_named("r1", d.read(), |_| {});
+    let r2 = g.node_with_named("r2", d.read(), |_| {});
+    let w2 = g.node_with_named("w2", d.write(), |_| {});
+    let r3 = g.node_with_named("r3", d.read(), |_| {});
+    let _ = (w1, r1, r2, w2, r3);
+    // w1 -> r1, w1 -> r2, w1 -> w2, r1 -> w2, r2 -> w2, w2 -> r3.
+    assert_eq!(g.edge_count(), 6);
+    // Both reads run while the other waits: no edge between them.
+    let rt = runtime(2);
+    let (a, b) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let mut g = Graph::new();
+    g.node_with(d.write(), |v| *v = 1);
+    for (mine, other) in [(a.clone(), b.clone()), (b, a)] {
+        g.node_with(d.read(), move |v| {
+            assert_eq!(*v, 1);
+            mine.store(true, Ordering::Release);
+            let _watchdog = Watchdog::new("two reads at once", Duration::from_secs(60));
+            while !other.load(Ordering::Acquire) {
+                std::hint::spin_loop();
+            }
+        });
+    }
+    rt.run_graph(&mut g).unwrap();
+}
+
+/// A run waits for the tasks submitted before it that use its data, and
+/// tasks submitted while it runs wait for the run.
+#[test]
+fn a_run_is_ordered_with_the_tasks_outside_the_graph() {
+    let _watchdog = Watchdog::new("runs and outside tasks", Duration::from_secs(120));
+    let rt = runtime(4);
+    let d = Data::named("shared", 0u64);
+    let seen = Arc::new(AtomicU64::new(0));
+    let (started_tx, started_rx) = mpsc::channel::<()>();
+    let started_tx = std::sync::Mutex::new(started_tx);
+    let mut g = Graph::new();
+    {
+        let seen = seen.clone();
+        g.node_with(d.write(), move |v| {
+            seen.store(*v, Ordering::Relaxed);
+            *v = 1;
+            started_tx.lock().unwrap().send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            *v = 2;
+        });
+    }
+    // Submitted before the run, slow: the run's node must see its write.
+    let gate = Promise::new();
+    rt.submit_with((d.write(), gate.dep()), |v: (&mut u64, ())| *v.0 = 7)
+        .detach();
+    let handle = rt.submit_graph(g);
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(
+        !handle.is_finished(),
+        "the run started before the write it follows"
+    );
+    gate.fulfill();
+    started_rx.recv().unwrap();
+    // Submitted while the node runs: it must see the run's last value.
+    let read = rt.submit_with(d.read(), |v| *v);
+    assert_eq!(
+        read.join(),
+        2,
+        "a read submitted during the run saw it half way"
+    );
+    let (g, result) = handle.join();
+    result.unwrap();
+    assert_eq!(seen.load(Ordering::Relaxed), 7);
+    drop(g);
+    assert_eq!(d.into_inner(), 2);
+}
+
+/// A panic poisons what the node writes (for tasks after the run too); the
+/// nodes after it are skipped and poison what they would have written; a
+/// node reading a poisoned handle refuses to run; a recover node clears it.
+#[test]
+fn poison_is_kept_by_nodes_as_by_tasks() {
+    let rt = runtime(4);
+    let a = Data::named("a", 0u32);
+    let b = Data::named("b", 0u32);
+    let fail = Arc::new(AtomicBool::new(true));
+    let mut g = Graph::new();
+    {
+        let fail = fail.clone();
+        g.node_with_named("make a", a.write(), move |a| {
+            if fail.load(Ordering::Relaxed) {
+                panic!("bad input");
+            }
+            *a = 1;
+        });
+    }
+    g.node_with_named("make b", (a.read(), b.write()), |(a, b)| *b = *a + 1);
+    match rt.run_graph(&mut g) {
+        Err(GraphError::Failed {
+            panicked,
+            skipped_names,
+            ..
+        }) => {
+            assert_eq!(panicked.len(), 1);
+            assert_eq!(panicked[0].name, "make a");
+            assert_eq!(skipped_names, ["make b"]);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Outside the graph, both handles are poisoned, with the causes named.
+    let err = rt.submit_with(a.read(), |v| *v).try_join().unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("graph node 'make a' panicked while it held a write to it: bad input"),
+        "{err}"
+    );
+    let err = rt.submit_with(b.read(), |v| *v).try_join().unwrap_err();
+    assert!(
+        err.to_string().contains("graph node 'make b' was skipped"),
+        "{err}"
+    );
+    // In the next run "make a" would succeed, but it declares poisoned
+    // `a` as a plain write (only a recover access may replace a poisoned
+    // value), so it refuses to run.
+    fail.store(false, Ordering::Relaxed);
+    match rt.run_graph(&mut g) {
+        Err(GraphError::Failed { panicked, .. }) => {
+            assert_eq!(panicked[0].name, "make a");
+            let message = panicked[0].message().unwrap_or_default().to_owned();
+            assert!(message.contains("Data \"a\" is poisoned"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A graph that recovers both clears the poison.
+    let mut repair = Graph::new();
+    repair.node_with((a.recover(), b.recover()), |(a, b)| {
+        *a = 0;
+        *b = 0;
+    });
+    rt.run_graph(&mut repair).unwrap();
+    rt.run_graph(&mut g).unwrap();
+    assert_eq!(rt.submit_with(b.read(), |v| *v).join(), 2);
+}
+
+#[test]
+fn a_dep_or_a_handle_declared_twice_is_refused_with_a_message() {
+    let d = Data::named("d", 0);
+    let mut g = Graph::new();
+    let p = Promise::new();
+    let dep: Dep = p.dep();
+    let err = catch_unwind(AssertUnwindSafe(|| {
+        g.node_with((d.read(), dep), |_| {});
+    }))
+    .unwrap_err();
+    let message = text(&*err);
+    assert!(message.contains("cannot declare a Dep"), "{message}");
+    let err = catch_unwind(AssertUnwindSafe(|| {
+        g.node_with((d.read(), d.write()), |_| {});
+    }))
+    .unwrap_err();
+    let message = text(&*err);
+    assert!(
+        message.contains("Data \"d\" is declared twice"),
+        "{message}"
+    );
+    // Nothing was added.
+    assert!(g.is_empty());
+    assert_eq!(g.edge_count(), 0);
+}
+
+/// A panic's message.
+fn text(payload: &(dyn std::any::Any + Send)) -> String {
+    match payload.downcast_ref::<&str>() {
+        Some(s) => s.to_string(),
+        None => payload
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default(),
+    }
+}
+
+/// Running a graph inside a task that declared one of its handles would
+/// wait forever (the run waits for the task); it panics instead.
+#[test]
+fn a_run_inside_a_task_holding_its_data_is_refused() {
+    let _watchdog = Watchdog::new("run inside a holder", Duration::from_secs(60));
+    let rt = runtime(2);
+    let d = Data::named("held", 0u32);
+    let mut g = Graph::new();
+    g.node_with(d.write(), |v| *v += 1);
+    let g = std::sync::Mutex::new(g);
+    let err = rt
+        .submit_with(d.read(), move |_| g.lock().unwrap().run())
+        .try_join()
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("declare Data \"held\" was run inside a task that declared it too"),
+        "{err}"
+    );
+}
+
+/// A nested graph's data is declared by its node in the outer graph: the
+/// outer edges come from it, and its runs do not wait for the outer run
+/// (which would never end).
+#[test]
+fn a_nested_graph_with_data_is_ordered_by_its_node() {
+    let _watchdog = Watchdog::new("nested graph with data", Duration::from_secs(60));
+    let rt = runtime(4);
+    let a = Data::new(0u64);
+    let b = Data::new(0u64);
+    let mut inner = Graph::new();
+    inner.node_with((a.read(), b.write()), |(a, b)| *b = *a * 10);
+    let mut outer = Graph::new();
+    outer.node_with(a.write(), |a| *a += 1);
+    outer.subgraph(inner);
+    let seen = Arc::new(AtomicU64::new(0));
+    let s = seen.clone();
+    outer.node_with(b.read(), move |b| s.store(*b, Ordering::Relaxed));
+    // a's write -> the subgraph (reads a) -> the read of b.
+    assert_eq!(outer.edge_count(), 2);
+    for run in 1..=5 {
+        rt.run_graph(&mut outer).unwrap();
+        assert_eq!(seen.load(Ordering::Relaxed), run * 10);
+    }
+}
+
+/// A task before the run that was cancelled breaks the handle's ordering:
+/// the run does not start any node, and says which handle.
+#[test]
+fn a_broken_ordering_cancels_the_run() {
+    let _watchdog = Watchdog::new("broken ordering", Duration::from_secs(60));
+    let rt = runtime(2);
+    let d = Data::named("broken", 0u32);
+    let ran = Arc::new(AtomicBool::new(false));
+    let mut g = Graph::new();
+    {
+        let ran = ran.clone();
+        g.node_with(d.read(), move |_| ran.store(true, Ordering::Relaxed));
+    }
+    let never = Promise::new();
+    let cancelled = rt.submit_with((d.write(), never.dep()), |_| ());
+    drop(never); // broken: the write is cancelled, unrun
+    assert!(cancelled.try_join().unwrap_err().is_cancelled());
+    match rt.run_graph(&mut g) {
+        Err(e @ GraphError::Cancelled { .. }) => {
+            assert!(e.to_string().contains("Data \"broken\""), "{e}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!ran.load(Ordering::Relaxed));
+}
