@@ -5,7 +5,8 @@
 //!   says what each version does);
 //! - `cholesky_2048_tile_128` and `_64`: the tiled Cholesky factorisation
 //!   (`benches/workloads/cholesky.rs`, also `examples/cholesky.rs`) as
-//!   selvedge dataflow with declared access, as rayon with a barrier per
+//!   selvedge dataflow with declared access, as the same tasks in a
+//!   `Graph` built once and replayed, as rayon with a barrier per
 //!   half-step, and serially (the tile loop), each checked against the
 //!   serial factor first. Throughput is n³/3 flops.
 //!
@@ -83,6 +84,9 @@ fn tiled_cholesky(c: &mut Criterion) {
         cholesky::factor_selvedge(&pools.selvedge, &mut tiles);
         check("selvedge", &tiles);
         let mut tiles = Tiles::from_matrix(&a, t);
+        cholesky::FactorGraph::new(N / t).factor(&pools.selvedge, &mut tiles);
+        check("selvedge graph", &tiles);
+        let mut tiles = Tiles::from_matrix(&a, t);
         cholesky::factor_rayon_barrier(&pools.rayon, &mut tiles);
         check("rayon", &tiles);
         eprintln!(
@@ -100,6 +104,14 @@ fn tiled_cholesky(c: &mut Criterion) {
             b.iter_batched_ref(
                 || Tiles::from_matrix(&a, t),
                 |tiles| cholesky::factor_selvedge(&pools.selvedge, tiles),
+                BatchSize::LargeInput,
+            )
+        });
+        let mut graph = cholesky::FactorGraph::new(N / t);
+        g.bench_function("selvedge graph of declared accesses (replayed)", |b| {
+            b.iter_batched_ref(
+                || Tiles::from_matrix(&a, t),
+                |tiles| graph.factor(&pools.selvedge, tiles),
                 BatchSize::LargeInput,
             )
         });

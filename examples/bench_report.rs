@@ -1766,6 +1766,13 @@ fn data_section(pools: &Pools, samples: usize, md: bool) {
                 "selvedge, declared access",
                 Box::new(|tiles: &mut cholesky::Tiles| cholesky::factor_selvedge(rt, tiles)),
             ),
+            (
+                "selvedge, a Graph of declared accesses, replayed",
+                Box::new({
+                    let mut graph = cholesky::FactorGraph::new(N / t);
+                    move |tiles: &mut cholesky::Tiles| graph.factor(rt, tiles)
+                }),
+            ),
         ];
         for (name, factor) in factors.iter_mut() {
             let mut tiles = cholesky::Tiles::from_matrix(&a, t);
@@ -1805,9 +1812,12 @@ fn data_section(pools: &Pools, samples: usize, md: bool) {
                 "`examples/cholesky.rs`'s workload: A = L·Lᵀ by tiles (potrf, trsm, \
                  syrk, gemm on tiles, faer's single-threaded kernels). selvedge submits \
                  the serial loop's kernel calls as tasks declaring the tiles they read \
-                 and write; rayon runs each step's solves in one `par_iter` and its \
-                 updates in another, with a barrier after each. Every factor is checked \
-                 against the serial one; samples taken in turns."
+                 and write; the graph row builds those tasks once as nodes of a \
+                 `Graph` (edges from the declarations alone) and replays it for each \
+                 matrix, swapping the tiles in and out by nodes of its own; rayon runs \
+                 each step's solves in one `par_iter` and its updates in another, with \
+                 a barrier after each. Every factor is checked against the serial one; \
+                 samples taken in turns."
             );
             println!();
         }

@@ -5,8 +5,9 @@
 //! step starts on the tiles that are ready instead of waiting at a barrier.
 //!
 //! In the same run it times the serial tile loop, faer's own (untiled,
-//! single-threaded) Cholesky, and the same tile algorithm with rayon and a
-//! barrier after each half-step, taking turns sample by sample; it checks
+//! single-threaded) Cholesky, the same tasks as a `selvedge::Graph` built
+//! once and replayed for each matrix, and the same tile algorithm with
+//! rayon and a barrier after each half-step, taking turns sample by sample; it checks
 //! every factor against the serial one and prints the residual
 //! ‖A − L·Lᵀ‖/‖A‖.
 //!
@@ -130,6 +131,13 @@ fn main() {
         (
             "selvedge, declared access",
             Box::new(|tiles: &mut Tiles| cholesky::factor_selvedge(&rt, tiles)),
+        ),
+        (
+            "selvedge, the same as a Graph, replayed",
+            Box::new({
+                let (mut graph, rt) = (cholesky::FactorGraph::new(n / t), &rt);
+                move |tiles: &mut Tiles| graph.factor(rt, tiles)
+            }),
         ),
     ];
     // One warm-up each, checked; then the samples, taking turns. The tiles

@@ -1,6 +1,6 @@
 //! The tiled Cholesky of `examples/cholesky.rs` and `benches/data.rs`, at a
-//! small size: the declared-access version, the rayon version and the
-//! serial tile loop all produce the serial factor, L·Lᵀ gives A back, and
+//! small size: the declared-access version, its graph replayed, the rayon
+//! version and the serial tile loop all produce the serial factor, L·Lᵀ gives A back, and
 //! a task that panics inside the factorisation poisons what depends on it
 //! instead of hanging it.
 
@@ -34,6 +34,20 @@ fn every_version_gives_the_serial_factor() {
             0.0,
             "{n}/{t}"
         );
+        // The graph, built once and run for two matrices.
+        let mut graph = cholesky::FactorGraph::new(n / t);
+        for seed in [7, 8] {
+            let b = cholesky::spd_matrix(n, seed);
+            let mut expected = Tiles::from_matrix(&b, t);
+            cholesky::factor_serial(&mut expected);
+            let mut replayed = Tiles::from_matrix(&b, t);
+            graph.factor(&rt, &mut replayed);
+            assert_eq!(
+                cholesky::max_difference(&replayed.to_lower(), &expected.to_lower()),
+                0.0,
+                "graph, {n}/{t}, matrix {seed}"
+            );
+        }
         let mut theirs = Tiles::from_matrix(&a, t);
         cholesky::factor_rayon_barrier(&pool, &mut theirs);
         assert_eq!(

@@ -6,6 +6,11 @@
 //!   declaring what it reads and writes, submitted in the serial loop's
 //!   order; the runtime orders them per tile, so step k+1's work starts as
 //!   soon as its own tiles are ready (no barrier);
+//! - **selvedge graph**: the same tasks as nodes of a `selvedge::Graph`
+//!   built once per tile grid, each declaring the tiles it reads and
+//!   writes (the edges come from the declarations alone), replayed on
+//!   every factorisation: a first node per tile swaps the input tile in,
+//!   a last node per tile swaps the factor out;
 //! - **rayon with barriers**: each step's triangular solves in one
 //!   `par_iter`, then its updates in another, then the next step: the
 //!   bulk-synchronous way to write it with fork-join.
@@ -28,7 +33,8 @@ use faer::linalg::matmul::matmul;
 use faer::linalg::triangular_solve::solve_lower_triangular_in_place;
 use faer::{Accum, Mat, Par};
 use rayon::prelude::*;
-use selvedge::Data;
+use selvedge::{Data, Graph};
+use std::sync::{Arc, Mutex};
 
 /// The lower tiles of a matrix, column by column: tile (i, j), i ≥ j, is
 /// at `index(nt, i, j)`.
@@ -261,6 +267,69 @@ pub fn factor_selvedge(rt: &selvedge::Runtime, tiles: &mut Tiles) {
         // the wait runs tasks meanwhile.
         data.into_iter().map(Data::into_inner).collect()
     });
+}
+
+/// The tile algorithm as a graph, built once for an `nt × nt` grid and
+/// run again for every matrix: each kernel call is a node declaring the
+/// tiles it reads and writes, in the serial loop's order, so the graph's
+/// edges are those the declarations imply. A run swaps the input tiles in
+/// through `stage` (a first node per tile) and the factor out (a last
+/// node per tile, ordered after the tile's last kernel by its write).
+pub struct FactorGraph {
+    graph: Graph<'static>,
+    stage: Arc<Vec<Mutex<Mat<f64>>>>,
+}
+
+impl FactorGraph {
+    pub fn new(nt: usize) -> Self {
+        let len = nt * (nt + 1) / 2;
+        let data: Vec<Data<Mat<f64>>> = (0..len).map(|_| Data::new(Mat::zeros(0, 0))).collect();
+        let stage: Arc<Vec<Mutex<Mat<f64>>>> =
+            Arc::new((0..len).map(|_| Mutex::new(Mat::zeros(0, 0))).collect());
+        let mut g = Graph::new();
+        let swap = |g: &mut Graph<'static>, k: usize| {
+            let stage = stage.clone();
+            g.node_with(data[k].write(), move |tile| {
+                std::mem::swap(tile, &mut *stage[k].lock().unwrap())
+            });
+        };
+        for k in 0..len {
+            swap(&mut g, k);
+        }
+        let at = |i: usize, j: usize| &data[index(nt, i, j)];
+        for k in 0..nt {
+            g.node_with(at(k, k).write(), potrf);
+            for i in k + 1..nt {
+                g.node_with((at(k, k).read(), at(i, k).write()), |(l, b)| trsm(l, b));
+            }
+            for i in k + 1..nt {
+                g.node_with((at(i, k).read(), at(i, i).write()), |(a, c)| syrk(a, c));
+                for j in k + 1..i {
+                    g.node_with(
+                        (at(i, k).read(), at(j, k).read(), at(i, j).write()),
+                        |(a, b, c)| gemm(a, b, c),
+                    );
+                }
+            }
+        }
+        for k in 0..len {
+            swap(&mut g, k);
+        }
+        Self { graph: g, stage }
+    }
+
+    /// Factors `tiles` in place with one run of the graph on `rt`.
+    pub fn factor(&mut self, rt: &selvedge::Runtime, tiles: &mut Tiles) {
+        let exchange = |tiles: &mut Tiles| {
+            for (slot, tile) in self.stage.iter().zip(&mut tiles.tiles) {
+                std::mem::swap(&mut *slot.lock().unwrap(), tile);
+            }
+        };
+        exchange(tiles);
+        rt.run_graph(&mut self.graph)
+            .expect("the factorisation's graph runs");
+        exchange(tiles);
+    }
 }
 
 /// ‖A − L·Lᵀ‖_F / ‖A‖_F.

@@ -16,6 +16,12 @@
 //!   again on every call with `Runtime::run_graph`.
 //! - `selvedge graph (built every run)`: the same graph built, run once and
 //!   dropped on every call.
+//! - `selvedge graph of Data tiles (replayed)`: every tile a
+//!   `selvedge::Data<u64>`, every node declaring its tile's write and its
+//!   neighbours' reads, no edge added by hand: the edges come from the
+//!   declarations, and each run is ordered with outside tasks on all the
+//!   tiles (one access to each, recorded when the run starts). The node
+//!   also stores its digest where the checksum reads it.
 //! - `selvedge spawn_delayed (made up front)`: a promise per tile and
 //!   every tile's task made by the root task, as the fine wavefront's
 //!   `spawn_delayed (inside rt.run)` row.
@@ -32,9 +38,10 @@
 
 use std::sync::Mutex;
 
-use selvedge::{Graph, Node, Runtime};
+use selvedge::{Data, Graph, Node, Runtime};
+use std::sync::atomic::Ordering;
 
-use super::fine_wavefront::{self as fine, checksum, new_digests, run_tile, Digests};
+use super::fine_wavefront::{self as fine, checksum, new_digests, run_tile, tile_kernel, Digests};
 use super::{Dataflow, SERIAL, WAVE_RAYON_BARRIER};
 use crate::workloads::{Impl, Kind, Workload};
 
@@ -45,6 +52,7 @@ pub const EMPTY_GROUP: &str = "graph_wavefront_empty_256";
 
 pub const REPLAYED: &str = "selvedge graph (replayed)";
 pub const BUILT: &str = "selvedge graph (built every run)";
+pub const DECLARED: &str = "selvedge graph of Data tiles (replayed)";
 pub const DELAYED: &str = "selvedge spawn_delayed (made up front)";
 pub const SUCCESSORS: &str = fine::SUCCESSORS;
 pub const RAYON_BARRIER: &str = WAVE_RAYON_BARRIER;
@@ -79,6 +87,11 @@ fn workload<const G: usize, const R: u32>(group: &'static str, size: &str) -> Da
                     name: BUILT,
                     kind: Kind::SelvedgeSpawn,
                     run: |p| built_every_run::<G, R>(&p.selvedge),
+                },
+                Impl {
+                    name: DECLARED,
+                    kind: Kind::SelvedgeSpawn,
+                    run: |p| replayed_declared::<G, R>(&p.selvedge),
                 },
                 Impl {
                     name: DELAYED,
@@ -116,9 +129,38 @@ fn build<'g, const G: usize, const R: u32>(g: &mut Graph<'g>, digests: impl Fn()
     }
 }
 
+/// Adds the wavefront to `g` with a `Data` per tile and no edge by hand:
+/// node `idx` declares its tile's write and its neighbours' reads, and
+/// stores its digest in `digests` too (for the checksum).
+fn build_declared<'g, const G: usize, const R: u32>(g: &mut Graph<'g>, digests: &'g Digests) {
+    let tiles: Vec<Data<u64>> = (0..G * G).map(|_| Data::new(0)).collect();
+    for idx in 0..G * G {
+        let (i, j) = (idx / G, idx % G);
+        let finish = move |me: &mut u64, up: u64, left: u64| {
+            *me = tile_kernel(idx, up, left, R);
+            digests[idx].store(*me, Ordering::Relaxed);
+        };
+        let (edge_up, edge_left) = (0x0E06_E000 ^ j as u64, 0x1EF7_0000 ^ i as u64);
+        let me = tiles[idx].write();
+        match (i > 0, j > 0) {
+            (true, true) => g.node_with(
+                (me, tiles[idx - G].read(), tiles[idx - 1].read()),
+                move |(me, up, left)| finish(me, *up, *left),
+            ),
+            (true, false) => g.node_with((me, tiles[idx - G].read()), move |(me, up)| {
+                finish(me, *up, edge_left)
+            }),
+            (false, true) => g.node_with((me, tiles[idx - 1].read()), move |(me, left)| {
+                finish(me, edge_up, *left)
+            }),
+            (false, false) => g.node_with(me, move |me| finish(me, edge_up, edge_left)),
+        };
+    }
+}
+
 /// A built graph kept for the next call, with the digests it writes.
 struct Kept {
-    grid: (usize, u32),
+    grid: (usize, u32, bool),
     graph: Graph<'static>,
     digests: &'static Digests,
 }
@@ -130,15 +172,28 @@ static KEPT: Mutex<Vec<Kept>> = Mutex::new(Vec::new());
 
 /// The grid's graph, built the first time, run once more.
 pub fn replayed<const G: usize, const R: u32>(rt: &Runtime) -> u64 {
+    replay::<G, R>(rt, false)
+}
+
+/// The grid's graph of `Data` tiles, built the first time, run once more.
+pub fn replayed_declared<const G: usize, const R: u32>(rt: &Runtime) -> u64 {
+    replay::<G, R>(rt, true)
+}
+
+fn replay<const G: usize, const R: u32>(rt: &Runtime, declared: bool) -> u64 {
     let mut kept = KEPT.lock().unwrap_or_else(|e| e.into_inner());
-    let at = match kept.iter().position(|k| k.grid == (G, R)) {
+    let at = match kept.iter().position(|k| k.grid == (G, R, declared)) {
         Some(at) => at,
         None => {
             let digests: &'static Digests = Box::leak(new_digests::<G>());
             let mut graph = Graph::new();
-            build::<G, R>(&mut graph, || digests);
+            if declared {
+                build_declared::<G, R>(&mut graph, digests);
+            } else {
+                build::<G, R>(&mut graph, || digests);
+            }
             kept.push(Kept {
-                grid: (G, R),
+                grid: (G, R, declared),
                 graph,
                 digests,
             });
