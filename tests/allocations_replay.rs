@@ -1,6 +1,6 @@
 //! Running a graph again allocates nothing: its nodes are their own tasks,
-//! and its dependencies were resolved by the first run (a graph whose
-//! nodes declare up to eight `Data` handles included). Alone in its
+//! and its dependencies were resolved by the first run; one whose nodes
+//! declare up to eight `Data` handles allocates next to nothing. Alone in its
 //! binary, with a counting allocator that sees every thread (the nodes run
 //! on all the workers).
 //!
@@ -112,7 +112,7 @@ fn a_graph_run_again_allocates_nothing() {
         "{ROUNDS} runs of a 64x64 graph allocated {allocated} times"
     );
     from_outside_the_pool_only_the_root_task_allocates(&rt, &mut g);
-    declared_data_allocates_nothing(&rt);
+    declared_data_allocates_next_to_nothing(&rt);
 }
 
 /// From a thread outside the pool, `run_graph` also enters the pool as
@@ -137,10 +137,13 @@ fn from_outside_the_pool_only_the_root_task_allocates(rt: &Runtime, g: &mut Grap
 
 /// A graph whose nodes declare `Data` records one access per handle in
 /// each run; with up to eight handles (their locks are held on the stack)
-/// that allocates nothing either: the run's completion is a promise, whose
-/// block is reused. With twelve handles, 50 runs allocated 101 times.
-/// (Called by the test above, after it: the count sees every thread.)
-fn declared_data_allocates_nothing(rt: &Runtime) {
+/// that allocates next to nothing: the run's completion is a promise whose
+/// block comes from the worker's cache of task blocks, which an idle worker
+/// may trim. Seen: 0 allocations in 50 runs on a plain build, 2 once under
+/// AddressSanitizer (slower, so workers idle more); with twelve handles,
+/// 101 (the locks held on the heap). (Called by the test above, after it:
+/// the count sees every thread.)
+fn declared_data_allocates_next_to_nothing(rt: &Runtime) {
     const ROUNDS: usize = 50;
     const HANDLES: usize = 4;
     let tiles: Vec<Data<u64>> = (0..HANDLES as u64).map(Data::new).collect();
@@ -162,8 +165,8 @@ fn declared_data_allocates_nothing(rt: &Runtime) {
         }
         allocations() - at_start
     });
-    assert_eq!(
-        allocated, 0,
+    assert!(
+        allocated <= ROUNDS / 10,
         "{ROUNDS} runs of a graph declaring {HANDLES} handles allocated {allocated} times"
     );
 }
