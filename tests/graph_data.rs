@@ -339,3 +339,91 @@ fn a_broken_ordering_cancels_the_run() {
     }
     assert!(!ran.load(Ordering::Relaxed));
 }
+
+/// A node that does not declare a handle its graph declares, and waits
+/// for it, would wait for its own run: it fails with a message instead,
+/// and so does a node that runs another graph declaring the handle.
+#[test]
+fn a_wait_inside_a_node_for_its_graphs_data_is_refused() {
+    let _watchdog = Watchdog::new("wait inside a node", Duration::from_secs(60));
+    let rt = runtime(4);
+    let d = Data::named("mine", 0u32);
+    let mut g = Graph::new();
+    g.node_with(d.write(), |v| *v += 1);
+    // Several, slow enough that the other workers take some of them.
+    let threads = Arc::new(std::sync::Mutex::new(std::collections::HashSet::new()));
+    for _ in 0..8 {
+        let (d, threads) = (d.clone(), threads.clone());
+        g.node_named("reads it unannounced", move || {
+            threads.lock().unwrap().insert(std::thread::current().id());
+            std::thread::sleep(Duration::from_millis(5));
+            let _ = d.read_now();
+        });
+    }
+    {
+        let d = d.clone();
+        g.node_named("runs another graph", move || {
+            let mut other = Graph::new();
+            other.node_with(d.read(), |_| {});
+            let _ = other.run();
+        });
+    }
+    match rt.run_graph(&mut g) {
+        Err(GraphError::Failed { panicked, .. }) => {
+            assert_eq!(panicked.len(), 9, "{panicked:?}");
+            for p in &panicked {
+                let message = p.message().unwrap_or_default();
+                assert!(
+                    message.contains("inside a node of a graph run that declares it"),
+                    "{}: {message}",
+                    p.name
+                );
+            }
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        threads.lock().unwrap().len() >= 2,
+        "the waiting nodes all ran on one worker: the test did not try the others"
+    );
+    drop(g);
+    // Outside any run, the same wait is fine.
+    assert_eq!(*d.read_now().unwrap(), 1);
+}
+
+/// The thread that runs a graph holds its data from the run's start to
+/// its end: a task it runs meanwhile (here while the run waits for a task
+/// before it on the same handle) cannot wait for that data, which only the
+/// run's end, below that task on the thread's stack, would release.
+#[test]
+fn a_task_run_while_a_run_waits_to_start_cannot_wait_for_its_data() {
+    let _watchdog = Watchdog::new("a task under a starting run", Duration::from_secs(60));
+    let rt = runtime(1);
+    let d = Data::named("pending", 0u32);
+    let gate = Promise::new();
+    rt.submit_with((d.write(), gate.dep()), |(v, ())| *v = 5)
+        .detach();
+    let mut g = Graph::new();
+    g.node_with(d.write(), |v| *v += 1);
+    let opener = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        gate.fulfill();
+    });
+    let (waiter, run) = rt.run(|| {
+        let d = d.clone();
+        // Queued on the one worker, which runs it while the run waits.
+        let waiter = selvedge::spawn(move || d.read_now().map(|v| *v).ok());
+        let run = g.run();
+        (waiter.try_join(), run)
+    });
+    opener.join().unwrap();
+    run.unwrap();
+    let err = waiter.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("inside a node of a graph run that declares it"),
+        "{err}"
+    );
+    drop(g);
+    assert_eq!(d.into_inner(), 6);
+}

@@ -293,7 +293,8 @@ impl<T: Send + Sync> Data<T> {
     /// When [`Data::try_into_inner`] would return an error: the handle is
     /// poisoned, another handle to it still exists, or an access to it was
     /// cancelled before it ran. Like `try_into_inner`, when called inside
-    /// a task that declared this handle (it would wait for itself).
+    /// a task that declared this handle, or a node of a graph run that
+    /// declares it (it would wait for itself).
     ///
     /// ```
     /// use selvedge::{spawn_with, Data};
@@ -314,8 +315,9 @@ impl<T: Send + Sync> Data<T> {
     /// cannot, handing back the value or the handle.
     ///
     /// # Panics
-    /// Inside a task that declared this handle: it would wait for its own
-    /// access.
+    /// Inside a task that declared this handle, or inside a node of a
+    /// [`Graph`](crate::Graph) run that declares it: it would wait for its
+    /// own access.
     ///
     /// ```
     /// use selvedge::{spawn_with, Data, DataError};
@@ -380,8 +382,9 @@ impl<T: Send + Sync> Data<T> {
     /// the handle is poisoned or its ordering was broken.
     ///
     /// # Panics
-    /// Inside a task that declared this handle: it would wait for its own
-    /// access.
+    /// Inside a task that declared this handle, or inside a node of a
+    /// [`Graph`](crate::Graph) run that declares it: it would wait for its
+    /// own access.
     pub fn read_now(&self) -> Result<ReadNow<'_, T>, JoinError> {
         self.refuse_self_wait("read_now");
         let done = Promise::new();
@@ -413,15 +416,17 @@ impl<T: Send + Sync> Data<T> {
 }
 
 impl<T: Send + Sync> Data<T> {
-    /// Panics when a task running on this thread declared this handle: it
-    /// would wait for its own access, forever.
+    /// Panics when a task running on this thread declared this handle, or
+    /// a graph run one of whose nodes runs on it: it would wait for its
+    /// own access, forever.
     fn refuse_self_wait(&self, what: &str) {
         let address = crate::dataflow::declared::address(&*self.inner) as usize;
         if crate::dataflow::declared::held_here::contains(address) {
             panic!(
-                "selvedge: Data::{what} on {} inside a task that declared it: the wait \
-                 would never end (the task's own access comes first); use the reference \
-                 the task was given",
+                "selvedge: Data::{what} on {} inside a task that declared it, or inside a \
+                 node of a graph run that declares it: the wait would never end (that \
+                 access comes first, and ends only after this code returns); use the \
+                 reference the task was given, or declare the handle on the node",
                 self.inner.describe()
             );
         }

@@ -350,23 +350,78 @@ where
 pub(crate) mod held_here {
     use super::{address, Accesses, Declared, Mode, Target};
     use std::cell::RefCell;
+    use std::collections::HashSet;
 
     thread_local! {
         static HELD: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
+        /// The handles of each graph run one of whose nodes runs on this
+        /// thread: a run holds its handles until it ends, so a wait for
+        /// one of them inside any of its nodes could never end either.
+        static RUNS: RefCell<Vec<*const HashSet<usize>>> = const { RefCell::new(Vec::new()) };
     }
 
     /// Whether a task running on this thread declared the handle at
-    /// `address`.
+    /// `address`, or a graph run one of whose nodes runs on it.
     pub(crate) fn contains(address: usize) -> bool {
         HELD.try_with(|h| h.borrow().contains(&address))
             .unwrap_or(false)
+            || RUNS
+                .try_with(|r| {
+                    r.borrow().iter().any(|&set| {
+                        // SAFETY: a run's set stays in place until its
+                        // `RunHeld` guard, on this thread, is dropped.
+                        unsafe { &*set }.contains(&address)
+                    })
+                })
+                .unwrap_or(false)
     }
 
-    /// The first handle noted on this thread for which `pred` holds.
-    pub(crate) fn find(pred: impl Fn(usize) -> bool) -> Option<usize> {
-        HELD.try_with(|h| h.borrow().iter().copied().find(|&a| pred(a)))
+    /// A handle of `set` that a task running on this thread declared, or a
+    /// graph run one of whose nodes runs on it.
+    pub(crate) fn find_in(set: &HashSet<usize>) -> Option<usize> {
+        let by_task = HELD
+            .try_with(|h| h.borrow().iter().copied().find(|a| set.contains(a)))
+            .ok()
+            .flatten();
+        by_task.or_else(|| {
+            RUNS.try_with(|r| {
+                r.borrow().iter().find_map(|&run| {
+                    // SAFETY: as in `contains`.
+                    let run = unsafe { &*run };
+                    let (few, many) = if run.len() < set.len() {
+                        (run, set)
+                    } else {
+                        (set, run)
+                    };
+                    few.iter().copied().find(|a| many.contains(a))
+                })
+            })
             .ok()
             .flatten()
+        })
+    }
+
+    /// A graph run's handles, on this thread's list while one of its
+    /// nodes runs here.
+    pub(crate) struct RunHeld(());
+
+    impl RunHeld {
+        /// Notes the handles at `set` until the guard is dropped.
+        ///
+        /// # Safety
+        /// `set` stays valid, in place, until the guard is dropped, and
+        /// the guard is dropped on this thread.
+        pub(crate) unsafe fn enter(set: *const HashSet<usize>) -> Option<Self> {
+            RUNS.try_with(|r| r.borrow_mut().push(set))
+                .ok()
+                .map(|()| RunHeld(()))
+        }
+    }
+
+    impl Drop for RunHeld {
+        fn drop(&mut self) {
+            let _ = RUNS.try_with(|r| r.borrow_mut().pop());
+        }
     }
 
     /// The running task's handles, on this thread's list until dropped.

@@ -22,13 +22,13 @@ use crate::dataflow::access::sealed::Target;
 use crate::dataflow::access::{Accesses, Declared, Mode};
 use crate::dataflow::data::Recorded;
 use crate::dataflow::declared::{
-    held_here, in_address_order, lock_logs, set_written_poison, with_turn, Few,
+    held_here, held_here::RunHeld, in_address_order, lock_logs, set_written_poison, with_turn, Few,
 };
 use crate::dataflow::delayed::submit_delayed;
 use crate::dataflow::event::Dep;
 use crate::dataflow::promise::Promise;
 use crate::graph::error::GraphError;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::panic::resume_unwind;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -147,6 +147,9 @@ pub(crate) struct DataUses<'g> {
     /// their logs are locked in): sorted by [`DataUses::sort`] after a
     /// change, before the next run.
     order: Vec<Handle<'g>>,
+    /// The handles' addresses, which the run notes as held on each thread
+    /// running one of its nodes (see `held_here`); set with `order`.
+    addresses: HashSet<usize>,
     /// Whether the graph is a node of another graph, whose runs declare
     /// its handles (see [`DataUses::merge_into`]).
     nested: bool,
@@ -206,6 +209,13 @@ impl<'g> DataUses<'g> {
         }));
         self.order
             .sort_unstable_by_key(|h| h.target.cast::<()>().as_ptr() as usize);
+        self.addresses = self.handles.keys().copied().collect();
+    }
+
+    /// The handles' addresses, for a run to note as held while its nodes
+    /// run; `None` when the graph declares nothing.
+    pub(crate) fn held(&self) -> Option<&HashSet<usize>> {
+        (!self.addresses.is_empty()).then_some(&self.addresses)
     }
 
     /// The handles this graph declares, as one node of another graph
@@ -239,9 +249,9 @@ impl<'g> DataUses<'g> {
 
     /// Starts a run's access to every handle: records it in their logs and
     /// waits (working, on `w`) for the accesses recorded before it. The
-    /// returned promise is the run's completion, to fulfil when it ends;
-    /// `None` when the graph declares nothing (or its runs are part of
-    /// another graph's).
+    /// returned access is to be finished when the run ends (it also holds
+    /// the handles on this thread until then); `None` when the graph
+    /// declares nothing (or its runs are part of another graph's).
     ///
     /// # Errors
     /// [`GraphError::Cancelled`] when an access before the run was
@@ -251,21 +261,26 @@ impl<'g> DataUses<'g> {
     /// # Panics
     /// When a task running on this thread declared one of the handles: the
     /// run would wait for that task, which waits for the run.
-    pub(crate) fn begin_run(&self, w: &Worker) -> Result<Option<Promise>, GraphError> {
+    pub(crate) fn begin_run(&self, w: &Worker) -> Result<Option<RunAccess>, GraphError> {
         if self.order.is_empty() || self.nested {
             return Ok(None);
         }
-        if let Some(held) = held_here::find(|a| self.handles.contains_key(&a)) {
+        if let Some(held) = held_here::find_in(&self.addresses) {
             // SAFETY: live while the graph is (see `declared_by`).
             let name = unsafe { self.handles[&held].target.as_ref() }.describe();
             panic!(
                 "selvedge: a graph whose nodes declare {name} was run inside a task that \
-                 declared it too: the run would wait for that task's access, which waits \
-                 for the run; run the graph outside that task, or leave the handle out of \
-                 the task's declarations"
+                 declared it too, or inside a node of a graph run that declares it: the \
+                 run would wait for that access, which waits for the run; run the graph \
+                 outside it, or add it to the other graph as a subgraph"
             );
         }
         let done = Promise::new();
+        // From here to the run's end, this thread holds the handles: a task
+        // it runs meanwhile, nested under the run, could not wait for them.
+        // SAFETY: the set lives in the graph, borrowed for the run; the
+        // guard stays on this thread's stack (in the returned access).
+        let held = unsafe { RunHeld::enter(&self.addresses) };
         let data = self.order.iter().map(|h| {
             // SAFETY: live while the graph is (see `declared_by`).
             (unsafe { h.target.as_ref() }, h.mode)
@@ -278,7 +293,7 @@ impl<'g> DataUses<'g> {
             }
         });
         if before.is_empty() || settled_fulfilled(&before, w) {
-            return Ok(Some(done));
+            return Ok(Some(RunAccess { done, _held: held }));
         }
         // `done` is dropped unfulfilled: it breaks, and the accesses after
         // the run see the broken ordering, as after a cancelled task.
@@ -291,6 +306,21 @@ impl<'g> DataUses<'g> {
             })
             .unwrap_or_default();
         Err(GraphError::Cancelled { handle: broken })
+    }
+}
+
+/// A run's access to the handles its graph declares, from its start to
+/// its end (see [`DataUses::begin_run`]).
+pub(crate) struct RunAccess {
+    done: Promise,
+    /// The handles held on the run's owner thread.
+    _held: Option<RunHeld>,
+}
+
+impl RunAccess {
+    /// Ends the access: the accesses after the run may start.
+    pub(crate) fn finish(self) {
+        self.done.fulfill();
     }
 }
 

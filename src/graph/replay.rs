@@ -39,12 +39,14 @@ use crate::core::sync::{lock, Mutex};
 use crate::core::task::{Header, TaskRef, VTable};
 use crate::core::unwind::AbortIfPanic;
 use crate::core::worker::{Until, Worker};
+use crate::dataflow::declared::held_here::RunHeld;
 use crate::graph::build::{Graph, Node, Prepared};
 use crate::graph::countdown::Countdown;
 use crate::graph::data::NodeWork;
 use crate::graph::error::{GraphError, NodePanic};
 use std::any::Any;
 use std::cell::UnsafeCell;
+use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 
@@ -149,8 +151,17 @@ impl<'g> NodeTask<'g> {
         // SAFETY: the caller owns the task, for a run under way.
         let run = unsafe { Self::run(node) };
         let w = Worker::current().expect("a graph's node runs on a worker of its runtime");
+        // While its nodes run here, the run's handles are held on this
+        // thread: a wait for one of them would wait for the run itself.
+        let held = (!run.held.is_null()).then(|| {
+            // SAFETY: the set lives in the graph, which the run borrows
+            // until its latch is set, after this task's release below; the
+            // guard is dropped on this thread, before the release.
+            unsafe { RunHeld::enter(run.held) }
+        });
         // SAFETY: the caller owns the task, for a run under way.
         unsafe { run.run_chain(w, node) };
+        drop(held);
         // SAFETY: this task holds one count of the latch, released once,
         // here; nothing of the run is touched afterwards. It runs on a
         // worker of the latch's runtime: node tasks are only pushed on the
@@ -185,6 +196,8 @@ pub(crate) struct Run<'g> {
     latch: CountLatch<Registry>,
     nodes: *const NodeTask<'g>,
     successors: *const u32,
+    /// The addresses of the `Data` handles the graph declares, or null.
+    held: *const HashSet<usize>,
     /// What went wrong, if anything (only failures take the lock).
     failures: Mutex<Failures>,
 }
@@ -357,6 +370,7 @@ pub(crate) fn run_on(w: &Worker, graph: &mut Graph<'_>) -> Result<(), GraphError
         latch: CountLatch::new(w.index, &w.shared),
         nodes: nodes.as_ptr(),
         successors: plan.successors.as_ptr(),
+        held: data.held().map_or(std::ptr::null(), std::ptr::from_ref),
         failures: Mutex::new(Failures::default()),
     };
     // SAFETY: no run of this graph is under way (this one borrows it
@@ -374,9 +388,8 @@ pub(crate) fn run_on(w: &Worker, graph: &mut Graph<'_>) -> Result<(), GraphError
         w.wait_until(Until::Latch(&run.latch));
     }
     guard.disarm();
-    if let Some(done) = access {
-        // The accesses after the run may start.
-        done.fulfill();
+    if let Some(access) = access {
+        access.finish();
     }
     // The latch's acquire ordered every record before this.
     let Failures {
