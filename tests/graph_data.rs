@@ -10,7 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
-use support::Watchdog;
+use support::{panic_text, Watchdog};
 
 fn runtime(threads: usize) -> Runtime {
     Runtime::builder().num_threads(threads).build().unwrap()
@@ -241,13 +241,13 @@ fn a_dep_or_a_handle_declared_twice_is_refused_with_a_message() {
         g.node_with((d.read(), dep), |_| {});
     }))
     .unwrap_err();
-    let message = text(&*err);
+    let message = panic_text(&*err);
     assert!(message.contains("cannot declare a Dep"), "{message}");
     let err = catch_unwind(AssertUnwindSafe(|| {
         g.node_with((d.read(), d.write()), |_| {});
     }))
     .unwrap_err();
-    let message = text(&*err);
+    let message = panic_text(&*err);
     assert!(
         message.contains("Data \"d\" is declared twice"),
         "{message}"
@@ -255,17 +255,6 @@ fn a_dep_or_a_handle_declared_twice_is_refused_with_a_message() {
     // Nothing was added.
     assert!(g.is_empty());
     assert_eq!(g.edge_count(), 0);
-}
-
-/// A panic's message.
-fn text(payload: &(dyn std::any::Any + Send)) -> String {
-    match payload.downcast_ref::<&str>() {
-        Some(s) => s.to_string(),
-        None => payload
-            .downcast_ref::<String>()
-            .cloned()
-            .unwrap_or_default(),
-    }
 }
 
 /// Running a graph inside a task that declared one of its handles would

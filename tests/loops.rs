@@ -18,14 +18,13 @@ use selvedge::{
     global_runtime, par_chunks_mut, par_iter_mut, parallel_for, scope, spawn, JoinHandle,
     LoopPromise, Promise, Runtime,
 };
-use std::any::Any;
 use std::collections::HashSet;
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use support::Watchdog;
+use support::{panic_text, Watchdog};
 
 // ---------------------------------------------------------------------
 // Helpers
@@ -77,23 +76,12 @@ fn serial(range: Range<usize>, stride: usize) -> Vec<usize> {
     range.step_by(stride).collect()
 }
 
-/// A panic payload as text (`&str`, `String`, else a placeholder).
-fn message(payload: &(dyn Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "<not a string>".to_string()
-    }
-}
-
 /// The panic message of `f`, which must panic.
 #[track_caller]
 fn panic_message<R>(f: impl FnOnce() -> R) -> String {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(_) => panic!("expected a panic"),
-        Err(p) => message(&*p),
+        Err(p) => panic_text(&*p),
     }
 }
 
@@ -519,7 +507,7 @@ fn depends_on_each_range_checks_name_the_index_and_the_range() {
             let _ = parallel_for(range).stride(stride).depends_on_each(&lp);
         }))
         .err()
-        .map(|p| message(&*p))
+        .map(|p| panic_text(&*p))
     };
     let outside = |i: usize, r: &str| {
         Some(format!(
@@ -1305,7 +1293,7 @@ fn a_panicking_merge_reaches_the_caller_and_nothing_leaks() {
     assert!(ok.unwrap().into_iter().eq(0..n));
     let (err, merges) = run(true);
     assert!(merges > 0);
-    assert_eq!(message(&*err.unwrap_err()), "merge failed");
+    assert_eq!(panic_text(&*err.unwrap_err()), "merge failed");
     // On several workers merges depend on splits: run until a merge
     // panicked (up to a number of runs no healthy scheduler needs); every
     // run loses no iteration.
@@ -1333,7 +1321,7 @@ fn a_panicking_merge_reaches_the_caller_and_nothing_leaks() {
         match r {
             Ok(t) => drop(t),
             Err(p) => {
-                assert_eq!(message(&*p), format!("merge {run} failed"));
+                assert_eq!(panic_text(&*p), format!("merge {run} failed"));
                 panicked += 1;
             }
         }
@@ -1380,7 +1368,7 @@ fn a_panicking_identity_reaches_the_caller() {
         })
     }));
     if let Err(p) = r {
-        assert_eq!(message(&*p), "second identity");
+        assert_eq!(panic_text(&*p), "second identity");
     }
     assert_eq!(
         rt.run(|| parallel_for(0..10).reduce(|| 0, |a, i| a + i, |a, b| a + b)),
@@ -1465,7 +1453,7 @@ fn a_spawned_loop_that_panics_reports_it_through_its_handle() {
         assert!(err.is_panic() && !err.is_cancelled(), "{err}");
         assert!(err.to_string().contains("spawned iteration"), "{err}");
         let payload = err.try_into_panic().ok().unwrap();
-        assert!(message(&*payload).ends_with(" failed"));
+        assert!(panic_text(&*payload).ends_with(" failed"));
         assert_counts(&counts, |_| 2, &format!("rep {rep}, try_join"));
     }
     // The runtime keeps working.

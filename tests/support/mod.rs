@@ -93,3 +93,15 @@ pub fn occupy_workers(n: usize, hold: Duration) -> Vec<selvedge::JoinHandle<()>>
     }
     blockers
 }
+
+/// The message of a panic payload (a `&str` or a `String`), or a
+/// placeholder.
+pub fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "<not a string>".to_string()
+    }
+}
