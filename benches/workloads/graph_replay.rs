@@ -22,7 +22,8 @@
 //!   declarations, and each run is ordered with outside tasks on all the
 //!   tiles (one access to each, recorded when the run starts). The node
 //!   also stores its digest where the checksum reads it. On the 64 × 64
-//!   grid only: on the 256 × 256 grids its 65,536 handles (about 23 MB)
+//!   grid only: on the 256 × 256 grids its 65,536 handles (an estimated
+//!   23 MB, at about 350 bytes a handle and node)
 //!   pushed the other rows' data out of the caches, so the samples taken
 //!   after it were slower (a replayed empty node went from 14 to 23 ns to
 //!   30 to 36 ns, while a probe without it saw no change).
