@@ -510,7 +510,13 @@ impl<'g> Graph<'g> {
             .unwrap_or_else(|| panic!("selvedge: a graph holds at most 4,294,967,294 nodes"))
     }
 
-    fn add(&mut self, name: Option<Cow<'static, str>>, work: Box<dyn NodeWork + 'g>) -> Node {
+    /// Adds a node that runs `work` (the other layers' kinds of node, a
+    /// GPU node, come in here).
+    pub(crate) fn add(
+        &mut self,
+        name: Option<Cow<'static, str>>,
+        work: Box<dyn NodeWork + 'g>,
+    ) -> Node {
         let index = self.next_index();
         self.nodes.push(NodeTask::new(work));
         self.names.push(name);

@@ -27,6 +27,7 @@ use crate::dataflow::declared::{
 use crate::dataflow::delayed::submit_delayed;
 use crate::dataflow::event::Dep;
 use crate::dataflow::promise::Promise;
+use crate::graph::chain::StreamWork;
 use crate::graph::error::GraphError;
 use std::collections::{HashMap, HashSet};
 use std::panic::resume_unwind;
@@ -39,6 +40,11 @@ pub(crate) trait NodeWork: Send {
     fn run(&mut self);
     /// The node was skipped in a run: a node before it failed.
     fn skipped(&mut self) {}
+    /// The node's work as a stream node's (`chain.rs`), if it is one: it
+    /// is then never `run`, but started with its chain.
+    fn as_stream(&mut self) -> Option<&mut dyn StreamWork> {
+        None
+    }
 }
 
 /// A node that declares nothing: its closure.

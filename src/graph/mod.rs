@@ -17,15 +17,19 @@
 //! `plan.rs` (successor lists, counts, roots and the cycle check),
 //! `replay.rs` (running a prepared graph on the workers), `countdown.rs` (a
 //! node's count of unfinished predecessors, reused run after run),
+//! `chain.rs` (nodes whose work goes onto a device's stream and completes
+//! later, run as chains),
 //! `data.rs` (nodes that declare the `Data` they use: the edges their
 //! accesses imply, and each run's access to the handles), `error.rs` (what
 //! a failed check or run reports).
 
 #[cfg(not(loom))]
 pub(crate) mod build;
+#[cfg(not(loom))]
+pub(crate) mod chain;
 pub(crate) mod countdown;
 #[cfg(not(loom))]
-mod data;
+pub(crate) mod data;
 #[cfg(not(loom))]
 pub(crate) mod error;
 #[cfg(not(loom))]

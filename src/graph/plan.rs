@@ -2,7 +2,8 @@
 //! range of one shared array, its count of predecessors, the nodes with
 //! none (where a run starts), and the check that there is no cycle.
 
-use crate::graph::replay::{NodeTask, RunSlot};
+use crate::graph::chain::find_chains;
+use crate::graph::replay::{NodeTask, RunSlot, CHAIN_MEMBER, NOT_STREAMED};
 use std::ptr::NonNull;
 
 /// A graph's resolved dependencies, valid until the graph changes.
@@ -12,6 +13,10 @@ pub(crate) struct Plan {
     pub(crate) successors: Box<[u32]>,
     /// The nodes without predecessors, in the order they were added.
     pub(crate) roots: Box<[u32]>,
+    /// Each chain of stream nodes (see `chain.rs`) as a range of
+    /// `chain_nodes`, which lists them chain after chain, head first.
+    pub(crate) chains: Box<[(u32, u32)]>,
+    pub(crate) chain_nodes: Box<[u32]>,
     /// Where the nodes find the state of the run under way: allocated on
     /// its own, so its address, which every node holds, stays put when the
     /// graph moves. Owned through this raw pointer (freed by `Drop`), not
@@ -79,13 +84,38 @@ pub(crate) fn prepare(nodes: &mut [NodeTask<'_>], edges: &[(u32, u32)]) -> Resul
     if ordered < n {
         return Err(find_cycle(&left, edges));
     }
+    // Stream nodes linked one to one run as chains; what a node recorded
+    // of the chain it headed goes, the chains may have changed.
+    let keys: Vec<Option<usize>> = nodes
+        .iter_mut()
+        .map(|node| {
+            node.stream_work().map(|work| {
+                work.forget_chain();
+                work.chain_key()
+            })
+        })
+        .collect();
+    let mut role = vec![NOT_STREAMED; n];
+    let mut chains = Vec::new();
+    let mut chain_nodes = Vec::new();
+    for chain in find_chains(&keys, &start, &successors, &preds) {
+        let at = chain_nodes.len() as u32;
+        role[chain[0] as usize] = chains.len() as u32;
+        for &member in &chain[1..] {
+            role[member as usize] = CHAIN_MEMBER;
+        }
+        chain_nodes.extend_from_slice(&chain);
+        chains.push((at, chain_nodes.len() as u32));
+    }
     let slot = NonNull::from(Box::leak(Box::new(RunSlot::new())));
     for (i, node) in nodes.iter_mut().enumerate() {
-        node.set_links(start[i], start[i + 1], preds[i], slot);
+        node.set_links(start[i], start[i + 1], preds[i], role[i], slot);
     }
     Ok(Plan {
         successors,
         roots,
+        chains: chains.into_boxed_slice(),
+        chain_nodes: chain_nodes.into_boxed_slice(),
         slot,
     })
 }

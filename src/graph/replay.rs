@@ -41,6 +41,7 @@ use crate::core::unwind::AbortIfPanic;
 use crate::core::worker::{Until, Worker};
 use crate::dataflow::declared::held_here::RunHeld;
 use crate::graph::build::{Graph, Node, Prepared};
+use crate::graph::chain::{ChainDone, ChainRest, StreamWork};
 use crate::graph::countdown::Countdown;
 use crate::graph::data::NodeWork;
 use crate::graph::error::{GraphError, NodePanic};
@@ -49,6 +50,7 @@ use std::cell::UnsafeCell;
 use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 /// One node of a graph: its task header, its closure, where its successors
 /// are, and its counts for the current run.
@@ -62,10 +64,20 @@ pub(crate) struct NodeTask<'g> {
     /// The node's successors: `successors[first..end]` of the plan.
     first: u32,
     end: u32,
+    /// Its place in a chain of stream nodes (`chain.rs`): the index of
+    /// the chain it heads, [`CHAIN_MEMBER`] for the others of a chain,
+    /// [`NOT_STREAMED`] for a node that runs on its own.
+    chain: u32,
     /// Its predecessors not yet finished in this run, and whether one of
     /// them failed.
     countdown: Countdown,
 }
+
+/// [`NodeTask::chain`] of a node that is not a stream node.
+pub(crate) const NOT_STREAMED: u32 = u32::MAX;
+/// [`NodeTask::chain`] of a stream node that follows its chain's head:
+/// started by the head, never run on its own.
+pub(crate) const CHAIN_MEMBER: u32 = u32::MAX - 1;
 
 /// Where a graph's nodes find the state of the run under way: written by
 /// the run's owner before it queues anything, read by whoever runs a node
@@ -94,23 +106,31 @@ impl<'g> NodeTask<'g> {
             work: UnsafeCell::new(work),
             first: 0,
             end: 0,
+            chain: NOT_STREAMED,
             countdown: Countdown::new(0),
         }
     }
 
-    /// Records the node's successor range, predecessor count and run slot
-    /// (see `plan::prepare`), ready for a run.
+    /// Records the node's successor range, predecessor count, chain and
+    /// run slot (see `plan::prepare`), ready for a run.
     pub(crate) fn set_links(
         &mut self,
         first: u32,
         end: u32,
         predecessors: u32,
+        chain: u32,
         slot: NonNull<RunSlot>,
     ) {
         self.first = first;
         self.end = end;
+        self.chain = chain;
         self.slot = slot.as_ptr().cast_const();
         self.countdown = Countdown::new(predecessors);
+    }
+
+    /// The node's work as a stream node's, if it is one (for the plan).
+    pub(crate) fn stream_work(&mut self) -> Option<&mut dyn StreamWork> {
+        self.work.get_mut().as_stream()
     }
 
     /// The state of the run under way.
@@ -196,6 +216,11 @@ pub(crate) struct Run<'g> {
     latch: CountLatch<Registry>,
     nodes: *const NodeTask<'g>,
     successors: *const u32,
+    /// Each chain of stream nodes as a range of `chain_nodes`, head first.
+    chains: *const (u32, u32),
+    chain_nodes: *const u32,
+    /// The runtime of the run's owner (its node tasks are queued there).
+    runtime: *const Registry,
     /// The addresses of the `Data` handles the graph declares, or null.
     held: *const HashSet<usize>,
     /// What went wrong, if anything (only failures take the lock).
@@ -223,6 +248,14 @@ impl<'g> Run<'g> {
             // borrowed until it ends.
             let n = unsafe { &*node };
             let mut failed = n.countdown.settle();
+            if !failed && n.chain != NOT_STREAMED {
+                debug_assert!(n.chain != CHAIN_MEMBER, "a chain is started at its head");
+                // Its work completes later: its successors are counted
+                // down then, not here.
+                // SAFETY: the caller owns the head's task.
+                unsafe { self.start_chain(w, node) };
+                return;
+            }
             // SAFETY: a node runs (or is skipped) once per run, by the
             // owner of its task (caller): no other reference to its work
             // exists.
@@ -236,23 +269,9 @@ impl<'g> Run<'g> {
                 self.record_skip(node);
                 work.skipped();
             }
-            let mut next: Option<*const NodeTask<'g>> = None;
-            for s in n.first..n.end {
-                // SAFETY: successor indices come from the plan of this
-                // graph, and its nodes are in place for the run.
-                let succ = unsafe { self.successor(s) };
-                // SAFETY: as above.
-                if unsafe { &*succ }.countdown.count_down(failed) {
-                    if next.is_none() {
-                        next = Some(succ);
-                    } else {
-                        // SAFETY: its count reached zero by our count-down:
-                        // we own its task, and queue it once.
-                        unsafe { self.queue(w, succ) };
-                    }
-                }
-            }
-            match next {
+            // SAFETY: `n` finished (or was skipped) in this run, counted
+            // down once, here.
+            match unsafe { self.count_down_successors(w, n, failed) } {
                 Some(ready) => node = ready,
                 None => return,
             }
@@ -260,6 +279,200 @@ impl<'g> Run<'g> {
             // get what was queued, between nodes as between tasks.
             if !w.mailbox().is_empty() {
                 w.answer_requests();
+            }
+        }
+    }
+
+    /// Counts down `n`'s successors (`failed`: they are to be skipped);
+    /// returns the first one this readied, for the caller to run, and
+    /// queues the others on `w`.
+    ///
+    /// # Safety
+    /// `n` is a node of this run that finished (or was skipped) in it, and
+    /// its successors are counted down once per run, by this call.
+    #[inline]
+    unsafe fn count_down_successors(
+        &self,
+        w: &Worker,
+        n: &NodeTask<'g>,
+        failed: bool,
+    ) -> Option<*const NodeTask<'g>> {
+        let mut next: Option<*const NodeTask<'g>> = None;
+        for s in n.first..n.end {
+            // SAFETY: successor indices come from the plan of this graph,
+            // and its nodes are in place for the run.
+            let succ = unsafe { self.successor(s) };
+            // SAFETY: as above.
+            if unsafe { &*succ }.countdown.count_down(failed) {
+                if next.is_none() {
+                    next = Some(succ);
+                } else {
+                    // SAFETY: its count reached zero by our count-down: we
+                    // own its task, and queue it once.
+                    unsafe { self.queue(w, succ) };
+                }
+            }
+        }
+        next
+    }
+
+    /// The chain `chain`'s nodes, head first.
+    ///
+    /// # Safety
+    /// `chain` is the index of a chain of this run's plan.
+    unsafe fn chain_nodes(&self, chain: u32) -> &[u32] {
+        // SAFETY: the plan's chain arrays are in place for the run, and the
+        // range is one of them (caller).
+        unsafe {
+            let (start, end) = *self.chains.add(chain as usize);
+            std::slice::from_raw_parts(self.chain_nodes.add(start as usize), (end - start) as usize)
+        }
+    }
+
+    /// Starts the chain `head` heads: its stream work gets the chain and a
+    /// [`ChainDone`] holding a count of the latch, which completes or
+    /// fails the chain when the stream is done with it.
+    ///
+    /// # Safety
+    /// The caller owns the head's task in this run, which it settled.
+    #[cold]
+    unsafe fn start_chain(&self, w: &Worker, head: *const NodeTask<'g>) {
+        // SAFETY: the node is in place for the run.
+        let n = unsafe { &*head };
+        // SAFETY: a head's `chain` is the index of its chain in the plan.
+        let members = unsafe { self.chain_nodes(n.chain) };
+        // A count for the chain's completion, released by the `ChainDone`.
+        if self.latch.is_owner(w.index) {
+            // SAFETY: the owner's thread; the caller's task holds a count.
+            unsafe { self.latch.increment_local() };
+        } else {
+            self.latch.increment();
+        }
+        // SAFETY: the run is live, the count above is the done's, and the
+        // chain's nodes are the caller's: each after the head has its
+        // predecessor in the chain as its only one, which counts it down
+        // only through the done.
+        let (rest, done) = unsafe {
+            (
+                ChainRest::new(self, &members[1..]),
+                ChainDone::new(self, n.chain),
+            )
+        };
+        // SAFETY: the caller owns the head's task, so its work.
+        let work = unsafe { &mut *n.work.get() }
+            .as_stream()
+            .expect("a chain's head is a stream node");
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| work.start_chain(rest, done))) {
+            // The done, dropped in the unwinding, failed the chain; the
+            // panic says why.
+            self.record_panic(head, payload);
+        }
+    }
+
+    /// The work of node `index`, a stream node.
+    ///
+    /// # Safety
+    /// The caller owns the node's work (its chain's head's task does).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) unsafe fn stream_work(&self, index: u32) -> *mut (dyn StreamWork + '_) {
+        // SAFETY: the node is in place for the run; its work is the
+        // caller's.
+        let work = unsafe { &mut *(*self.nodes.add(index as usize)).work.get() };
+        work.as_stream().expect("a chain's node is a stream node")
+    }
+
+    /// Whether `w` is a worker of the runtime this run's nodes are queued
+    /// on.
+    pub(crate) fn is_runtime_of(&self, w: &Worker) -> bool {
+        std::ptr::eq(Arc::as_ptr(&w.shared), self.runtime)
+    }
+
+    /// A chain's work is complete: counts down its tail's successors and
+    /// runs the first one readied, as after any node, then releases the
+    /// chain's count. The chain's nodes after the head need no settling:
+    /// each has one predecessor, so no count, and nothing marked them.
+    ///
+    /// # Safety
+    /// `run` is live and the caller holds the chain's count (a
+    /// [`ChainDone`]), released here; `w` is a worker of the run's
+    /// runtime. Nothing of the run is touched after.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) unsafe fn complete_chain(run: *const Self, w: &Worker, chain: u32) {
+        // SAFETY: the caller's count keeps the run alive until the release.
+        let this = unsafe { &*run };
+        // SAFETY: a chain of the plan (caller).
+        let tail = *unsafe { this.chain_nodes(chain) }
+            .last()
+            .expect("a chain has a head");
+        let held = (!this.held.is_null()).then(|| {
+            // SAFETY: as in `run_task`: the set outlives the release below,
+            // and the guard is dropped on this thread before it.
+            unsafe { RunHeld::enter(this.held) }
+        });
+        // SAFETY: the tail finished (with its chain), counted down once,
+        // here; a node readied is ours, and runs here.
+        let next = unsafe { this.count_down_successors(w, &*this.nodes.add(tail as usize), false) };
+        if let Some(next) = next {
+            // SAFETY: as above.
+            unsafe { this.run_chain(w, next) };
+        }
+        drop(held);
+        // SAFETY: the caller's count, released once; `w` is of the run's
+        // runtime.
+        unsafe { Run::release(run, w) };
+    }
+
+    /// A chain failed: node `at` of it (0 is the head) is reported with
+    /// `payload`, the chain's other nodes as skipped (its captured work
+    /// ran as one, or not at all), and every node after the chain is
+    /// skipped. Then releases the chain's count. Any thread may call it.
+    ///
+    /// # Safety
+    /// As for [`Run::complete_chain`], but on any thread.
+    pub(crate) unsafe fn fail_chain(
+        run: *const Self,
+        chain: u32,
+        at: usize,
+        payload: Box<dyn Any + Send>,
+    ) {
+        // SAFETY: the caller's count keeps the run alive until the release.
+        let this = unsafe { &*run };
+        // SAFETY: a chain of the plan (caller).
+        let nodes = unsafe { this.chain_nodes(chain) };
+        let at = at.min(nodes.len() - 1);
+        // SAFETY: a node of the run.
+        this.record_panic(unsafe { this.nodes.add(nodes[at] as usize) }, payload);
+        for (i, &index) in nodes.iter().enumerate() {
+            // SAFETY: a node of the run.
+            let node = unsafe { this.nodes.add(index as usize) };
+            if i != at {
+                this.record_skip(node);
+                // SAFETY: the chain's nodes are the caller's.
+                unsafe { (*(*node).work.get()).skipped() };
+            }
+        }
+        // SAFETY: a node of the run.
+        let tail = unsafe { &*this.nodes.add(nodes[nodes.len() - 1] as usize) };
+        for s in tail.first..tail.end {
+            // SAFETY: as in `count_down_successors`.
+            let succ = unsafe { this.successor(s) };
+            // SAFETY: as above; a successor readied is ours to settle.
+            if unsafe { &*succ }.countdown.count_down(true) {
+                // SAFETY: as above.
+                unsafe { this.skip_from(succ) };
+            }
+        }
+        match Worker::current() {
+            Some(w) if this.is_runtime_of(w) => {
+                // SAFETY: the caller's count, released once, on a worker of
+                // the run's runtime.
+                unsafe { Run::release(run, w) }
+            }
+            _ => {
+                let current = Worker::current().map(|w| &w.shared);
+                // SAFETY: the caller's count, released once; nothing of
+                // the run is touched after.
+                unsafe { CountLatch::decrement(&raw const (*run).latch, current) }
             }
         }
     }
@@ -370,6 +583,9 @@ pub(crate) fn run_on(w: &Worker, graph: &mut Graph<'_>) -> Result<(), GraphError
         latch: CountLatch::new(w.index, &w.shared),
         nodes: nodes.as_ptr(),
         successors: plan.successors.as_ptr(),
+        chains: plan.chains.as_ptr(),
+        chain_nodes: plan.chain_nodes.as_ptr(),
+        runtime: Arc::as_ptr(&w.shared),
         held: data.held().map_or(std::ptr::null(), std::ptr::from_ref),
         failures: Mutex::new(Failures::default()),
     };
