@@ -19,7 +19,9 @@
 //! - `gpu_chain_1000`: 1000 dependent tiny device copies: GPU-to-GPU
 //!   dependencies (`gpu_dep`, the stream waits on events) against
 //!   dependencies through the host (`dep`, each link after the previous
-//!   callback) and against the same copies issued to one stream directly.
+//!   callback), against the copies as GPU nodes of a graph (one chain,
+//!   captured into a CUDA graph once, replayed with one launch a run), and
+//!   against the same copies issued to one stream directly.
 //!
 //! Warm-ups of 1 s and measurements of 2 s, few sizes: the whole run is
 //! meant to fit in a few minutes. Timings are host timestamps only (no
@@ -44,10 +46,11 @@ use criterion::{
     Throughput,
 };
 use selvedge::gpu::cudarc::cublas::{CudaBlas, Gemm};
+use selvedge::gpu::cudarc::driver::{sys, DevicePtr};
 use selvedge::gpu::cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use selvedge::gpu::half::bf16;
 use selvedge::gpu::{BatchedGemm, Device, GemmElement, GpuError, GpuHandle};
-use selvedge::Runtime;
+use selvedge::{Graph, GraphError, Runtime};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -90,6 +93,13 @@ fn or_exit<T>(result: Result<T, GpuError>, what: &str) -> T {
         eprintln!("gpu benchmarks: {what} failed: {e}");
         std::process::exit(1)
     })
+}
+
+fn graph_or_exit(result: Result<(), GraphError>, what: &str) {
+    if let Err(e) = result {
+        eprintln!("gpu benchmarks: {what} failed: {e}");
+        std::process::exit(1)
+    }
 }
 
 fn batched_gemm(c: &mut Criterion) {
@@ -368,6 +378,45 @@ fn chain(c: &mut Criterion) {
     group.bench_function("selvedge dep (through the host)", |bench| {
         bench.iter(|| run_chain(false))
     });
+    // The same copies as GPU nodes of a graph: one chain, captured into a
+    // CUDA graph on the first run and replayed with one launch a run. Raw
+    // copies between raw addresses: cudarc's event tracking would make the
+    // captured stream wait on events recorded outside the capture.
+    let addresses: Vec<u64> = or_exit(
+        dev.spawn({
+            let buffers = buffers.clone();
+            move |s| {
+                Ok(buffers
+                    .iter()
+                    .map(|b| b.lock().unwrap().device_ptr(s.stream()).0)
+                    .collect())
+            }
+        })
+        .join(),
+        "the buffers' addresses",
+    );
+    let mut graph = Graph::new();
+    let mut previous = None;
+    for i in 1..=LINKS {
+        let (from, to) = (addresses[i - 1], addresses[i]);
+        let node = graph.gpu_node(&dev, move |s| {
+            // SAFETY: both buffers hold one u32 and outlive the graph.
+            unsafe { sys::cuMemcpyDtoDAsync_v2(to, from, 4, s.stream().cu_stream()) }.result()?;
+            Ok(())
+        });
+        if let Some(p) = previous {
+            graph.precede(p, node);
+        }
+        previous = Some(node);
+    }
+    graph_or_exit(
+        rt.run_graph(&mut graph),
+        "the graph's first run (its capture)",
+    );
+    group.bench_function("selvedge graph (one chain, replayed)", |bench| {
+        bench.iter(|| graph_or_exit(rt.run_graph(&mut graph), "a run of the graph"))
+    });
+    drop(graph);
     let stream = or_exit(dev.context().new_stream().map_err(Into::into), "a stream");
     group.bench_function("one stream directly", |bench| {
         bench.iter(|| {

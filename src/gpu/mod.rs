@@ -50,6 +50,14 @@
 //! directory or a Python `nvidia-cublas` wheel, or named by
 //! `SELVEDGE_CUBLAS=/path/to/libcublas.so.N`.
 //!
+//! # Graphs
+//!
+//! [`Graph::gpu_node`](crate::Graph::gpu_node) adds a GPU node to a
+//! [`Graph`](crate::Graph): GPU nodes of one device linked one to one form
+//! a chain, captured into a CUDA graph on the graph's first run and
+//! replayed with one launch on every run after that; the nodes after a
+//! chain run once its completion came.
+//!
 //! # Graph capture
 //!
 //! A task may capture its stream into a CUDA graph, ending the capture
@@ -116,6 +124,7 @@ mod completion;
 mod data;
 mod device;
 mod error;
+mod graph_node;
 mod libraries;
 mod pinned;
 mod raw;

@@ -30,7 +30,9 @@ static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
 /// Nodes may borrow anything that outlives the graph (`'g`), and run
 /// anything a task may: [`spawn`](crate::spawn), [`join`](crate::join),
 /// parallel loops ([`Graph::node`] shows one), another graph
-/// ([`Graph::subgraph`]).
+/// ([`Graph::subgraph`]). With the `cuda` feature, `Graph::gpu_node` adds
+/// nodes that enqueue device work, captured into a CUDA graph once and
+/// replayed with one launch a run.
 ///
 /// Run a graph with [`Runtime::run_graph`](crate::Runtime::run_graph),
 /// [`Runtime::submit_graph`](crate::Runtime::submit_graph) (from any

@@ -341,6 +341,15 @@ impl RawPinned {
         // the compiler's back.
         unsafe { (addr as *const u32).add(i).read_volatile() }
     }
+
+    /// Sets element `i` of the memory at `addr` (from [`RawPinned::addr`]).
+    ///
+    /// # Safety
+    /// As for [`RawPinned::read`], and no copy reads it meanwhile.
+    pub unsafe fn write(addr: usize, i: usize, value: u32) {
+        // SAFETY: per the caller.
+        unsafe { (addr as *mut u32).add(i).write_volatile(value) }
+    }
 }
 
 impl Drop for RawPinned {
