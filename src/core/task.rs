@@ -11,7 +11,7 @@
 //! the free list of whichever worker frees them, up to 4096; beyond that
 //! they go to the runtime's block exchange, from which a worker whose list
 //! is empty takes them all (`spare_blocks.rs`). Foreign threads use the
-//! global allocator.
+//! global allocator, keeping one free block each for the next.
 
 use crate::core::error::{Cancellation, Cancelled};
 use crate::core::join_slot::{JoinSlot, Release};
@@ -1094,14 +1094,13 @@ pub(crate) fn alloc_raw<T>() -> NonNull<T> {
     }
     let pooled = POOL.with(|p| {
         let pool = p.get();
-        (!pool.is_null())
-            .then(|| {
-                // SAFETY: a non-null `POOL` points to the pool installed by
-                // `install_pool`, which outlives its guard; only this
-                // thread uses it, and not reentrantly.
-                unsafe { (*pool).pop() }
-            })
-            .flatten()
+        if pool.is_null() {
+            return take_foreign_spare();
+        }
+        // SAFETY: a non-null `POOL` points to the pool installed by
+        // `install_pool`, which outlives its guard; only this thread uses
+        // it, and not reentrantly.
+        unsafe { (*pool).pop() }
     });
     pooled.unwrap_or_else(alloc_fresh::<Header>).cast()
 }
@@ -1125,7 +1124,7 @@ pub(crate) unsafe fn free_raw<T>(p: NonNull<T>) {
     let refused = POOL.with(|pool| {
         let pool = pool.get();
         if pool.is_null() {
-            Err(block)
+            keep_foreign_spare(block)
         } else {
             // SAFETY: a non-null `POOL` points to the installed pool, used
             // by this thread alone; the block is unused (caller).
@@ -1137,6 +1136,54 @@ pub(crate) unsafe fn free_raw<T>(p: NonNull<T>) {
         // this layout (or pools such blocks); nobody uses it (caller).
         unsafe { dealloc_block(block.as_ptr()) };
     }
+}
+
+thread_local! {
+    /// A thread outside every pool keeps one free block: the root task of
+    /// `Runtime::run` (and of `run_graph`) called from it again and again
+    /// is freed by it (the joiner frees the block it waited on) and comes
+    /// back from here, with no trip to the allocator.
+    static FOREIGN_SPARE: ForeignSpare = const { ForeignSpare(Cell::new(ptr::null_mut())) };
+}
+
+/// See [`FOREIGN_SPARE`]: its block, or null; freed with the thread.
+struct ForeignSpare(Cell<*mut Header>);
+
+impl Drop for ForeignSpare {
+    fn drop(&mut self) {
+        let block = self.0.replace(ptr::null_mut());
+        if !block.is_null() {
+            // SAFETY: a free block of `alloc_raw`'s layout, which only this
+            // thread's spare held.
+            unsafe { dealloc_block(block) };
+        }
+    }
+}
+
+/// This foreign thread's spare block, if it keeps one (never during its
+/// thread-locals' teardown).
+#[cold]
+fn take_foreign_spare() -> Option<NonNull<Header>> {
+    FOREIGN_SPARE
+        .try_with(|s| NonNull::new(s.0.replace(ptr::null_mut())))
+        .ok()
+        .flatten()
+}
+
+/// Keeps `block` as this foreign thread's spare if it has none; gives it
+/// back otherwise.
+#[cold]
+fn keep_foreign_spare(block: NonNull<Header>) -> Result<(), NonNull<Header>> {
+    FOREIGN_SPARE
+        .try_with(|s| {
+            if s.0.get().is_null() {
+                s.0.set(block.as_ptr());
+                Ok(())
+            } else {
+                Err(block)
+            }
+        })
+        .unwrap_or(Err(block))
 }
 
 /// Returns a block whose payload is already moved out or dropped.
@@ -1326,5 +1373,36 @@ impl<F, R> StackJob<F, R> {
     /// Set once the job ran (or was cancelled) on another thread.
     pub(crate) fn latch(&self) -> &CountLatch<Registry> {
         &self.latch
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::{alloc_raw, free_raw, Header};
+
+    /// On a thread outside every pool, a freed block is kept as the
+    /// thread's spare and handed out again; a second one, with the spare
+    /// taken, goes back to the allocator.
+    #[test]
+    fn a_foreign_thread_keeps_one_spare_block() {
+        std::thread::spawn(|| {
+            let first = alloc_raw::<Header>();
+            let second = alloc_raw::<Header>();
+            // SAFETY: both came from `alloc_raw` and are unused.
+            unsafe {
+                free_raw(first);
+                free_raw(second);
+            }
+            let again = alloc_raw::<Header>();
+            assert_eq!(again, first, "the spare block comes back");
+            let fresh = alloc_raw::<Header>();
+            // SAFETY: as above.
+            unsafe {
+                free_raw(again);
+                free_raw(fresh);
+            }
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -24,8 +24,9 @@ static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
 /// resolved once, when the graph is first run after a change; a run after
 /// that costs a few atomic operations per edge, and one that succeeds
 /// allocates nothing when started from a task (from a thread outside the
-/// pool, entering it costs one task block, as [`Runtime::run`](crate::Runtime::run)
-/// does).
+/// pool, entering it takes a task block, as [`Runtime::run`](crate::Runtime::run)
+/// does, which the thread keeps for its next run unless the worker that
+/// ran it lets go of it last).
 ///
 /// Nodes may borrow anything that outlives the graph (`'g`), and run
 /// anything a task may: [`spawn`](crate::spawn), [`join`](crate::join),
