@@ -2,15 +2,17 @@
 //! a CUDA graph on its first run and replayed with one launch after that.
 //!
 //! The chain is the graph layer's (`graph/chain.rs`): GPU nodes of one
-//! device linked one to one. Its head's worker captures the chain on its
-//! own lane's stream (in the thread-local mode, so other workers' CUDA
-//! calls go on), calling each node's closure in order, and instantiates
-//! the capture; every run launches that executable graph on the stream of
-//! the worker that readies the head, records the lane's completion event
-//! behind it and has the chain completed from the completion's host
-//! function, as a GPU task's promise is fulfilled. The capture is kept
-//! until the graph changes (the chains may then differ) or goes.
+//! device linked one to one. The worker that readies its head makes the
+//! chain a lane of its own (a stream and a cuBLAS handle), captures the
+//! chain on it (in the relaxed mode: that worker's other CUDA calls go
+//! on), calling each node's closure in order, and instantiates the
+//! capture. Every run launches that executable graph on the chain's
+//! stream, records the chain lane's event behind it and has the chain
+//! completed from the completion's host function, as a GPU task's promise
+//! is fulfilled. The capture is kept until the graph changes (the chains
+//! may then differ) or goes.
 
+use super::completion::end_left_capture;
 use super::device::DeviceInner;
 use super::stream::KeptAlive;
 use super::{Device, GpuError, GpuStream};
@@ -19,7 +21,7 @@ use crate::core::worker::Worker;
 use crate::graph::build::{Graph, Node};
 use crate::graph::chain::{ChainDone, ChainRest, StreamWork};
 use crate::graph::data::NodeWork;
-use cudarc::driver::sys;
+use cudarc::driver::{sys, DriverError};
 use std::any::Any;
 use std::borrow::Cow;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -28,41 +30,54 @@ use std::sync::Arc;
 impl<'g> Graph<'g> {
     /// Adds a GPU node: `f` enqueues work on a stream of `device` (the
     /// [`GpuStream`] it is given) and returns, and the node finishes once
-    /// the device finished that work. A CPU node after it runs then (the
-    /// stream's completion callback readies it, no thread waits on the
+    /// the device finished that work. A CPU node after it is queued then,
+    /// by the stream's completion callback (no thread waits on the
     /// stream).
     ///
     /// GPU nodes of one device linked one to one (each the only successor
     /// of the one before, which is its only predecessor) form a chain,
     /// captured into a CUDA graph on the graph's first run, and again
-    /// after the graph changes: each node's closure is called then, in
-    /// order, under the capture. Every run after that replays the captured
-    /// work with one graph launch, **without calling the closures**. So a
-    /// closure records work on buffers that outlive the graph: owned by the
-    /// closure, or borrowed for `'g`, allocated beforehand (an allocation
-    /// made under the capture is a node of the CUDA graph, made and freed
-    /// by each launch); a value it hands to [`GpuStream::keep_alive`] is
-    /// kept as long as the capture.
+    /// after the graph changes or a capture failed: each node's closure is
+    /// called then, in order, under the capture, on a stream (with a cuBLAS
+    /// handle) made for the chain. Every run after that replays the
+    /// captured work on that stream with one graph launch, **without
+    /// calling the closures**. Hence what a closure may do:
     ///
-    /// Failures: a closure that returns an error or panics while its chain
-    /// is captured fails the chain: it is reported as the node that
-    /// panicked, with the error's text, the chain's other nodes and every
-    /// node after the chain are skipped, and the next run captures the
-    /// chain again. So does an operation the capture refuses (CUDA refuses
-    /// a wait on an event recorded outside the capture, which cudarc's
-    /// event tracking adds for a buffer last written on another stream;
-    /// see [`Device::context`]). A launch that fails, or a device that
-    /// fails while the chain's work is in flight, fails the chain the same
-    /// way, reported at its first node. The graph must be run on the
-    /// runtime `device` was opened for; on another, the chain fails, saying
-    /// so.
+    /// - Record work (copies, kernels, cuBLAS calls) on buffers that
+    ///   outlive the graph: owned by the closure or borrowed for `'g`, and
+    ///   made beforehand, on a context whose event tracking is off
+    ///   (`unsafe { dev.context().disable_event_tracking() }` before making
+    ///   them): cudarc's tracking makes a stream wait on events recorded
+    ///   outside the capture, and records events inside it, which CUDA
+    ///   refuses or later uses of the buffer trip on. Order the buffers'
+    ///   uses outside the graph yourself (after a run, they are done).
+    /// - Not allocate device or pinned memory, nor download
+    ///   ([`GpuStream::download`]): an allocation under the capture is a
+    ///   node of the CUDA graph (pinned memory is refused), not a buffer.
+    /// - Not wait (join, a scope, a parallel loop, a nested graph): its
+    ///   worker would run other tasks in the middle of the capture.
+    /// - Hand values to [`GpuStream::keep_alive`]: they are kept as long as
+    ///   the capture.
+    ///
+    /// Failures: a closure that returns an error or panics fails the chain:
+    /// it is reported as the node that panicked, with the error's text, the
+    /// chain's other nodes and every node after the chain are skipped, and
+    /// the next run captures the chain again. An operation the capture
+    /// refuses, a launch that fails, or a device that fails while the
+    /// chain's work is in flight fails the chain the same way, reported at
+    /// its first node. The graph must be run on the runtime `device` was
+    /// opened for; on another, the chain fails, saying so.
     ///
     /// ```no_run
     /// use selvedge::gpu::{BatchedGemm, Device, GpuError};
     /// use selvedge::Graph;
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // For the global runtime, which `Graph::run` uses from here.
     /// let dev = Device::open(0)?;
+    /// // SAFETY: the buffers below are made after this and used only by
+    /// // the graph's nodes (in order) and after its runs.
+    /// unsafe { dev.context().disable_event_tracking() };
     /// let g = BatchedGemm { batch: 8, m: 64, n: 64, k: 64 };
     /// // Buffers made once, before the graph: the captured work uses them
     /// // in every run.
@@ -131,10 +146,19 @@ impl<F> GpuNode<F> {
     }
 }
 
-/// A chain's capture, instantiated, and what its closures asked to keep
-/// alive (their work reads it in every launch).
+/// A chain's capture: its executable graph, the chain's own lane (a
+/// stream and a cuBLAS handle, made for the chain) on which it was
+/// captured and is launched, and what its closures asked to keep alive
+/// (their work reads it in every launch).
+///
+/// A lane of its own, not a worker's: a worker's lane takes other GPU
+/// tasks' work, which the capture would take in (a closure that waits lets
+/// its worker run other tasks), and the captured cuBLAS calls use their
+/// handle's workspace, which a replay on another lane's stream could use
+/// while that lane's own GEMMs do.
 struct Captured {
     exec: sys::CUgraphExec,
+    lane: GpuStream,
     /// Dropped after the executable graph is destroyed.
     kept: KeptAlive,
     device: Arc<DeviceInner>,
@@ -148,14 +172,43 @@ unsafe impl Send for Captured {}
 impl Drop for Captured {
     fn drop(&mut self) {
         // No launch is in flight: each run waits for its chain's
-        // completion, and the graph is changed or dropped only between
-        // runs. A lost context may refuse; the executable graph then goes
-        // with the context.
-        if self.device.make_current().is_ok() {
-            // SAFETY: the executable graph is live and ours, destroyed once.
-            let _ = unsafe { sys::cuGraphExecDestroy(self.exec) };
-        }
+        // completion (or, when that could not be enqueued, for the lane's
+        // stream), and the graph is changed or dropped only between runs.
+        // SAFETY: the executable graph is live and ours, destroyed once; a
+        // lost context may refuse, and it then goes with the context.
+        let _ = unsafe { sys::cuGraphExecDestroy(self.exec) };
+        retire(&self.device, &mut self.lane);
         drop(std::mem::take(&mut self.kept));
+    }
+}
+
+/// A chain's own lane: a new stream with its cuBLAS handle, sharing the
+/// device's completion stream and pinned pool. The caller made the
+/// context current.
+fn chain_lane(inner: &DeviceInner) -> Result<GpuStream, GpuError> {
+    let first = &inner.lanes[0];
+    let work = inner.ctx.new_stream()?;
+    GpuStream::new(
+        work,
+        Arc::clone(&first.completions),
+        Arc::clone(&first.pinned),
+    )
+}
+
+/// Lets go of a chain's lane: waits for its stream and destroys its cuBLAS
+/// handle, or leaks the handle where the context is lost (destroying one
+/// there fails, and cudarc panics).
+fn retire(inner: &DeviceInner, lane: &mut GpuStream) {
+    let stream = lane.stream.cu_stream();
+    let current = inner.make_current();
+    let _ = end_left_capture(stream);
+    let healthy = current.is_ok() && inner.failed.get().is_none() && {
+        // SAFETY: the stream is live.
+        let waited = unsafe { sys::cuStreamSynchronize(stream) };
+        waited == sys::CUresult::CUDA_SUCCESS
+    };
+    if healthy {
+        lane.destroy_blas();
     }
 }
 
@@ -205,18 +258,18 @@ where
             inner.fail_if_sticky(&e);
             return done.fail(0, text(&e));
         }
-        let lane = inner.lane();
         if self.captured.is_none() {
-            match capture(&inner, lane, &mut self.f, &mut rest) {
+            match capture(&inner, &mut self.f, &mut rest) {
                 Ok(captured) => self.captured = Some(captured),
                 Err((at, payload)) => return done.fail(at, payload),
             }
         }
-        let exec = self.captured.as_ref().expect("captured above").exec;
+        let captured = self.captured.as_ref().expect("captured above");
+        let lane = &captured.lane;
         let stream = lane.stream.cu_stream();
-        // SAFETY: the executable graph and the lane's stream are live and
+        // SAFETY: the executable graph and the chain's stream are live and
         // of the current context.
-        if let Err(e) = unsafe { sys::cuGraphLaunch(exec, stream) }.result() {
+        if let Err(e) = unsafe { sys::cuGraphLaunch(captured.exec, stream) }.result() {
             let e = GpuError::from(e);
             inner.fail_if_sticky(&e);
             return done.fail(0, text(&e));
@@ -238,6 +291,10 @@ where
             });
         if let Err(e) = enqueued {
             inner.fail_if_sticky(&e);
+            // The launched work may still run: the run (and what its nodes
+            // borrow) must outlive it, so the stream is waited for first.
+            // SAFETY: the stream is live.
+            let _ = unsafe { sys::cuStreamSynchronize(stream) };
             if let Some(done) = lock(&slot).take() {
                 done.fail(0, text(&e));
             }
@@ -245,7 +302,8 @@ where
     }
 
     fn enqueue(&mut self, on: &dyn Any) -> Result<(), Box<dyn Any + Send>> {
-        // The chain's key is the device: its head passes this device's lane.
+        // The chain's key is the device: its head passes its chain's lane
+        // on this device.
         let lane = on
             .downcast_ref::<GpuStream>()
             .expect("a GPU chain's head passes its lane");
@@ -271,21 +329,19 @@ where
     }
 }
 
-/// Captures the chain (the head's closure `f`, then `rest`) on `lane`'s
-/// stream and instantiates it. `Err((at, payload))`: node `at` of the
-/// chain failed (0 also where the capture as a whole did).
+/// Captures the chain (the head's closure `f`, then `rest`) on a new lane
+/// of its own and instantiates it. `Err((at, payload))`: node `at` of the
+/// chain failed (0 also where the capture as a whole did). The caller made
+/// the context current.
 fn capture<F>(
     inner: &Arc<DeviceInner>,
-    lane: &GpuStream,
     f: &mut F,
     rest: &mut ChainRest<'_>,
 ) -> Result<Captured, (usize, Box<dyn Any + Send>)>
 where
     F: FnMut(&GpuStream) -> Result<(), GpuError>,
 {
-    let stream = lane.stream.cu_stream();
-    let fail_whole = |e: sys::CUresult| {
-        let e = GpuError::from(cudarc::driver::DriverError(e));
+    let whole = |e: GpuError| {
         inner.fail_if_sticky(&e);
         (
             0,
@@ -293,61 +349,74 @@ where
                 as Box<dyn Any + Send>,
         )
     };
-    let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
-    // SAFETY: the lane's stream is live, of the current context, and not
-    // being captured (a GPU task that leaves a capture open has it ended).
-    let begun = unsafe { sys::cuStreamBeginCapture_v2(stream, mode) };
-    if begun != sys::CUresult::CUDA_SUCCESS {
-        return Err(fail_whole(begun));
+    let mut lane = chain_lane(inner).map_err(whole)?;
+    let stream = lane.stream.cu_stream();
+    // Relaxed: the closures' worker may run other tasks meanwhile (a
+    // closure that waits), whose CUDA calls on other streams the other
+    // modes would refuse on this thread.
+    let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+    // SAFETY: the chain's stream is live, new, of the current context.
+    if let Err(e) = unsafe { sys::cuStreamBeginCapture_v2(stream, mode) }.result() {
+        retire(inner, &mut lane);
+        return Err(whole(e.into()));
     }
-    let mark = lane.kept_mark();
-    let mut failed = call(f, lane).err().map(|payload| (0, payload));
+    let mut failed = call(f, &lane).err().map(|payload| (0, payload));
     if failed.is_none() {
         for i in 0..rest.len() {
-            if let Err(payload) = rest.enqueue(i, lane) {
+            if let Err(payload) = rest.enqueue(i, &lane) {
                 failed = Some((i + 1, payload));
                 break;
             }
         }
     }
-    let kept = lane.take_kept(mark);
+    let kept = lane.take_kept(0);
+    // A closure may have left another context current (a call on another
+    // device's buffer binds that one).
+    let current = inner.make_current();
     let mut graph = std::ptr::null_mut();
-    // SAFETY: the stream is live and captured by this thread; `graph` is a
-    // valid out-pointer.
+    // SAFETY: the stream is live; `graph` is a valid out-pointer. Ending
+    // fails where a closure ended the capture itself, or the context is not
+    // current: seen below.
     let ended = unsafe { sys::cuStreamEndCapture(stream, &mut graph) };
-    let destroy_graph = |graph: sys::CUgraph| {
-        if !graph.is_null() {
-            // SAFETY: the graph was just made by the capture and is ours.
-            let _ = unsafe { sys::cuGraphDestroy(graph) };
+    let instantiated = match (&failed, current, ended) {
+        (Some(_), _, _) => None,
+        (None, Err(e), _) => Some(Err(whole(e.into()))),
+        (None, Ok(()), sys::CUresult::CUDA_SUCCESS) if !graph.is_null() => {
+            let mut exec = std::ptr::null_mut();
+            // SAFETY: the graph is live and ours; `exec` is a valid
+            // out-pointer.
+            Some(
+                unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) }
+                    .result()
+                    .map(|()| exec)
+                    .map_err(|e| whole(e.into())),
+            )
         }
+        (None, Ok(()), sys::CUresult::CUDA_SUCCESS) => Some(Err(whole(
+            DriverError(sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED).into(),
+        ))),
+        (None, Ok(()), e) => Some(Err(whole(DriverError(e).into()))),
     };
-    if let Some(failure) = failed {
-        // Nothing captured ran: what the closures kept may go now.
-        destroy_graph(graph);
-        drop(kept);
-        return Err(failure);
+    if !graph.is_null() {
+        // SAFETY: the graph was made by the capture and is ours; an
+        // executable graph made from it does not need it.
+        let _ = unsafe { sys::cuGraphDestroy(graph) };
     }
-    if ended != sys::CUresult::CUDA_SUCCESS || graph.is_null() {
-        destroy_graph(graph);
-        drop(kept);
-        let error = if ended == sys::CUresult::CUDA_SUCCESS {
-            sys::CUresult::CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
-        } else {
-            ended
-        };
-        return Err(fail_whole(error));
-    }
-    let mut exec = std::ptr::null_mut();
-    // SAFETY: the graph is live and ours; `exec` is a valid out-pointer.
-    let instantiated = unsafe { sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0) };
-    destroy_graph(graph);
-    if instantiated != sys::CUresult::CUDA_SUCCESS {
-        drop(kept);
-        return Err(fail_whole(instantiated));
-    }
-    Ok(Captured {
-        exec,
-        kept,
-        device: Arc::clone(inner),
-    })
+    let failure = match instantiated {
+        Some(Ok(exec)) => {
+            return Ok(Captured {
+                exec,
+                lane,
+                kept,
+                device: Arc::clone(inner),
+            })
+        }
+        Some(Err(failure)) => failure,
+        None => failed.expect("a closure failed"),
+    };
+    // Nothing captured ran: what the closures kept may go now.
+    drop(kept);
+    retire(inner, &mut lane);
+    inner.check_lost();
+    Err(failure)
 }

@@ -11,8 +11,8 @@
 //! once and replays that) and arranges for [`ChainDone`] to be completed
 //! once the stream finished it. Until then the run's latch holds a count
 //! for the chain, so the run does not end; completing the chain counts
-//! down the tail's successors, as a finished node does, on the worker that
-//! completes it.
+//! down the tail's successors, as a finished node does, and queues those
+//! it readied on the worker that completes it.
 //!
 //! The links are the graph's own edges: a chain's head readies its next
 //! node in the plan, so a skipped head skips the chain by the usual walk.
@@ -118,7 +118,7 @@ impl ChainDone {
     }
 
     /// The stream finished the chain's work: its successors are counted
-    /// down and the first one readied runs here, as after any node. Call
+    /// down and those readied are queued on this worker. Call
     /// it on a worker of the run's runtime (a GPU completion runs on one);
     /// elsewhere the chain fails instead, saying so.
     pub(crate) fn complete(self) {
@@ -137,7 +137,7 @@ impl ChainDone {
                     "selvedge: a chain of stream nodes was completed off the workers of its graph's runtime",
                 );
                 // SAFETY: as above.
-                unsafe { Run::fail_chain(run, this.chain, 0, payload) }
+                unsafe { Run::fail_chain(run, this.chain, 0, Some(payload)) }
             }
         }
     }
@@ -149,15 +149,19 @@ impl ChainDone {
         let this = std::mem::ManuallyDrop::new(self);
         // SAFETY: this value's count keeps the run alive until it is used,
         // here, once.
-        unsafe { Run::fail_chain(this.run, this.chain, at, payload) }
+        unsafe { Run::fail_chain(this.run, this.chain, at, Some(payload)) }
     }
 }
 
 impl Drop for ChainDone {
     fn drop(&mut self) {
-        let payload: Box<dyn Any + Send> = Box::new(
-            "selvedge: the work of a chain of stream nodes never completed (its device failed while it was in flight)",
-        );
+        // Dropped while a panic unwinds out of the head's `start_chain`:
+        // the head's task reports that panic as the head's.
+        let payload: Option<Box<dyn Any + Send>> = (!std::thread::panicking()).then(|| {
+            Box::new(
+                "selvedge: the work of a chain of stream nodes never completed (its device failed while it was in flight)",
+            ) as Box<dyn Any + Send>
+        });
         // SAFETY: as in `fail`; dropped means unused.
         unsafe { Run::fail_chain(self.run, self.chain, 0, payload) }
     }
@@ -239,6 +243,8 @@ mod tests {
         fail: Arc<AtomicBool>,
         /// The chain's work, as recorded when this node headed it.
         recorded: Option<Vec<&'static str>>,
+        /// Its `start_chain` panics (a bug in a stream node's code).
+        panics: bool,
     }
 
     impl NodeWork for FakeNode {
@@ -258,6 +264,10 @@ mod tests {
             self.recorded = None;
         }
         fn start_chain(&mut self, mut rest: ChainRest<'_>, done: ChainDone) {
+            if self.panics {
+                let _done = done;
+                panic!("{} broke while starting its chain", self.name);
+            }
             if self.recorded.is_none() {
                 let on = RefCell::new(Vec::new());
                 if let Err(payload) = self.enqueue(&on) {
@@ -312,6 +322,7 @@ mod tests {
                 device: Arc::clone(device),
                 fail: Arc::clone(fail),
                 recorded: None,
+                panics: false,
             }),
         )
     }
@@ -387,6 +398,46 @@ mod tests {
         rt.run_graph(&mut g).unwrap();
         drop(g);
         assert_eq!(seen.into_inner().unwrap(), [vec!["s1", "s2", "s3"]]);
+    }
+
+    #[test]
+    fn a_panic_starting_a_chain_is_reported_once_at_its_head() {
+        let rt = Runtime::builder().num_threads(2).build().unwrap();
+        let device = Arc::new(Device::default());
+        let fail = Arc::new(AtomicBool::new(false));
+        let mut g = Graph::new();
+        let head = g.add(
+            Some("head".into()),
+            Box::new(FakeNode {
+                name: "head",
+                device: Arc::clone(&device),
+                fail: Arc::clone(&fail),
+                recorded: None,
+                panics: true,
+            }),
+        );
+        let next = fake(&mut g, "next", &device, &fail);
+        let after = g.node_named("after", || {});
+        g.precede(head, next);
+        g.precede(next, after);
+        match rt.run_graph(&mut g) {
+            Err(GraphError::Failed {
+                panicked,
+                skipped_names,
+                ..
+            }) => {
+                let reports: Vec<_> = panicked
+                    .iter()
+                    .map(|p| (p.name.as_str(), p.message()))
+                    .collect();
+                assert_eq!(
+                    reports,
+                    [("head", Some("head broke while starting its chain"))]
+                );
+                assert_eq!(skipped_names, ["next", "after"]);
+            }
+            other => panic!("expected the chain to fail, got {other:?}"),
+        }
     }
 
     #[test]

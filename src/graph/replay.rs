@@ -363,8 +363,9 @@ impl<'g> Run<'g> {
             .as_stream()
             .expect("a chain's head is a stream node");
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| work.start_chain(rest, done))) {
-            // The done, dropped in the unwinding, failed the chain; the
-            // panic says why.
+            // The done, dropped in the unwinding, failed the chain without
+            // reporting its head; the panic says why. (The head's task
+            // still holds its count: the run is live here.)
             self.record_panic(head, payload);
         }
     }
@@ -388,9 +389,12 @@ impl<'g> Run<'g> {
     }
 
     /// A chain's work is complete: counts down its tail's successors and
-    /// runs the first one readied, as after any node, then releases the
-    /// chain's count. The chain's nodes after the head need no settling:
-    /// each has one predecessor, so no count, and nothing marked them.
+    /// queues those it readied on `w`, then releases the chain's count.
+    /// Queued, not run here: a completion runs inside the worker's drain of
+    /// its signal inbox, with other completions of the same batch waiting
+    /// behind it, which a node run in place could wait for. The chain's
+    /// nodes after the head need no settling: each has one predecessor, so
+    /// no count, and nothing marked them.
     ///
     /// # Safety
     /// `run` is live and the caller holds the chain's count (a
@@ -404,28 +408,24 @@ impl<'g> Run<'g> {
         let tail = *unsafe { this.chain_nodes(chain) }
             .last()
             .expect("a chain has a head");
-        let held = (!this.held.is_null()).then(|| {
-            // SAFETY: as in `run_task`: the set outlives the release below,
-            // and the guard is dropped on this thread before it.
-            unsafe { RunHeld::enter(this.held) }
-        });
         // SAFETY: the tail finished (with its chain), counted down once,
-        // here; a node readied is ours, and runs here.
-        let next = unsafe { this.count_down_successors(w, &*this.nodes.add(tail as usize), false) };
-        if let Some(next) = next {
-            // SAFETY: as above.
-            unsafe { this.run_chain(w, next) };
+        // here; a node readied is ours, and queued once.
+        unsafe {
+            let tail = &*this.nodes.add(tail as usize);
+            if let Some(first) = this.count_down_successors(w, tail, false) {
+                this.queue(w, first);
+            }
         }
-        drop(held);
         // SAFETY: the caller's count, released once; `w` is of the run's
         // runtime.
         unsafe { Run::release(run, w) };
     }
 
     /// A chain failed: node `at` of it (0 is the head) is reported with
-    /// `payload`, the chain's other nodes as skipped (its captured work
-    /// ran as one, or not at all), and every node after the chain is
-    /// skipped. Then releases the chain's count. Any thread may call it.
+    /// `payload` (with none, the caller reports it), the chain's other
+    /// nodes as skipped (its captured work ran as one, or not at all), and
+    /// every node after the chain is skipped. Then releases the chain's
+    /// count. Any thread may call it.
     ///
     /// # Safety
     /// As for [`Run::complete_chain`], but on any thread.
@@ -433,15 +433,17 @@ impl<'g> Run<'g> {
         run: *const Self,
         chain: u32,
         at: usize,
-        payload: Box<dyn Any + Send>,
+        payload: Option<Box<dyn Any + Send>>,
     ) {
         // SAFETY: the caller's count keeps the run alive until the release.
         let this = unsafe { &*run };
         // SAFETY: a chain of the plan (caller).
         let nodes = unsafe { this.chain_nodes(chain) };
         let at = at.min(nodes.len() - 1);
-        // SAFETY: a node of the run.
-        this.record_panic(unsafe { this.nodes.add(nodes[at] as usize) }, payload);
+        if let Some(payload) = payload {
+            // SAFETY: a node of the run.
+            this.record_panic(unsafe { this.nodes.add(nodes[at] as usize) }, payload);
+        }
         for (i, &index) in nodes.iter().enumerate() {
             // SAFETY: a node of the run.
             let node = unsafe { this.nodes.add(index as usize) };
