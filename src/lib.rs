@@ -100,6 +100,8 @@ mod dataflow;
 pub mod gpu;
 mod graph;
 mod loops;
+#[cfg(all(feature = "mpi", not(loom)))]
+pub mod mpi;
 #[cfg(not(loom))]
 mod structured;
 

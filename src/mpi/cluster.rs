@@ -1,0 +1,516 @@
+//! A cluster: this process's place among the MPI ranks, and the
+//! operations it posts, each a promise.
+
+use super::engine::{Engine, Kind, Op, Outcome};
+use super::{Element, MpiError};
+use crate::core::pool::{current_registry, Runtime};
+use crate::core::registry::Registry;
+use crate::core::sync::{lock, Mutex};
+use crate::dataflow::delayed::submit_delayed;
+use crate::dataflow::event::Dep;
+use crate::dataflow::promise::Promise;
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// MPI starts once per process, and cannot start again once finished.
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// This process's rank among the MPI ranks, and its progress thread: post
+/// sends, receives and collectives, each of which completes as a promise
+/// (its [`Dep`]) that tasks can wait on like any other.
+///
+/// One per process: [`Cluster::start`] starts MPI (on a thread of its own,
+/// which makes every MPI call), and dropping the last handle abandons the
+/// operations still in flight (their promises break) and finalizes MPI.
+/// Operations in flight count as pending work of the runtime: `sync_root`
+/// and the runtime's drop wait for them, so drop the cluster first when a
+/// message may never come.
+///
+/// ```no_run
+/// use selvedge::mpi::Cluster;
+///
+/// // Run with `mpirun -n 2 <program>`.
+/// let cluster = Cluster::start()?;
+/// let (me, peer) = (cluster.rank(), 1 - cluster.rank());
+/// let sent = cluster.isend(vec![me as f64; 4], peer, 7);
+/// let received = cluster.irecv::<f64>(4, peer, 7);
+/// // A task that runs once the message arrived.
+/// let doubled = selvedge::spawn_delayed([received.dep()], move || {
+///     received.join().map(|v| v.iter().map(|x| 2.0 * x).collect::<Vec<_>>())
+/// });
+/// assert_eq!(doubled.join()?, vec![2.0 * peer as f64; 4]);
+/// sent.join()?; // the buffer back, once MPI is done with it
+/// # Ok::<(), selvedge::mpi::MpiError>(())
+/// ```
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Arc<Engine>,
+    rank: usize,
+    size: usize,
+    tag_ub: i32,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.engine.stop();
+        if let Some(thread) = lock(&self.thread).take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Cluster {
+    /// Starts MPI for the current runtime (the worker's, or the global
+    /// runtime from any other thread).
+    ///
+    /// # Errors
+    /// [`MpiError::Unavailable`] when MPI was started in this process
+    /// before, or cannot start (the reason says why).
+    ///
+    /// ```no_run
+    /// let cluster = selvedge::mpi::Cluster::start()?;
+    /// println!("rank {} of {}", cluster.rank(), cluster.size());
+    /// # Ok::<(), selvedge::mpi::MpiError>(())
+    /// ```
+    pub fn start() -> Result<Cluster, MpiError> {
+        Self::start_for(Arc::clone(current_registry()))
+    }
+
+    /// [`Cluster::start`] for `runtime`: the operations' completions run
+    /// on its workers.
+    ///
+    /// ```no_run
+    /// let rt = selvedge::Runtime::new()?;
+    /// let cluster = selvedge::mpi::Cluster::start_in(&rt)?;
+    /// # let _ = cluster;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn start_in(runtime: &Runtime) -> Result<Cluster, MpiError> {
+        Self::start_for(Arc::clone(runtime.registry()))
+    }
+
+    fn start_for(registry: Arc<Registry>) -> Result<Cluster, MpiError> {
+        if STARTED.swap(true, Ordering::AcqRel) {
+            return Err(MpiError::Unavailable {
+                reason: "MPI was started in this process before: it starts once per process (keep the cluster, and clone it)".into(),
+            });
+        }
+        let (engine, started, thread) = Engine::start(registry)?;
+        Ok(Cluster {
+            inner: Arc::new(Inner {
+                engine,
+                rank: started.rank,
+                size: started.size,
+                tag_ub: started.tag_ub,
+                thread: Mutex::new(Some(thread)),
+            }),
+        })
+    }
+
+    /// This process's rank, from 0.
+    ///
+    /// ```no_run
+    /// # let cluster = selvedge::mpi::Cluster::start()?;
+    /// assert!(cluster.rank() < cluster.size());
+    /// # Ok::<(), selvedge::mpi::MpiError>(())
+    /// ```
+    pub fn rank(&self) -> usize {
+        self.inner.rank
+    }
+
+    /// How many ranks there are.
+    ///
+    /// ```no_run
+    /// # let cluster = selvedge::mpi::Cluster::start()?;
+    /// assert!(cluster.size() >= 1);
+    /// # Ok::<(), selvedge::mpi::MpiError>(())
+    /// ```
+    pub fn size(&self) -> usize {
+        self.inner.size
+    }
+
+    /// The largest tag this MPI library allows (at least 32767).
+    ///
+    /// ```no_run
+    /// # let cluster = selvedge::mpi::Cluster::start()?;
+    /// assert!(cluster.tag_ub() >= 32767);
+    /// # Ok::<(), selvedge::mpi::MpiError>(())
+    /// ```
+    pub fn tag_ub(&self) -> i32 {
+        self.inner.tag_ub
+    }
+
+    /// Sends `buf` to rank `dest` with `tag`, nonblocking. The handle's
+    /// [`dep`](Message::dep) is fulfilled once MPI is done with the buffer
+    /// (which [`join`](Message::join) gives back), and broken if the send
+    /// failed or was abandoned.
+    ///
+    /// # Panics
+    /// If `dest` is not a rank of the cluster, `tag` is outside
+    /// `0..=tag_ub()`, or `buf` holds more than `i32::MAX` elements.
+    ///
+    /// ```no_run
+    /// # let cluster = selvedge::mpi::Cluster::start()?;
+    /// let sent = cluster.isend(vec![1u32, 2, 3], 0, 1);
+    /// # let _ = cluster.irecv::<u32>(3, 0, 1);
+    /// assert_eq!(sent.join()?, [1, 2, 3]);
+    /// # Ok::<(), selvedge::mpi::MpiError>(())
+    /// ```
+    pub fn isend<T: Element>(&self, buf: Vec<T>, dest: usize, tag: i32) -> Message<T> {
+        self.check_rank("isend to", dest);
+        self.check_tag("isend", tag);
+        let count = count_of("isend", buf.len());
+        let kind = Kind::Send {
+            buf: buf.as_ptr().cast::<c_void>(),
+            count,
+            datatype: T::datatype(),
+            dest: dest as c_int,
+            tag,
+        };
+        self.post(kind, buf, |_, buf| Ok(buf))
+    }
+
+    /// Sends what `produce` returns once every one of `deps` is fulfilled:
+    /// a task that runs `produce` and then [`isend`](Cluster::isend)s its
+    /// value. If a dependency breaks, nothing is sent and the handle's
+    /// dependency breaks too.
+    ///
+    /// # Panics
+    /// As for [`Cluster::isend`] (checked before anything runs).
+    ///
+    /// ```no_run
+    /// # let cluster = selvedge::mpi::Cluster::start()?;
+    /// let ready = selvedge::Promise::new();
+    /// let sent = cluster.send_after([ready.dep()], || vec![4.0f32; 8], 0, 2);
+    /// # let _ = cluster.irecv::<f32>(8, 0, 2);
+    /// ready.fulfill();
+    /// sent.join()?;
+    /// # Ok::<(), selvedge::mpi::MpiError>(())
+    /// ```
+    pub fn send_after<D, F, T>(&self, deps: D, produce: F, dest: usize, tag: i32) -> Message<T>
+    where
+        D: IntoIterator<Item = Dep>,
+        F: FnOnce() -> Vec<T> + Send + 'static,
+        T: Element,
+    {
+        self.check_rank("send_after to", dest);
+        self.check_tag("send_after", tag);
+        let promise = Promise::new();
+        let dep = promise.dep();
+        let slot: Slot<T> = Arc::new(Mutex::new(None));
+        let cluster = self.clone();
+        let in_task = Arc::clone(&slot);
+        // The task's handle is not kept: its promise and slot say how the
+        // send went; a broken dependency drops the task, and with it the
+        // promise (broken) and the slot (left empty: cancelled).
+        drop(submit_delayed(
+            &self.inner.engine.registry,
+            deps,
+            move || {
+                let buf = produce();
+                let count = count_of("send_after", buf.len());
+                let kind = Kind::Send {
+                    buf: buf.as_ptr().cast::<c_void>(),
+                    count,
+                    datatype: T::datatype(),
+                    dest: dest as c_int,
+                    tag,
+                };
+                cluster.post_with(kind, buf, |_, buf| Ok(buf), promise, in_task);
+            },
+        ));
+        Message {
+            dep,
+            slot,
+            registry: Arc::clone(&self.inner.engine.registry),
+        }
+    }
+
+    /// Receives a message of `len` elements from rank `source` with
+    /// `tag`, nonblocking. The handle's [`dep`](Message::dep) is fulfilled
+    /// once it arrived, and [`join`](Message::join) gives it; a message of
+    /// another length is an error ([`MpiError::Length`] or
+    /// [`MpiError::Truncated`]) and breaks the dependency.
+    ///
+    /// # Panics
+    /// If `source` is not a rank of the cluster, `tag` is outside
+    /// `0..=tag_ub()`, or `len` is more than `i32::MAX`.
+    ///
+    /// ```no_run
+    /// # let cluster = selvedge::mpi::Cluster::start()?;
+    /// # let _ = cluster.isend(vec![0i64; 16], 0, 3);
+    /// let halo = cluster.irecv::<i64>(16, 0, 3);
+    /// let rows = halo.join()?;
+    /// assert_eq!(rows.len(), 16);
+    /// # Ok::<(), selvedge::mpi::MpiError>(())
+    /// ```
+    pub fn irecv<T: Element>(&self, len: usize, source: usize, tag: i32) -> Message<T> {
+        self.check_rank("irecv from", source);
+        self.check_tag("irecv", tag);
+        let count = count_of("irecv", len);
+        let mut buf: Vec<T> = Vec::with_capacity(len);
+        let kind = Kind::Recv {
+            buf: buf.as_mut_ptr().cast::<c_void>(),
+            count,
+            datatype: T::datatype(),
+            source: source as c_int,
+            tag,
+        };
+        self.post(kind, buf, move |outcome, mut buf| {
+            let Outcome::Done { count, source, tag } = outcome else {
+                unreachable!("finish handles failures")
+            };
+            if count != len {
+                return Err(MpiError::Length {
+                    expected: len,
+                    got: count,
+                    source,
+                    tag,
+                });
+            }
+            // SAFETY: MPI wrote `len` elements of a type for which every
+            // bit pattern is a value (a predefined numeric type).
+            unsafe { buf.set_len(len) };
+            Ok(buf)
+        })
+    }
+
+    /// Broadcasts `buf` from rank `root` to every rank, nonblocking: every
+    /// rank calls it, in the same order as its other collectives, with a
+    /// buffer of the same length (the root's holds the data); each gets
+    /// the root's data from [`join`](Message::join).
+    ///
+    /// # Panics
+    /// If `root` is not a rank of the cluster, or `buf` holds more than
+    /// `i32::MAX` elements.
+    ///
+    /// ```no_run
+    /// # let cluster = selvedge::mpi::Cluster::start()?;
+    /// let data = if cluster.rank() == 0 { vec![1.0f64, 2.0] } else { vec![0.0; 2] };
+    /// assert_eq!(cluster.ibcast(data, 0).join()?, [1.0, 2.0]);
+    /// # Ok::<(), selvedge::mpi::MpiError>(())
+    /// ```
+    pub fn ibcast<T: Element>(&self, mut buf: Vec<T>, root: usize) -> Message<T> {
+        self.check_rank("ibcast from", root);
+        let count = count_of("ibcast", buf.len());
+        let kind = Kind::Bcast {
+            buf: buf.as_mut_ptr().cast::<c_void>(),
+            count,
+            datatype: T::datatype(),
+            root: root as c_int,
+        };
+        self.post(kind, buf, |_, buf| Ok(buf))
+    }
+
+    /// Reduces `buf` element by element over every rank with `op`,
+    /// nonblocking: every rank calls it, in the same order as its other
+    /// collectives, with a buffer of the same length; each gets the
+    /// result from [`join`](Message::join).
+    ///
+    /// # Panics
+    /// If `buf` holds more than `i32::MAX` elements.
+    ///
+    /// ```no_run
+    /// use selvedge::mpi::{Cluster, Reduce};
+    /// # let cluster = Cluster::start()?;
+    /// let total = cluster.iallreduce(vec![1u64], Reduce::Sum).join()?;
+    /// assert_eq!(total[0], cluster.size() as u64);
+    /// # Ok::<(), selvedge::mpi::MpiError>(())
+    /// ```
+    pub fn iallreduce<T: Element>(&self, buf: Vec<T>, op: Reduce) -> Message<T> {
+        let count = count_of("iallreduce", buf.len());
+        let mut result: Vec<T> = Vec::with_capacity(buf.len());
+        let kind = Kind::Allreduce {
+            send: buf.as_ptr().cast::<c_void>(),
+            recv: result.as_mut_ptr().cast::<c_void>(),
+            count,
+            datatype: T::datatype(),
+            op: op.handle(),
+        };
+        let len = buf.len();
+        self.post(kind, (buf, result), move |_, (_, mut result)| {
+            // SAFETY: MPI wrote `len` elements of a type for which every
+            // bit pattern is a value.
+            unsafe { result.set_len(len) };
+            Ok(result)
+        })
+    }
+
+    /// Posts an operation whose buffers are `owned`; `done` makes the
+    /// handle's value from them once the operation completed.
+    fn post<T, B>(
+        &self,
+        kind: Kind,
+        owned: B,
+        done: impl FnOnce(Outcome, B) -> Result<Vec<T>, MpiError> + Send + 'static,
+    ) -> Message<T>
+    where
+        T: Element,
+        B: Send + 'static,
+    {
+        let promise = Promise::new();
+        let dep = promise.dep();
+        let slot: Slot<T> = Arc::new(Mutex::new(None));
+        self.post_with(kind, owned, done, promise, Arc::clone(&slot));
+        Message {
+            dep,
+            slot,
+            registry: Arc::clone(&self.inner.engine.registry),
+        }
+    }
+
+    /// [`Cluster::post`] with the handle's promise and slot made already.
+    fn post_with<T, B>(
+        &self,
+        kind: Kind,
+        owned: B,
+        done: impl FnOnce(Outcome, B) -> Result<Vec<T>, MpiError> + Send + 'static,
+        promise: Promise,
+        slot: Slot<T>,
+    ) where
+        T: Element,
+        B: Send + 'static,
+    {
+        let in_finish = Arc::clone(&slot);
+        let finish = Box::new(move |outcome: Outcome| {
+            let result = match outcome {
+                Outcome::Failed(e) => Err(e),
+                Outcome::Leaked => {
+                    // MPI may still use the buffers: never freed.
+                    std::mem::forget(owned);
+                    Err(MpiError::Abandoned)
+                }
+                done_outcome => done(done_outcome, owned),
+            };
+            *lock(&in_finish) = Some(result);
+        });
+        let action = Box::new(move || {
+            // `finish` ran before the signal fired.
+            if matches!(*lock(&slot), Some(Ok(_))) {
+                promise.fulfill();
+            }
+            // Otherwise the promise is dropped here: broken.
+        });
+        let signal = self.inner.engine.registry.signal(action);
+        self.inner.engine.post(Op {
+            kind,
+            finish,
+            signal,
+        });
+    }
+
+    fn check_rank(&self, what: &str, rank: usize) {
+        assert!(
+            rank < self.inner.size,
+            "selvedge::mpi: {what} rank {rank}, but the cluster has {} ranks (0..{})",
+            self.inner.size,
+            self.inner.size
+        );
+    }
+
+    fn check_tag(&self, what: &str, tag: i32) {
+        assert!(
+            (0..=self.inner.tag_ub).contains(&tag),
+            "selvedge::mpi: {what} with tag {tag}, outside 0..={} (this MPI library's MPI_TAG_UB)",
+            self.inner.tag_ub
+        );
+    }
+}
+
+/// The element count of an operation, which MPI takes as an `int`.
+fn count_of(what: &str, len: usize) -> c_int {
+    c_int::try_from(len).unwrap_or_else(|_| {
+        panic!(
+            "selvedge::mpi: {what} of {len} elements, more than MPI's int count allows ({})",
+            c_int::MAX
+        )
+    })
+}
+
+/// Where an operation's outcome goes: set once, by its `finish`.
+type Slot<T> = Arc<Mutex<Option<Result<Vec<T>, MpiError>>>>;
+
+/// A reduction for [`Cluster::iallreduce`].
+///
+/// ```
+/// let op = selvedge::mpi::Reduce::Max;
+/// assert_ne!(op, selvedge::mpi::Reduce::Sum);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reduce {
+    /// The sum.
+    Sum,
+    /// The product.
+    Product,
+    /// The smallest.
+    Min,
+    /// The largest.
+    Max,
+}
+
+impl Reduce {
+    fn handle(self) -> mpi_sys::MPI_Op {
+        // SAFETY: constants of the library, read only.
+        unsafe {
+            match self {
+                Reduce::Sum => mpi_sys::RSMPI_SUM,
+                Reduce::Product => mpi_sys::RSMPI_PROD,
+                Reduce::Min => mpi_sys::RSMPI_MIN,
+                Reduce::Max => mpi_sys::RSMPI_MAX,
+            }
+        }
+    }
+}
+
+/// A posted operation: its dependency for tasks, and its value once it
+/// completed (the received message, the send's buffer back, a
+/// collective's result).
+///
+/// ```no_run
+/// # let cluster = selvedge::mpi::Cluster::start()?;
+/// # let _ = cluster.isend(vec![1u8], 0, 0);
+/// let m = cluster.irecv::<u8>(1, 0, 0);
+/// let after = selvedge::spawn_delayed([m.dep()], || "arrived");
+/// assert_eq!(after.join(), "arrived");
+/// assert_eq!(m.join()?, [1]);
+/// # Ok::<(), selvedge::mpi::MpiError>(())
+/// ```
+pub struct Message<T> {
+    dep: Dep,
+    slot: Slot<T>,
+    registry: Arc<Registry>,
+}
+
+impl<T: Element> Message<T> {
+    /// Fulfilled when the operation completed; broken if it failed or was
+    /// abandoned (the tasks waiting on it are cancelled).
+    pub fn dep(&self) -> Dep {
+        self.dep.clone()
+    }
+
+    /// Whether the operation ended (completed, failed or was abandoned).
+    pub fn is_finished(&self) -> bool {
+        lock(&self.slot).is_some()
+    }
+
+    /// Waits until the operation ended (working meanwhile, on a worker)
+    /// and returns its value or its error.
+    ///
+    /// # Errors
+    /// What MPI reported, a message of the wrong length, or
+    /// [`MpiError::Abandoned`] when the cluster was dropped first (or, for
+    /// [`Cluster::send_after`], a dependency broke).
+    pub fn join(self) -> Result<Vec<T>, MpiError> {
+        // A task behind the dependency: its join blocks without spinning
+        // (or works, on a worker); it is cancelled if the dependency breaks.
+        let _ = submit_delayed(&self.registry, [self.dep.clone()], || ()).try_join();
+        lock(&self.slot).take().unwrap_or(Err(MpiError::Abandoned))
+    }
+}

@@ -1,0 +1,35 @@
+//! Messages between processes (feature `mpi`): MPI operations as promises.
+//!
+//! A [`Cluster`] is this process's rank among the MPI ranks (run the
+//! program with `mpirun -n N`). Its operations (sends, receives and
+//! nonblocking collectives) are posted from any thread and complete as
+//! promises: each returns a [`Message`] whose [`dep`](Message::dep) tasks
+//! wait on like any other dependency, so a task can wait for "the halo from
+//! rank 3 arrived" and run on whichever worker is free when it does.
+//!
+//! One thread per cluster makes every MPI call (MPI is started on it at
+//! `MPI_THREAD_FUNNELED`): it starts the operations nonblocking, tests them,
+//! and when one completes fires a signal that a worker picks up to fulfill
+//! the operation's promise; no worker ever blocks in MPI. The operations
+//! in flight count as the runtime's pending work, so `sync_root` waits for
+//! them. Dropping the cluster abandons what is still in flight (their
+//! promises break, their handles say [`MpiError::Abandoned`]) and
+//! finalizes MPI.
+//!
+//! Messages are `Vec`s of [`Element`]s (the integer and float types), moved
+//! in and handed back: no borrowed buffer outlives its call. Programmer
+//! errors (a rank or tag out of range) panic with a message naming the
+//! value; what only the other side knows (a message of another length than
+//! the receive asked for) is an error of the operation.
+//!
+//! The files: `cluster.rs` (the cluster and its operations), `engine.rs`
+//! (the progress thread), `element.rs` (the element types), `error.rs`.
+
+mod cluster;
+mod element;
+mod engine;
+mod error;
+
+pub use cluster::{Cluster, Message, Reduce};
+pub use element::Element;
+pub use error::MpiError;

@@ -1,0 +1,252 @@
+//! MPI (feature `mpi`) between processes that `mpirun` starts. Each test
+//! is two things: run by cargo, it starts `mpirun -n N` on this binary,
+//! asking each rank (with `SELVEDGE_MPI_RANK_OF` naming the test) to run
+//! the same test as a rank, and checks that every rank passed; run as a
+//! rank, it does the test's work. Without `mpirun` every test says it
+//! skipped and passes; with `SELVEDGE_REQUIRE_MPI=1` a missing `mpirun`
+//! fails them.
+#![cfg(feature = "mpi")]
+
+mod support;
+
+use selvedge::mpi::{Cluster, MpiError, Reduce};
+use selvedge::{spawn_delayed, sync_root};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::panic_text;
+
+/// Set for the ranks: the test they run.
+const RANK_OF: &str = "SELVEDGE_MPI_RANK_OF";
+
+/// Runs `body` on each of `n` ranks: as the parent, starts them under
+/// `mpirun` and checks they all passed; as a rank, starts the cluster and
+/// runs `body`.
+fn on_ranks(test: &str, n: usize, body: impl FnOnce(Cluster)) {
+    if std::env::var(RANK_OF).is_ok_and(|t| t == test) {
+        let cluster = Cluster::start().expect("MPI starts under mpirun");
+        assert_eq!(cluster.size(), n, "{test}: started with {n} ranks");
+        body(cluster);
+        return;
+    }
+    let Some(mpirun) = mpirun() else {
+        assert!(
+            std::env::var_os("SELVEDGE_REQUIRE_MPI").is_none_or(|v| v != "1"),
+            "{test}: SELVEDGE_REQUIRE_MPI=1 but there is no mpirun on the PATH"
+        );
+        eprintln!("{test}: skipped: no mpirun on the PATH (install MPICH or Open MPI)");
+        return;
+    };
+    let exe = std::env::current_exe().unwrap();
+    let mut child = Command::new(mpirun)
+        .arg("-n")
+        .arg(n.to_string())
+        .arg(&exe)
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env(RANK_OF, test)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting mpirun");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "{test}: the ranks still ran after 120 s (a hang); killed.\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Each rank closes with its own summary line (their "... ok" lines
+    // may interleave).
+    let passed = stdout.matches("test result: ok. 1 passed").count();
+    assert!(
+        out.status.success() && passed == n,
+        "{test}: mpirun -n {n} exited with {} and {passed} of {n} ranks passed:\n{stdout}{stderr}",
+        out.status
+    );
+}
+
+fn mpirun() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("mpirun"))
+        .find(|p| p.is_file())
+}
+
+/// 200 round trips of 1,000 numbers between two ranks: rank 1 sends each
+/// message back plus one, with a send that waits on the receive's
+/// dependency (no thread blocks on it); rank 0 checks every element.
+#[test]
+fn ping_pong_through_promises() {
+    on_ranks("ping_pong_through_promises", 2, |cluster| {
+        const ROUNDS: u64 = 200;
+        const LEN: usize = 1000;
+        for round in 0..ROUNDS {
+            let tag = (round % 1000) as i32;
+            if cluster.rank() == 0 {
+                let data: Vec<u64> = (0..LEN as u64).map(|i| i * 7 + round).collect();
+                let sent = cluster.isend(data, 1, tag);
+                let back = cluster.irecv::<u64>(LEN, 1, tag).join().unwrap();
+                assert!(
+                    back.iter()
+                        .enumerate()
+                        .all(|(i, &v)| v == i as u64 * 7 + round + 1),
+                    "round {round}: {:?}...",
+                    &back[..4]
+                );
+                assert_eq!(sent.join().unwrap().len(), LEN);
+            } else {
+                let got = cluster.irecv::<u64>(LEN, 0, tag);
+                let dep = got.dep();
+                let reply = cluster.send_after(
+                    [dep],
+                    move || got.join().unwrap().into_iter().map(|v| v + 1).collect(),
+                    0,
+                    tag,
+                );
+                reply.join().unwrap();
+            }
+        }
+    });
+}
+
+/// Three ranks on two cores: a ring of sends, a sum over every rank, a
+/// broadcast, and the checks on bad ranks and tags.
+#[test]
+fn a_ring_a_reduction_and_a_broadcast_on_three_ranks() {
+    on_ranks(
+        "a_ring_a_reduction_and_a_broadcast_on_three_ranks",
+        3,
+        |cluster| {
+            let (me, n) = (cluster.rank(), cluster.size());
+            let next = (me + 1) % n;
+            let prev = (me + n - 1) % n;
+            let sent = cluster.isend(vec![me as i32; 3], next, 5);
+            let got = cluster.irecv::<i32>(3, prev, 5).join().unwrap();
+            assert_eq!(got, vec![prev as i32; 3]);
+            sent.join().unwrap();
+            let sum = cluster
+                .iallreduce(vec![me as f64, 1.0], Reduce::Sum)
+                .join()
+                .unwrap();
+            assert_eq!(sum, vec![(0 + 1 + 2) as f64, 3.0]);
+            let max = cluster
+                .iallreduce(vec![me as u32], Reduce::Max)
+                .join()
+                .unwrap();
+            assert_eq!(max, vec![2]);
+            let data = if me == 1 { vec![9u8, 8, 7] } else { vec![0; 3] };
+            assert_eq!(cluster.ibcast(data, 1).join().unwrap(), vec![9, 8, 7]);
+            // Programmer errors panic, naming the value.
+            let bad_rank = catch_unwind(AssertUnwindSafe(|| cluster.isend(vec![1u8], 7, 0)));
+            let text = panic_text(&*bad_rank.err().expect("rank 7 of 3 panics"));
+            assert!(
+                text.contains("rank 7") && text.contains("3 ranks"),
+                "{text}"
+            );
+            let bad_tag = catch_unwind(AssertUnwindSafe(|| cluster.irecv::<u8>(1, 0, -1)));
+            let text = panic_text(&*bad_tag.err().expect("tag -1 panics"));
+            assert!(text.contains("tag -1"), "{text}");
+        },
+    );
+}
+
+/// `sync_root` waits for a receive in flight and the task behind it: rank
+/// 0 sends only after 300 ms.
+#[test]
+fn sync_root_waits_for_messages_in_flight() {
+    on_ranks("sync_root_waits_for_messages_in_flight", 2, |cluster| {
+        if cluster.rank() == 0 {
+            std::thread::sleep(Duration::from_millis(300));
+            cluster.isend(vec![42u16], 1, 9).join().unwrap();
+        } else {
+            let got = cluster.irecv::<u16>(1, 0, 9);
+            let ran = Arc::new(AtomicBool::new(false));
+            let flag = Arc::clone(&ran);
+            drop(spawn_delayed([got.dep()], move || {
+                flag.store(true, Ordering::SeqCst)
+            }));
+            let start = Instant::now();
+            sync_root();
+            assert!(
+                ran.load(Ordering::SeqCst),
+                "sync_root returned after {:?} with the task behind the receive not run",
+                start.elapsed()
+            );
+            assert_eq!(got.join().unwrap(), [42]);
+        }
+    });
+}
+
+/// A message of another length than the receive asked for is an error,
+/// and the task behind it is cancelled: fewer elements (`Length`), more
+/// (`Truncated`).
+#[test]
+fn a_message_of_the_wrong_length_is_an_error_not_a_hang() {
+    on_ranks(
+        "a_message_of_the_wrong_length_is_an_error_not_a_hang",
+        2,
+        |cluster| {
+            if cluster.rank() == 0 {
+                cluster.isend(vec![1.0f32; 5], 1, 1).join().unwrap();
+                cluster.isend(vec![1.0f32; 5], 1, 2).join().unwrap();
+            } else {
+                let short = cluster.irecv::<f32>(6, 0, 1);
+                let behind = spawn_delayed([short.dep()], || ());
+                assert_eq!(
+                    short.join(),
+                    Err(MpiError::Length {
+                        expected: 6,
+                        got: 5,
+                        source: 0,
+                        tag: 1
+                    })
+                );
+                assert!(
+                    behind.try_join().is_err(),
+                    "the task behind a failed receive is cancelled"
+                );
+                let long = cluster.irecv::<f32>(4, 0, 2);
+                assert!(matches!(
+                    long.join(),
+                    Err(MpiError::Truncated { expected: 4, .. })
+                ));
+            }
+        },
+    );
+}
+
+/// Dropping the cluster abandons a receive that never completes: its
+/// handle says so and the task behind it is cancelled (nothing hangs,
+/// `sync_root` returns); MPI then cannot start again in the process.
+#[test]
+fn dropping_the_cluster_abandons_what_is_in_flight() {
+    on_ranks(
+        "dropping_the_cluster_abandons_what_is_in_flight",
+        2,
+        |cluster| {
+            let never = cluster.irecv::<u8>(1, 1 - cluster.rank(), 77);
+            let behind = spawn_delayed([never.dep()], || ());
+            drop(cluster);
+            assert_eq!(never.join(), Err(MpiError::Abandoned));
+            assert!(
+                behind.try_join().is_err(),
+                "the task behind it is cancelled"
+            );
+            sync_root();
+            let again = Cluster::start().err().expect("MPI starts once per process");
+            assert!(again.to_string().contains("once per process"), "{again}");
+        },
+    );
+}
