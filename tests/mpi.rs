@@ -10,7 +10,7 @@
 mod support;
 
 use selvedge::mpi::{Cluster, MpiError, Reduce};
-use selvedge::{spawn_delayed, sync_root};
+use selvedge::{spawn_delayed, sync_root, Promise};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -140,7 +140,7 @@ fn a_ring_a_reduction_and_a_broadcast_on_three_ranks() {
                 .iallreduce(vec![me as f64, 1.0], Reduce::Sum)
                 .join()
                 .unwrap();
-            assert_eq!(sum, vec![(0 + 1 + 2) as f64, 3.0]);
+            assert_eq!(sum, vec![3.0, 3.0]); // ranks 0 + 1 + 2, and 1 three times
             let max = cluster
                 .iallreduce(vec![me as u32], Reduce::Max)
                 .join()
@@ -227,6 +227,7 @@ fn a_message_of_the_wrong_length_is_an_error_not_a_hang() {
     );
 }
 
+/// A `send_after` whose dependency breaks sends nothing and says so.
 /// Dropping the cluster abandons a receive that never completes: its
 /// handle says so and the task behind it is cancelled (nothing hangs,
 /// `sync_root` returns); MPI then cannot start again in the process.
@@ -236,7 +237,13 @@ fn dropping_the_cluster_abandons_what_is_in_flight() {
         "dropping_the_cluster_abandons_what_is_in_flight",
         2,
         |cluster| {
-            let never = cluster.irecv::<u8>(1, 1 - cluster.rank(), 77);
+            let peer = 1 - cluster.rank();
+            // A send waiting on a promise that breaks: nothing is sent.
+            let input = Promise::new();
+            let unsent = cluster.send_after([input.dep()], || vec![1u8], peer, 76);
+            drop(input);
+            assert_eq!(unsent.join(), Err(MpiError::Cancelled));
+            let never = cluster.irecv::<u8>(1, peer, 77);
             let behind = spawn_delayed([never.dep()], || ());
             drop(cluster);
             assert_eq!(never.join(), Err(MpiError::Abandoned));

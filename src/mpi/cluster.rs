@@ -1,11 +1,12 @@
 //! A cluster: this process's place among the MPI ranks, and the
 //! operations it posts, each a promise.
 
-use super::engine::{Engine, Kind, Op, Outcome};
+use super::engine::{Engine, Kind, Op, Outcome as Ended};
 use super::{Element, MpiError};
 use crate::core::pool::{current_registry, Runtime};
 use crate::core::registry::Registry;
-use crate::core::sync::{lock, Mutex};
+use crate::core::sync::{lock, Condvar, Mutex};
+use crate::core::worker::Worker;
 use crate::dataflow::delayed::submit_delayed;
 use crate::dataflow::event::Dep;
 use crate::dataflow::promise::Promise;
@@ -203,16 +204,20 @@ impl Cluster {
         self.check_tag("send_after", tag);
         let promise = Promise::new();
         let dep = promise.dep();
-        let slot: Slot<T> = Arc::new(Mutex::new(None));
+        let slot: Slot<T> = Arc::new(Outcome::new());
         let cluster = self.clone();
-        let in_task = Arc::clone(&slot);
+        let mut unsent = Unsent {
+            slot: Some(Arc::clone(&slot)),
+            promise: Some(promise),
+        };
         // The task's handle is not kept: its promise and slot say how the
-        // send went; a broken dependency drops the task, and with it the
-        // promise (broken) and the slot (left empty: cancelled).
+        // send went. A broken dependency drops the task unrun, and with it
+        // the guard: the outcome says cancelled, and the promise breaks.
         drop(submit_delayed(
             &self.inner.engine.registry,
             deps,
             move || {
+                let (slot, promise) = unsent.take();
                 let buf = produce();
                 let count = count_of("send_after", buf.len());
                 let kind = Kind::Send {
@@ -222,7 +227,7 @@ impl Cluster {
                     dest: dest as c_int,
                     tag,
                 };
-                cluster.post_with(kind, buf, |_, buf| Ok(buf), promise, in_task);
+                cluster.post_with(kind, buf, |_, buf| Ok(buf), promise, slot);
             },
         ));
         Message {
@@ -263,7 +268,7 @@ impl Cluster {
             tag,
         };
         self.post(kind, buf, move |outcome, mut buf| {
-            let Outcome::Done { count, source, tag } = outcome else {
+            let Ended::Done { count, source, tag } = outcome else {
                 unreachable!("finish handles failures")
             };
             if count != len {
@@ -348,7 +353,7 @@ impl Cluster {
         &self,
         kind: Kind,
         owned: B,
-        done: impl FnOnce(Outcome, B) -> Result<Vec<T>, MpiError> + Send + 'static,
+        done: impl FnOnce(Ended, B) -> Result<Vec<T>, MpiError> + Send + 'static,
     ) -> Message<T>
     where
         T: Element,
@@ -356,7 +361,7 @@ impl Cluster {
     {
         let promise = Promise::new();
         let dep = promise.dep();
-        let slot: Slot<T> = Arc::new(Mutex::new(None));
+        let slot: Slot<T> = Arc::new(Outcome::new());
         self.post_with(kind, owned, done, promise, Arc::clone(&slot));
         Message {
             dep,
@@ -370,7 +375,7 @@ impl Cluster {
         &self,
         kind: Kind,
         owned: B,
-        done: impl FnOnce(Outcome, B) -> Result<Vec<T>, MpiError> + Send + 'static,
+        done: impl FnOnce(Ended, B) -> Result<Vec<T>, MpiError> + Send + 'static,
         promise: Promise,
         slot: Slot<T>,
     ) where
@@ -378,21 +383,21 @@ impl Cluster {
         B: Send + 'static,
     {
         let in_finish = Arc::clone(&slot);
-        let finish = Box::new(move |outcome: Outcome| {
+        let finish = Box::new(move |outcome: Ended| {
             let result = match outcome {
-                Outcome::Failed(e) => Err(e),
-                Outcome::Leaked => {
+                Ended::Failed(e) => Err(e),
+                Ended::Leaked => {
                     // MPI may still use the buffers: never freed.
                     std::mem::forget(owned);
                     Err(MpiError::Abandoned)
                 }
                 done_outcome => done(done_outcome, owned),
             };
-            *lock(&in_finish) = Some(result);
+            in_finish.set(result);
         });
         let action = Box::new(move || {
             // `finish` ran before the signal fired.
-            if matches!(*lock(&slot), Some(Ok(_))) {
+            if slot.is_ok() {
                 promise.fulfill();
             }
             // Otherwise the promise is dropped here: broken.
@@ -433,8 +438,65 @@ fn count_of(what: &str, len: usize) -> c_int {
     })
 }
 
-/// Where an operation's outcome goes: set once, by its `finish`.
-type Slot<T> = Arc<Mutex<Option<Result<Vec<T>, MpiError>>>>;
+/// Where an operation's outcome goes: set once, by its `finish` (or, for a
+/// `send_after` whose task never ran, when the task is dropped).
+type Slot<T> = Arc<Outcome<T>>;
+
+/// An operation's outcome, and a condition variable for a thread outside
+/// the pool waiting for it.
+struct Outcome<T> {
+    value: Mutex<Option<Result<Vec<T>, MpiError>>>,
+    set: Condvar,
+}
+
+impl<T> Outcome<T> {
+    fn new() -> Self {
+        Self {
+            value: Mutex::new(None),
+            set: Condvar::new(),
+        }
+    }
+
+    /// Sets the outcome (once: a later call changes nothing) and wakes the
+    /// waiters.
+    fn set(&self, result: Result<Vec<T>, MpiError>) {
+        let mut value = lock(&self.value);
+        if value.is_none() {
+            *value = Some(result);
+        }
+        drop(value);
+        self.set.notify_all();
+    }
+
+    fn is_ok(&self) -> bool {
+        matches!(*lock(&self.value), Some(Ok(_)))
+    }
+}
+
+/// A `send_after`'s promise and outcome, until its task runs: dropped
+/// unrun (a dependency broke), the outcome says cancelled and then the
+/// promise breaks.
+struct Unsent<T> {
+    slot: Option<Slot<T>>,
+    promise: Option<Promise>,
+}
+
+impl<T> Unsent<T> {
+    fn take(&mut self) -> (Slot<T>, Promise) {
+        let slot = self.slot.take().expect("a task runs once");
+        let promise = self.promise.take().expect("a task runs once");
+        (slot, promise)
+    }
+}
+
+impl<T> Drop for Unsent<T> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            slot.set(Err(MpiError::Cancelled));
+        }
+        drop(self.promise.take());
+    }
+}
 
 /// A reduction for [`Cluster::iallreduce`].
 ///
@@ -497,7 +559,7 @@ impl<T: Element> Message<T> {
 
     /// Whether the operation ended (completed, failed or was abandoned).
     pub fn is_finished(&self) -> bool {
-        lock(&self.slot).is_some()
+        lock(&self.slot.value).is_some()
     }
 
     /// Waits until the operation ended (working meanwhile, on a worker)
@@ -508,9 +570,24 @@ impl<T: Element> Message<T> {
     /// [`MpiError::Abandoned`] when the cluster was dropped first (or, for
     /// [`Cluster::send_after`], a dependency broke).
     pub fn join(self) -> Result<Vec<T>, MpiError> {
-        // A task behind the dependency: its join blocks without spinning
-        // (or works, on a worker); it is cancelled if the dependency breaks.
-        let _ = submit_delayed(&self.registry, [self.dep.clone()], || ()).try_join();
-        lock(&self.slot).take().unwrap_or(Err(MpiError::Abandoned))
+        if Worker::current().is_some() {
+            // A task behind the dependency: the worker runs other tasks
+            // until it ran (or was cancelled: the dependency broke).
+            let _ = submit_delayed(&self.registry, [self.dep.clone()], || ()).try_join();
+        } else {
+            // Outside the pool: woken as soon as the progress thread set the
+            // outcome, not after a worker passed the completion on.
+            let mut value = lock(&self.slot.value);
+            while value.is_none() {
+                value = self
+                    .slot
+                    .set
+                    .wait(value)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+            }
+        }
+        lock(&self.slot.value)
+            .take()
+            .unwrap_or(Err(MpiError::Abandoned))
     }
 }

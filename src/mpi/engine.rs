@@ -19,9 +19,10 @@
 //! so its buffer is leaked rather than freed under MPI), breaking those
 //! promises, frees its communicator and finalizes MPI.
 //!
-//! Between operations the thread backs off: it spins, then yields, then
-//! sleeps a little (50 µs while operations are in flight, until woken
-//! otherwise), so that an idle cluster costs no core.
+//! Between operations the thread backs off: with operations in flight it
+//! tests them busily for 20 µs, then yielding for up to 1 ms, then every
+//! 100 µs; with none it sleeps until a command wakes it, so that an idle
+//! cluster costs no core.
 
 use super::MpiError;
 use crate::core::registry::{fire_signal, Registry};
@@ -31,7 +32,7 @@ use mpi_sys::{MPI_Comm, MPI_Datatype, MPI_Op, MPI_Request, MPI_Status};
 use std::ffi::{c_int, c_void};
 use std::sync::{mpsc, Arc};
 use std::thread::Thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// An operation for the progress thread to start.
 pub(super) struct Op {
@@ -243,7 +244,7 @@ fn progress(engine: &Engine, started: mpsc::Sender<Result<Started, MpiError>>) {
     let mut comm = comm;
     let mut flights: Vec<InFlight> = Vec::new();
     let mut requests: Vec<MPI_Request> = Vec::new();
-    let mut idle_rounds = 0u32;
+    let mut last_progress = Instant::now();
     let mut stopping = false;
     while !stopping {
         let mut progressed = false;
@@ -315,12 +316,11 @@ fn progress(engine: &Engine, started: mpsc::Sender<Result<Started, MpiError>>) {
             abandon_in_flight(engine, flights.drain(..), requests.drain(..));
             break;
         }
-        idle_rounds = if progressed {
-            0
+        if progressed {
+            last_progress = Instant::now();
         } else {
-            idle_rounds.saturating_add(1)
-        };
-        back_off(idle_rounds, !requests.is_empty());
+            back_off(last_progress.elapsed(), !requests.is_empty());
+        }
     }
     // SAFETY: MPI was started on this thread, and this is its last use of
     // MPI; nothing uses the communicator after.
@@ -559,15 +559,21 @@ fn abandon_in_flight(
     }
 }
 
-/// Between rounds without progress: spin, then yield, then sleep (briefly
-/// while operations are in flight; until woken by a command otherwise).
-fn back_off(idle_rounds: u32, in_flight: bool) {
-    match idle_rounds {
-        0 => {}
-        1..=64 => std::hint::spin_loop(),
-        65..=128 => std::thread::yield_now(),
-        _ if in_flight => std::thread::park_timeout(Duration::from_micros(50)),
-        _ => std::thread::park_timeout(Duration::from_millis(100)),
+/// Between rounds without progress. With nothing in flight: sleep until a
+/// command wakes the thread. With operations in flight: keep testing them,
+/// busily for the first 20 µs since the last progress (a reply often comes
+/// within that), then yielding the core between tests up to 1 ms, then
+/// sleeping 100 µs between tests (a slow peer costs no core).
+fn back_off(since_progress: Duration, in_flight: bool) {
+    if !in_flight {
+        // The timeout only bounds a missed wake-up.
+        std::thread::park_timeout(Duration::from_millis(100));
+    } else if since_progress < Duration::from_micros(20) {
+        std::hint::spin_loop();
+    } else if since_progress < Duration::from_millis(1) {
+        std::thread::yield_now();
+    } else {
+        std::thread::park_timeout(Duration::from_micros(100));
     }
 }
 

@@ -50,6 +50,9 @@ pub enum MpiError {
     /// The operation was abandoned before it completed: the cluster was
     /// dropped (or MPI failed) while it was in flight.
     Abandoned,
+    /// A [`send_after`](super::Cluster::send_after) whose dependency broke:
+    /// nothing was produced or sent.
+    Cancelled,
 }
 
 impl fmt::Display for MpiError {
@@ -73,6 +76,10 @@ impl fmt::Display for MpiError {
             } => write!(
                 f,
                 "a receive of {expected} elements from rank {source} (tag {tag}) got a longer message, truncated"
+            ),
+            MpiError::Cancelled => write!(
+                f,
+                "the send was cancelled: a dependency it waited for broke, so nothing was sent"
             ),
             MpiError::Abandoned => write!(
                 f,

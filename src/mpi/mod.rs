@@ -33,3 +33,7 @@ mod error;
 pub use cluster::{Cluster, Message, Reduce};
 pub use element::Element;
 pub use error::MpiError;
+/// The raw MPI bindings this module is built on, for baselines that call
+/// MPI directly in a process without a cluster. Not part of the API.
+#[doc(hidden)]
+pub use mpi_sys;

@@ -1,0 +1,122 @@
+//! Messaging overhead between two ranks: round trips of one message each
+//! way, through selvedge's promises (`isend`, then `irecv(..).join()`; the
+//! other rank answers with a `send_after` on the receive's dependency)
+//! against the same round trips with blocking `MPI_Send`/`MPI_Recv` on the
+//! main thread (`--raw`, a process without a cluster). Prints the median
+//! round trip and half of it (the one-way latency) over `rounds` rounds
+//! after 100 warm-up rounds.
+//!
+//! ```text
+//! cargo build --release --features mpi --example mpi_pingpong
+//! mpirun -n 2 target/release/examples/mpi_pingpong [--raw] [rounds] [elements]
+//! ```
+
+use selvedge::mpi::mpi_sys as ffi;
+use selvedge::mpi::Cluster;
+use std::ffi::c_void;
+use std::time::Instant;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let raw = args.iter().any(|a| a == "--raw");
+    let numbers: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    let rounds = numbers.first().copied().unwrap_or(10_000);
+    let len = numbers.get(1).copied().unwrap_or(1);
+    let (rank, mut times) = if raw {
+        raw_mpi(rounds, len)
+    } else {
+        through_promises(rounds, len)
+    };
+    if rank == 0 {
+        times.sort_unstable_by(f64::total_cmp);
+        let median = times[times.len() / 2];
+        println!(
+            "mpi_pingpong {}: {rounds} round trips of {len} u64 each way: median {:.2} us a round trip, {:.2} us one way (p10 {:.2}, p90 {:.2})",
+            if raw { "raw MPI_Send/MPI_Recv" } else { "selvedge isend/irecv" },
+            median,
+            median / 2.0,
+            times[times.len() / 10],
+            times[times.len() * 9 / 10]
+        );
+    }
+}
+
+/// Round trips through a cluster: microseconds each, as rank 0 saw them.
+fn through_promises(rounds: usize, len: usize) -> (usize, Vec<f64>) {
+    let cluster = Cluster::start().expect("MPI starts (run under mpirun -n 2)");
+    assert_eq!(cluster.size(), 2, "run with mpirun -n 2");
+    let rank = cluster.rank();
+    let mut times = Vec::with_capacity(rounds);
+    for round in 0..100 + rounds {
+        let tag = (round % 1000) as i32;
+        let start = Instant::now();
+        if rank == 0 {
+            let sent = cluster.isend(vec![round as u64; len], 1, tag);
+            let back = cluster.irecv::<u64>(len, 1, tag).join().unwrap();
+            assert_eq!(back[0], round as u64 + 1);
+            sent.join().unwrap();
+        } else {
+            let got = cluster.irecv::<u64>(len, 0, tag);
+            let dep = got.dep();
+            cluster
+                .send_after(
+                    [dep],
+                    move || got.join().unwrap().iter().map(|v| v + 1).collect(),
+                    0,
+                    tag,
+                )
+                .join()
+                .unwrap();
+        }
+        if round >= 100 {
+            times.push(start.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    (rank, times)
+}
+
+/// The same round trips with blocking MPI calls on the main thread.
+fn raw_mpi(rounds: usize, len: usize) -> (usize, Vec<f64>) {
+    let mut provided = 0;
+    let (mut rank, mut size) = (0, 0);
+    // SAFETY: MPI is started once, on this thread, which alone calls it;
+    // the buffers hold `len` u64s.
+    unsafe {
+        ffi::MPI_Init_thread(
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            ffi::RSMPI_THREAD_FUNNELED,
+            &mut provided,
+        );
+        ffi::MPI_Comm_rank(ffi::RSMPI_COMM_WORLD, &mut rank);
+        ffi::MPI_Comm_size(ffi::RSMPI_COMM_WORLD, &mut size);
+    }
+    assert_eq!(size, 2, "run with mpirun -n 2");
+    let mut buf = vec![0u64; len];
+    let mut times = Vec::with_capacity(rounds);
+    for round in 0..100 + rounds {
+        let tag = (round % 1000) as i32;
+        let start = Instant::now();
+        // SAFETY: as above.
+        unsafe {
+            let (world, t) = (ffi::RSMPI_COMM_WORLD, ffi::RSMPI_UINT64_T);
+            let (ptr, count) = (buf.as_mut_ptr().cast::<c_void>(), len as i32);
+            if rank == 0 {
+                buf.fill(round as u64);
+                ffi::MPI_Send(ptr, count, t, 1, tag, world);
+                ffi::MPI_Recv(ptr, count, t, 1, tag, world, ffi::RSMPI_STATUS_IGNORE);
+                assert_eq!(buf[0], round as u64 + 1);
+            } else {
+                ffi::MPI_Recv(ptr, count, t, 0, tag, world, ffi::RSMPI_STATUS_IGNORE);
+                buf.iter_mut().for_each(|v| *v += 1);
+                ffi::MPI_Send(ptr, count, t, 0, tag, world);
+            }
+        }
+        if round >= 100 {
+            times.push(start.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    // SAFETY: as above; the last MPI call.
+    unsafe { ffi::MPI_Finalize() };
+    (rank as usize, times)
+}
