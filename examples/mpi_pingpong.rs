@@ -22,12 +22,12 @@ fn main() {
     let numbers: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
     let rounds = numbers.first().copied().unwrap_or(10_000);
     let len = numbers.get(1).copied().unwrap_or(1);
-    let (rank, mut times) = if raw {
-        raw_mpi(rounds, len)
-    } else {
-        through_promises(rounds, len)
-    };
-    if rank == 0 {
+    // Printed before MPI is finalized (the cluster dropped, or
+    // MPI_Finalize): mpirun may stop forwarding output after that.
+    let report = |rank: usize, mut times: Vec<f64>| {
+        if rank != 0 {
+            return;
+        }
         times.sort_unstable_by(f64::total_cmp);
         let median = times[times.len() / 2];
         println!(
@@ -38,11 +38,17 @@ fn main() {
             times[times.len() / 10],
             times[times.len() * 9 / 10]
         );
+    };
+    if raw {
+        raw_mpi(rounds, len, report);
+    } else {
+        through_promises(rounds, len, report);
     }
 }
 
-/// Round trips through a cluster: microseconds each, as rank 0 saw them.
-fn through_promises(rounds: usize, len: usize) -> (usize, Vec<f64>) {
+/// Round trips through a cluster, reported (microseconds each, as rank 0
+/// saw them) before the cluster goes.
+fn through_promises(rounds: usize, len: usize, report: impl Fn(usize, Vec<f64>)) {
     let cluster = Cluster::start().expect("MPI starts (run under mpirun -n 2)");
     assert_eq!(cluster.size(), 2, "run with mpirun -n 2");
     let rank = cluster.rank();
@@ -72,11 +78,12 @@ fn through_promises(rounds: usize, len: usize) -> (usize, Vec<f64>) {
             times.push(start.elapsed().as_secs_f64() * 1e6);
         }
     }
-    (rank, times)
+    report(rank, times);
+    drop(cluster);
 }
 
 /// The same round trips with blocking MPI calls on the main thread.
-fn raw_mpi(rounds: usize, len: usize) -> (usize, Vec<f64>) {
+fn raw_mpi(rounds: usize, len: usize, report: impl Fn(usize, Vec<f64>)) {
     let mut provided = 0;
     let (mut rank, mut size) = (0, 0);
     // SAFETY: MPI is started once, on this thread, which alone calls it;
@@ -116,7 +123,7 @@ fn raw_mpi(rounds: usize, len: usize) -> (usize, Vec<f64>) {
             times.push(start.elapsed().as_secs_f64() * 1e6);
         }
     }
+    report(rank as usize, times);
     // SAFETY: as above; the last MPI call.
     unsafe { ffi::MPI_Finalize() };
-    (rank as usize, times)
 }

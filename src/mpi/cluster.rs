@@ -11,7 +11,7 @@ use crate::dataflow::delayed::submit_delayed;
 use crate::dataflow::event::Dep;
 use crate::dataflow::promise::Promise;
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, Ordering};
+use crate::core::sync::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// MPI starts once per process, and cannot start again once finished.
