@@ -6,12 +6,12 @@ use super::{Element, MpiError};
 use crate::core::pool::{current_registry, Runtime};
 use crate::core::registry::Registry;
 use crate::core::sync::{lock, Condvar, Mutex};
+use crate::core::sync::{AtomicBool, Ordering};
 use crate::core::worker::Worker;
 use crate::dataflow::delayed::submit_delayed;
 use crate::dataflow::event::Dep;
 use crate::dataflow::promise::Promise;
 use std::ffi::{c_int, c_void};
-use crate::core::sync::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// MPI starts once per process, and cannot start again once finished.
