@@ -9,11 +9,11 @@
 
 mod support;
 
-use selvedge::mpi::{Cluster, MpiError, Reduce};
-use selvedge::{spawn_delayed, sync_root, Promise};
+use selvedge::mpi::{Cluster, MpiError, RankGraph, RankNode, Reduce};
+use selvedge::{spawn_delayed, sync_root, GraphError, Promise};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use support::panic_text;
@@ -254,6 +254,130 @@ fn dropping_the_cluster_abandons_what_is_in_flight() {
             sync_root();
             let again = Cluster::start().err().expect("MPI starts once per process");
             assert!(again.to_string().contains("once per process"), "{again}");
+        },
+    );
+}
+
+/// Node `index`'s value in run `run`, from its inputs: the same function
+/// on every rank and in the serial evaluation.
+fn node_value(index: usize, run: u64, inputs: &[&[u64]]) -> Vec<u64> {
+    let mut out: Vec<u64> = (0..8).map(|k| index as u64 * 100 + k + run).collect();
+    for input in inputs {
+        for (o, i) in out.iter_mut().zip(input.iter()) {
+            *o = o.wrapping_mul(31).wrapping_add(*i);
+        }
+    }
+    out
+}
+
+/// The layered graph of the split tests: 12 nodes, node `i` on rank
+/// `i % 3`, each after the nodes `i - 1` and `i - 3` (when they exist), so
+/// most edges cross ranks; node 11 gathers everything on rank 2.
+fn layered(n: usize) -> Vec<(usize, usize)> {
+    let mut edges = Vec::new();
+    for i in 0..n {
+        if i >= 1 {
+            edges.push((i - 1, i));
+        }
+        if i >= 3 {
+            edges.push((i - 3, i));
+        }
+    }
+    edges
+}
+
+/// A graph built the same on three ranks, split by rank, replayed five
+/// times with new inputs: every node's value, on the ranks that hold it,
+/// matches a serial evaluation of the same graph.
+#[test]
+fn a_graph_split_by_rank_matches_a_serial_run() {
+    on_ranks("a_graph_split_by_rank_matches_a_serial_run", 3, |cluster| {
+        const N: usize = 12;
+        let run = Arc::new(AtomicU64::new(0));
+        let edges = layered(N);
+        let mut g = RankGraph::<u64>::new(&cluster);
+        let nodes: Vec<RankNode> = (0..N)
+            .map(|i| {
+                let run = Arc::clone(&run);
+                g.node_named(format!("n{i}"), i % 3, move |inputs| {
+                    node_value(i, run.load(Ordering::SeqCst), inputs)
+                })
+            })
+            .collect();
+        for &(from, to) in &edges {
+            g.edge(nodes[from], nodes[to]);
+        }
+        for r in 0..5u64 {
+            run.store(r, Ordering::SeqCst);
+            g.run().unwrap();
+            // The serial evaluation: edges go from lower to higher nodes.
+            let mut serial: Vec<Vec<u64>> = Vec::new();
+            for i in 0..N {
+                let inputs: Vec<&[u64]> = edges
+                    .iter()
+                    .filter(|&&(_, to)| to == i)
+                    .map(|&(from, _)| serial[from].as_slice())
+                    .collect();
+                let value = node_value(i, r, &inputs);
+                serial.push(value);
+            }
+            for i in 0..N {
+                if i % 3 == cluster.rank() {
+                    assert_eq!(
+                        g.value(nodes[i]),
+                        Some(serial[i].clone()),
+                        "run {r}: node {i}"
+                    );
+                }
+            }
+        }
+    });
+}
+
+/// A node that panics on one rank fails, on the other ranks, the nodes
+/// that need its value (their receive says why), and the next run works.
+#[test]
+fn a_failure_on_one_rank_skips_what_depends_on_it_everywhere() {
+    on_ranks(
+        "a_failure_on_one_rank_skips_what_depends_on_it_everywhere",
+        2,
+        |cluster| {
+            let fail = Arc::new(AtomicBool::new(true));
+            let mut g = RankGraph::<u32>::new(&cluster);
+            let flag = Arc::clone(&fail);
+            let source = g.node_named("source", 1, move |_| {
+                assert!(!flag.load(Ordering::SeqCst), "source broke");
+                vec![5]
+            });
+            let double = g.node_named("double", 0, |inputs| vec![2 * inputs[0][0]]);
+            let after = g.node_named("after", 0, |inputs| vec![inputs[0][0] + 1]);
+            g.edge(source, double);
+            g.edge(double, after);
+            match g.run() {
+                Err(GraphError::Failed {
+                    panicked,
+                    skipped_names,
+                    ..
+                }) => {
+                    let text = panicked[0].message().unwrap_or("").to_string();
+                    if cluster.rank() == 1 {
+                        assert_eq!(panicked[0].name, "source");
+                        assert!(text.contains("source broke"), "{text}");
+                    } else {
+                        assert!(text.contains("source") && text.contains("rank 1"), "{text}");
+                        assert_eq!(skipped_names, ["double", "after"]);
+                    }
+                }
+                other => panic!(
+                    "rank {}: expected the run to fail, got {other:?}",
+                    cluster.rank()
+                ),
+            }
+            fail.store(false, Ordering::SeqCst);
+            g.run().unwrap();
+            if cluster.rank() == 0 {
+                assert_eq!(g.value(after), Some(vec![11]));
+            }
         },
     );
 }

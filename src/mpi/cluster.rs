@@ -258,32 +258,8 @@ impl Cluster {
     pub fn irecv<T: Element>(&self, len: usize, source: usize, tag: i32) -> Message<T> {
         self.check_rank("irecv from", source);
         self.check_tag("irecv", tag);
-        let count = count_of("irecv", len);
-        let mut buf: Vec<T> = Vec::with_capacity(len);
-        let kind = Kind::Recv {
-            buf: buf.as_mut_ptr().cast::<c_void>(),
-            count,
-            datatype: T::datatype(),
-            source: source as c_int,
-            tag,
-        };
-        self.post(kind, buf, move |outcome, mut buf| {
-            let Ended::Done { count, source, tag } = outcome else {
-                unreachable!("finish handles failures")
-            };
-            if count != len {
-                return Err(MpiError::Length {
-                    expected: len,
-                    got: count,
-                    source,
-                    tag,
-                });
-            }
-            // SAFETY: MPI wrote `len` elements of a type for which every
-            // bit pattern is a value (a predefined numeric type).
-            unsafe { buf.set_len(len) };
-            Ok(buf)
-        })
+        let (kind, buf) = receive(len, source, tag);
+        self.post(kind, buf, move |outcome, buf| received(outcome, buf, len))
     }
 
     /// Broadcasts `buf` from rank `root` to every rank, nonblocking: every
@@ -370,13 +346,14 @@ impl Cluster {
         }
     }
 
-    /// [`Cluster::post`] with the handle's promise and slot made already.
+    /// [`Cluster::post`] with the handle's promise (or what to call when
+    /// the operation ends) and slot made already.
     fn post_with<T, B>(
         &self,
         kind: Kind,
         owned: B,
         done: impl FnOnce(Ended, B) -> Result<Vec<T>, MpiError> + Send + 'static,
-        promise: Promise,
+        then: impl Into<Then<T>>,
         slot: Slot<T>,
     ) where
         T: Element,
@@ -395,12 +372,18 @@ impl Cluster {
             };
             in_finish.set(result);
         });
+        let then = then.into();
         let action = Box::new(move || {
             // `finish` ran before the signal fired.
-            if slot.is_ok() {
-                promise.fulfill();
+            match then {
+                Then::Fulfill(promise) => {
+                    if slot.is_ok() {
+                        promise.fulfill();
+                    }
+                    // Otherwise the promise is dropped here: broken.
+                }
+                Then::Call(f) => f(lock(&slot.value).take().unwrap_or(Err(MpiError::Abandoned))),
             }
-            // Otherwise the promise is dropped here: broken.
         });
         let signal = self.inner.engine.registry.signal(action);
         self.inner.engine.post(Op {
@@ -408,6 +391,51 @@ impl Cluster {
             finish,
             signal,
         });
+    }
+
+    /// [`Cluster::isend`] that calls `then` with the outcome on a worker
+    /// when the send ended, instead of handing out a handle (`then` is
+    /// dropped uncalled if the send is abandoned).
+    pub(super) fn isend_then<T: Element>(
+        &self,
+        buf: Vec<T>,
+        dest: usize,
+        tag: i32,
+        then: impl FnOnce(Result<Vec<T>, MpiError>) + Send + 'static,
+    ) {
+        self.check_rank("isend to", dest);
+        self.check_tag("isend", tag);
+        let kind = Kind::Send {
+            buf: buf.as_ptr().cast::<c_void>(),
+            count: count_of("isend", buf.len()),
+            datatype: T::datatype(),
+            dest: dest as c_int,
+            tag,
+        };
+        let then = Then::Call(Box::new(then));
+        self.post_with(kind, buf, |_, buf| Ok(buf), then, Arc::new(Outcome::new()));
+    }
+
+    /// [`Cluster::irecv`] that calls `then` with the outcome on a worker
+    /// when the receive ended (dropped uncalled if it is abandoned).
+    pub(super) fn irecv_then<T: Element>(
+        &self,
+        len: usize,
+        source: usize,
+        tag: i32,
+        then: impl FnOnce(Result<Vec<T>, MpiError>) + Send + 'static,
+    ) {
+        self.check_rank("irecv from", source);
+        self.check_tag("irecv", tag);
+        let (kind, buf) = receive(len, source, tag);
+        let then = Then::Call(Box::new(then));
+        self.post_with(
+            kind,
+            buf,
+            move |outcome, buf| received(outcome, buf, len),
+            then,
+            Arc::new(Outcome::new()),
+        );
     }
 
     fn check_rank(&self, what: &str, rank: usize) {
@@ -425,6 +453,53 @@ impl Cluster {
             "selvedge::mpi: {what} with tag {tag}, outside 0..={} (this MPI library's MPI_TAG_UB)",
             self.inner.tag_ub
         );
+    }
+}
+
+/// A receive of `len` elements: its operation and its buffer.
+fn receive<T: Element>(len: usize, source: usize, tag: i32) -> (Kind, Vec<T>) {
+    let count = count_of("irecv", len);
+    let mut buf: Vec<T> = Vec::with_capacity(len);
+    let kind = Kind::Recv {
+        buf: buf.as_mut_ptr().cast::<c_void>(),
+        count,
+        datatype: T::datatype(),
+        source: source as c_int,
+        tag,
+    };
+    (kind, buf)
+}
+
+/// A completed receive's value: the buffer, if the message had `len`
+/// elements.
+fn received<T: Element>(outcome: Ended, mut buf: Vec<T>, len: usize) -> Result<Vec<T>, MpiError> {
+    let Ended::Done { count, source, tag } = outcome else {
+        unreachable!("finish handles failures")
+    };
+    if count != len {
+        return Err(MpiError::Length {
+            expected: len,
+            got: count,
+            source,
+            tag,
+        });
+    }
+    // SAFETY: MPI wrote `len` elements of a type for which every bit
+    // pattern is a value (a predefined numeric type).
+    unsafe { buf.set_len(len) };
+    Ok(buf)
+}
+
+/// What an operation's completion does: fulfill its handle's promise
+/// (broken if it failed), or call a function with its outcome.
+enum Then<T> {
+    Fulfill(Promise),
+    Call(Box<dyn FnOnce(Result<Vec<T>, MpiError>) + Send>),
+}
+
+impl<T> From<Promise> for Then<T> {
+    fn from(promise: Promise) -> Self {
+        Then::Fulfill(promise)
     }
 }
 

@@ -22,13 +22,20 @@
 //! value; what only the other side knows (a message of another length than
 //! the receive asked for) is an error of the operation.
 //!
+//! A [`RankGraph`] is a graph every rank builds whole, each node annotated
+//! with its rank: on its first run each rank keeps its own nodes and turns
+//! the edges between ranks into sends and receives, then runs its part as a
+//! [`Graph`](crate::Graph), replayed on every later run.
+//!
 //! The files: `cluster.rs` (the cluster and its operations), `engine.rs`
-//! (the progress thread), `element.rs` (the element types), `error.rs`.
+//! (the progress thread), `rank_graph.rs` (graphs split by rank),
+//! `element.rs` (the element types), `error.rs`.
 
 mod cluster;
 mod element;
 mod engine;
 mod error;
+mod rank_graph;
 
 pub use cluster::{Cluster, Message, Reduce};
 pub use element::Element;
@@ -37,3 +44,4 @@ pub use error::MpiError;
 /// MPI directly in a process without a cluster. Not part of the API.
 #[doc(hidden)]
 pub use mpi_sys;
+pub use rank_graph::{RankGraph, RankNode};
