@@ -67,12 +67,12 @@ fn on_ranks(test: &str, n: usize, body: impl FnOnce(Cluster)) {
     let out = child.wait_with_output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    // Each rank closes with its own summary line (their "... ok" lines
-    // may interleave).
-    let passed = stdout.matches("test result: ok. 1 passed").count();
+    // Every rank ran the test and passed: mpirun's status is the ranks'
+    // (a failed test exits non-zero). Their output is not counted: what a
+    // rank prints after MPI is finalized may not be forwarded.
     assert!(
-        out.status.success() && passed == n,
-        "{test}: mpirun -n {n} exited with {} and {passed} of {n} ranks passed:\n{stdout}{stderr}",
+        out.status.success() && !stdout.contains("running 0 tests"),
+        "{test}: mpirun -n {n} exited with {}:\n{stdout}{stderr}",
         out.status
     );
 }

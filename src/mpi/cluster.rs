@@ -217,9 +217,11 @@ impl Cluster {
             &self.inner.engine.registry,
             deps,
             move || {
-                let (slot, promise) = unsent.take();
+                // Taken only once `produce` returned: if it panics, the
+                // guard, dropped in the unwinding, says cancelled.
                 let buf = produce();
                 let count = count_of("send_after", buf.len());
+                let (slot, promise) = unsent.take();
                 let kind = Kind::Send {
                     buf: buf.as_ptr().cast::<c_void>(),
                     count,
@@ -438,6 +440,11 @@ impl Cluster {
         );
     }
 
+    /// The runtime its completions run on.
+    pub(super) fn registry(&self) -> &Arc<Registry> {
+        &self.inner.engine.registry
+    }
+
     fn check_rank(&self, what: &str, rank: usize) {
         assert!(
             rank < self.inner.size,
@@ -522,6 +529,9 @@ type Slot<T> = Arc<Outcome<T>>;
 struct Outcome<T> {
     value: Mutex<Option<Result<Vec<T>, MpiError>>>,
     set: Condvar,
+    /// Whether the operation succeeded: kept apart from `value`, which a
+    /// `join` may take before the completion reads it.
+    succeeded: AtomicBool,
 }
 
 impl<T> Outcome<T> {
@@ -529,6 +539,7 @@ impl<T> Outcome<T> {
         Self {
             value: Mutex::new(None),
             set: Condvar::new(),
+            succeeded: AtomicBool::new(false),
         }
     }
 
@@ -537,6 +548,9 @@ impl<T> Outcome<T> {
     fn set(&self, result: Result<Vec<T>, MpiError>) {
         let mut value = lock(&self.value);
         if value.is_none() {
+            // Relaxed: the signal's fire (after this) releases it to the
+            // completion.
+            self.succeeded.store(result.is_ok(), Ordering::Relaxed);
             *value = Some(result);
         }
         drop(value);
@@ -544,7 +558,7 @@ impl<T> Outcome<T> {
     }
 
     fn is_ok(&self) -> bool {
-        matches!(*lock(&self.value), Some(Ok(_)))
+        self.succeeded.load(Ordering::Relaxed)
     }
 }
 

@@ -15,9 +15,10 @@
 //! A signal made and not yet fired counts as pending work of the runtime:
 //! `sync_root` and the runtime's drop wait for messages in flight. When the
 //! cluster is dropped, the thread abandons what is still in flight (a
-//! receive is cancelled and waited for; a send or a collective cannot be,
-//! so its buffer is leaked rather than freed under MPI), breaking those
-//! promises, frees its communicator and finalizes MPI.
+//! receive is cancelled and waited for; a send's request is freed and its
+//! buffer leaked rather than freed under MPI; a collective can be neither,
+//! and is left, with its buffers), breaking those promises, frees its
+//! communicator and finalizes MPI.
 //!
 //! Between operations the thread backs off: with operations in flight it
 //! tests them busily for 20 µs, then yielding for up to 1 ms, then every
@@ -223,8 +224,21 @@ struct InFlight {
     call: &'static str,
     /// For a receive: its datatype and the elements asked for.
     receive: Option<(MPI_Datatype, usize)>,
-    /// Whether it may be cancelled at shutdown (a receive).
-    cancellable: bool,
+    /// What shutdown may do with it.
+    on_stop: OnStop,
+}
+
+/// How an operation in flight is abandoned at shutdown.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum OnStop {
+    /// A receive: cancelled, then waited for.
+    Cancel,
+    /// A send: its request freed (it completes on its own); its buffer
+    /// leaked.
+    Free,
+    /// A collective: MPI allows neither: the request and the buffers are
+    /// leaked.
+    Leave,
 }
 
 /// The progress thread's body.
@@ -273,7 +287,11 @@ fn progress(engine: &Engine, started: mpsc::Sender<Result<Started, MpiError>>) {
                                 signal: op.signal,
                                 call,
                                 receive,
-                                cancellable: matches!(op.kind, Kind::Recv { .. }),
+                                on_stop: match op.kind {
+                                    Kind::Recv { .. } => OnStop::Cancel,
+                                    Kind::Send { .. } => OnStop::Free,
+                                    Kind::Bcast { .. } | Kind::Allreduce { .. } => OnStop::Leave,
+                                },
                             });
                         }
                         Err(code) => engine.complete(
@@ -312,7 +330,14 @@ fn progress(engine: &Engine, started: mpsc::Sender<Result<Started, MpiError>>) {
             }
         }
         if stopping {
-            *lock(&engine.queue) = None;
+            // Posts that came after this round took the commands (on an
+            // MPI failure there may be some) are abandoned unstarted.
+            let late = lock(&engine.queue).take().unwrap_or_default();
+            for command in late {
+                if let Command::Post(op) = command {
+                    engine.abandon_unstarted(op);
+                }
+            }
             abandon_in_flight(engine, flights.drain(..), requests.drain(..));
             break;
         }
@@ -374,6 +399,8 @@ fn init() -> Result<(MPI_Comm, Started), MpiError> {
     // set.
     let rc = unsafe {
         mpi_sys::MPI_Comm_set_errhandler(world, mpi_sys::RSMPI_ERRORS_RETURN);
+        // Errors tied to no object are raised on MPI_COMM_SELF (MPI-4).
+        mpi_sys::MPI_Comm_set_errhandler(mpi_sys::RSMPI_COMM_SELF, mpi_sys::RSMPI_ERRORS_RETURN);
         let mut rc = mpi_sys::MPI_Comm_dup(world, &mut comm);
         if rc == 0 {
             mpi_sys::MPI_Comm_set_errhandler(comm, mpi_sys::RSMPI_ERRORS_RETURN);
@@ -479,7 +506,7 @@ fn test_some(requests: &mut [MPI_Request]) -> Result<Vec<(usize, MPI_Status, c_i
             statuses.as_mut_ptr(),
         )
     };
-    let in_status = rc == mpi_sys::MPI_ERR_IN_STATUS as c_int;
+    let in_status = rc != 0 && error_class(rc) == mpi_sys::MPI_ERR_IN_STATUS as c_int;
     if rc != 0 && !in_status {
         return Err(rc);
     }
@@ -539,18 +566,28 @@ fn abandon_in_flight(
     requests: impl Iterator<Item = MPI_Request>,
 ) {
     for (flight, mut request) in flights.zip(requests) {
-        let outcome = if flight.cancellable {
-            // SAFETY: MPI was started on this thread; the request is active.
-            unsafe {
-                mpi_sys::MPI_Cancel(&mut request);
-                mpi_sys::MPI_Wait(&mut request, mpi_sys::RSMPI_STATUS_IGNORE);
+        let outcome = match flight.on_stop {
+            OnStop::Cancel => {
+                // SAFETY: MPI was started on this thread; the request is
+                // active.
+                let waited = unsafe {
+                    mpi_sys::MPI_Cancel(&mut request);
+                    mpi_sys::MPI_Wait(&mut request, mpi_sys::RSMPI_STATUS_IGNORE)
+                };
+                if waited == 0 {
+                    // Cancelled, or complete: MPI is done with the buffer.
+                    Outcome::Failed(MpiError::Abandoned)
+                } else {
+                    Outcome::Leaked
+                }
             }
-            Outcome::Failed(MpiError::Abandoned)
-        } else {
-            // SAFETY: as above; freeing an active request lets it complete
-            // on its own, with its buffer (leaked below) left in place.
-            unsafe { mpi_sys::MPI_Request_free(&mut request) };
-            Outcome::Leaked
+            OnStop::Free => {
+                // SAFETY: as above; freeing an active send's request lets it
+                // complete on its own, with its buffer (leaked) in place.
+                unsafe { mpi_sys::MPI_Request_free(&mut request) };
+                Outcome::Leaked
+            }
+            OnStop::Leave => Outcome::Leaked,
         };
         (flight.finish)(outcome);
         // SAFETY: the signal was never fired (its operation never
@@ -575,6 +612,15 @@ fn back_off(since_progress: Duration, in_flight: bool) {
     } else {
         std::thread::park_timeout(Duration::from_micros(100));
     }
+}
+
+/// The error class of an MPI error code (MPI libraries return codes that
+/// carry more than the class: compare classes).
+fn error_class(code: c_int) -> c_int {
+    let mut class: c_int = code;
+    // SAFETY: a valid out-pointer; callable on the thread that started MPI.
+    unsafe { mpi_sys::MPI_Error_class(code, &mut class) };
+    class
 }
 
 /// MPI's text for an error code.

@@ -50,8 +50,8 @@ pub enum MpiError {
     /// The operation was abandoned before it completed: the cluster was
     /// dropped (or MPI failed) while it was in flight.
     Abandoned,
-    /// A [`send_after`](super::Cluster::send_after) whose dependency broke:
-    /// nothing was produced or sent.
+    /// A [`send_after`](super::Cluster::send_after) whose dependency broke,
+    /// or whose `produce` panicked: nothing was sent.
     Cancelled,
 }
 
@@ -79,7 +79,7 @@ impl fmt::Display for MpiError {
             ),
             MpiError::Cancelled => write!(
                 f,
-                "the send was cancelled: a dependency it waited for broke, so nothing was sent"
+                "the send was cancelled: a dependency it waited for broke, or what was to produce its data panicked, so nothing was sent"
             ),
             MpiError::Abandoned => write!(
                 f,

@@ -15,6 +15,7 @@
 //! space down.
 
 use super::{Cluster, Element, MpiError, Reduce};
+use crate::core::pool::current_registry;
 use crate::core::sync::{lock, Mutex};
 use crate::graph::build::{Graph, Node};
 use crate::graph::chain::{ChainDone, ChainRest, StreamWork};
@@ -29,8 +30,9 @@ use std::sync::Arc;
 type Body<'g, T> = Box<dyn FnMut(&[&[T]]) -> Vec<T> + Send + 'g>;
 
 /// Each node's latest value on this rank: its own nodes', and those
-/// received from other ranks.
-type Values<T> = Arc<Vec<Mutex<Vec<T>>>>;
+/// received from other ranks. Shared (`Arc`), so that a node takes its
+/// inputs under each lock for a moment and runs with none held.
+type Values<T> = Arc<Vec<Mutex<Arc<Vec<T>>>>>;
 
 /// Says "the producer failed" in place of a length.
 const FAILED: u64 = u64::MAX;
@@ -40,6 +42,16 @@ const FAILED: u64 = u64::MAX;
 /// nodes, and the values that cross ranks travel as messages, as the
 /// edges order them. Built once, run many times (the split is made on the
 /// first run).
+///
+/// Every rank calls [`run`](RankGraph::run) the same number of times,
+/// whatever a run returned: a rank that stops early leaves the others
+/// waiting for its messages. Run it on the cluster's runtime. Its
+/// messages use the highest tags, two per value that crosses ranks
+/// (`tag_ub()` down): keep other messages on the cluster below those, and
+/// run one `RankGraph` at a time. A node that panics (or is skipped) sends
+/// that in place of its value, so what needs it on other ranks fails too;
+/// an MPI error on a send, which the receiving rank cannot learn of, is
+/// not covered.
 ///
 /// ```no_run
 /// use selvedge::mpi::{Cluster, RankGraph};
@@ -53,7 +65,10 @@ const FAILED: u64 = u64::MAX;
 /// g.edge(load, scale); // a message from rank 0 to rank 1
 /// g.edge(scale, total); // and back
 /// for _ in 0..3 {
-///     g.run()?;
+///     // Every rank runs every step, whatever the step returned here.
+///     if let Err(e) = g.run() {
+///         eprintln!("rank {}: {e}", cluster.rank());
+///     }
 /// }
 /// if cluster.rank() == 0 {
 ///     assert_eq!(g.value(total), Some(vec![60.0]));
@@ -216,7 +231,14 @@ impl<'g, T: Element> RankGraph<'g, T> {
     /// On the first run, if the ranks did not all build the same graph
     /// (the same nodes on the same ranks, the same edges).
     pub fn run(&mut self) -> Result<(), GraphError> {
+        assert!(
+            Arc::ptr_eq(current_registry(), self.cluster.registry()),
+            "selvedge::mpi: RankGraph::run on a runtime other than its cluster's: the messages' completions run on the cluster's runtime; run the graph there (inside its Runtime::run, or from outside every runtime for the global one)"
+        );
         if self.local.is_none() {
+            // The same on every rank, in this order: the shapes compared
+            // first (a collective every rank reaches), then the cycle.
+            self.check_same_everywhere();
             self.check_acyclic()?;
             self.split();
         }
@@ -244,7 +266,7 @@ impl<'g, T: Element> RankGraph<'g, T> {
                 .edges
                 .iter()
                 .any(|&(from, to)| from == node.0 && self.nodes[to].rank == here);
-        reaches_here.then(|| lock(&values[node.0]).clone())
+        reaches_here.then(|| lock(&values[node.0]).to_vec())
     }
 
     fn check_unsplit(&self, what: &str) {
@@ -272,34 +294,13 @@ impl<'g, T: Element> RankGraph<'g, T> {
 
     /// Makes this rank's part of the graph.
     fn split(&mut self) {
-        self.check_same_everywhere();
         let here = self.cluster.rank();
-        let values: Values<T> =
-            Arc::new(self.nodes.iter().map(|_| Mutex::new(Vec::new())).collect());
-        let mut local = Graph::new();
-        // This rank's nodes.
-        let mut ran_here: HashMap<usize, Node> = HashMap::new();
-        for (index, spec) in self.nodes.iter_mut().enumerate() {
-            if spec.rank != here {
-                continue;
-            }
-            let inputs: Vec<usize> = self
-                .edges
+        let values: Values<T> = Arc::new(
+            self.nodes
                 .iter()
-                .filter(|&&(_, to)| to == index)
-                .map(|&(from, _)| from)
-                .collect();
-            let mut body = spec.body.take().expect("split once");
-            let values = Arc::clone(&values);
-            let node = local.node_named(spec.name.clone(), move || {
-                let guards: Vec<_> = inputs.iter().map(|&i| lock(&values[i])).collect();
-                let slices: Vec<&[T]> = guards.iter().map(|g| g.as_slice()).collect();
-                let out = body(&slices);
-                drop(guards);
-                *lock(&values[index]) = out;
-            });
-            ran_here.insert(index, node);
-        }
+                .map(|_| Mutex::new(Arc::new(Vec::new())))
+                .collect(),
+        );
         // The transfers: one per producer and consumer rank, in the order
         // of their first edge (the same on every rank).
         let mut transfers: Vec<(usize, usize)> = Vec::new();
@@ -316,6 +317,32 @@ impl<'g, T: Element> RankGraph<'g, T> {
             transfers.len(),
             2 * transfers.len()
         );
+        let mut local = Graph::new();
+        // This rank's nodes.
+        let mut ran_here: HashMap<usize, Node> = HashMap::new();
+        for (index, spec) in self.nodes.iter_mut().enumerate() {
+            if spec.rank != here {
+                continue;
+            }
+            let inputs: Vec<usize> = self
+                .edges
+                .iter()
+                .filter(|&&(_, to)| to == index)
+                .map(|&(from, _)| from)
+                .collect();
+            let mut body = spec.body.take().expect("split once");
+            let values = Arc::clone(&values);
+            let node = local.node_named(spec.name.clone(), move || {
+                let taken: Vec<Arc<Vec<T>>> = inputs
+                    .iter()
+                    .map(|&i| Arc::clone(&lock(&values[i])))
+                    .collect();
+                let slices: Vec<&[T]> = taken.iter().map(|v| v.as_slice()).collect();
+                let out = body(&slices);
+                *lock(&values[index]) = Arc::new(out);
+            });
+            ran_here.insert(index, node);
+        }
         let mut received: HashMap<(usize, usize), Node> = HashMap::new();
         for (t, &(from, dest)) in transfers.iter().enumerate() {
             let tag = (tag_ub - 2 * t) as i32;
@@ -435,7 +462,7 @@ impl<T: Element> StreamWork for SendValue<T> {
     fn forget_chain(&mut self) {}
 
     fn start_chain(&mut self, _rest: ChainRest<'_>, done: ChainDone) {
-        let value = lock(&self.values[self.node]).clone();
+        let value = lock(&self.values[self.node]).to_vec();
         let (dest, tag) = (self.dest, self.tag);
         let failed = move |e: MpiError| -> Box<dyn Any + Send> {
             Box::new(format!("selvedge::mpi: sending to rank {dest} failed: {e}"))
@@ -518,7 +545,7 @@ impl<T: Element> StreamWork for ReceiveValue<T> {
                         move |body| match body {
                             Err(e) => done.fail(0, failed(format!("receiving it failed: {e}"))),
                             Ok(value) => {
-                                *lock(&values[node]) = value;
+                                *lock(&values[node]) = Arc::new(value);
                                 done.complete();
                             }
                         },
