@@ -381,3 +381,81 @@ fn a_failure_on_one_rank_skips_what_depends_on_it_everywhere() {
         },
     );
 }
+
+/// A message joined from outside the pool still fulfills its dependency:
+/// the task behind it runs, 50 times over. (Whether the join or the
+/// completion comes first is up to the scheduler; the unit test
+/// `success_is_known_after_the_value_was_taken` pins the order down.) And
+/// a `send_after` whose `produce` panics says cancelled instead of hanging
+/// its join.
+#[test]
+fn a_joined_message_still_fulfills_its_dependency() {
+    on_ranks(
+        "a_joined_message_still_fulfills_its_dependency",
+        2,
+        |cluster| {
+            let peer = 1 - cluster.rank();
+            for round in 0..50 {
+                if cluster.rank() == 0 {
+                    cluster.isend(vec![round as u32], peer, 11).join().unwrap();
+                } else {
+                    let m = cluster.irecv::<u32>(1, peer, 11);
+                    let behind = spawn_delayed([m.dep()], move || round);
+                    assert_eq!(m.join().unwrap(), [round as u32]);
+                    assert_eq!(
+                        behind.try_join().ok(),
+                        Some(round),
+                        "round {round}: the task behind a joined message was cancelled"
+                    );
+                }
+            }
+            let broken = cluster.send_after(
+                Vec::new(),
+                || -> Vec<u8> { panic!("no data to send") },
+                peer,
+                12,
+            );
+            assert_eq!(broken.join(), Err(MpiError::Cancelled));
+        },
+    );
+}
+
+/// A node that takes one value twice (the edge added twice) and two nodes
+/// that take two values in opposite orders, on two workers at once: no
+/// node holds a lock on its inputs while it runs, so none waits for
+/// another.
+#[test]
+fn inputs_taken_twice_or_in_opposite_orders_do_not_deadlock() {
+    on_ranks(
+        "inputs_taken_twice_or_in_opposite_orders_do_not_deadlock",
+        2,
+        |cluster| {
+            let mut g = RankGraph::<u64>::new(&cluster);
+            let a = g.node(0, |_| vec![1]);
+            let b = g.node(1, |_| vec![2]);
+            let twice = g.node(0, |inputs| vec![inputs[0][0] + inputs[1][0]]);
+            let ab = g.node(0, |inputs| {
+                std::thread::sleep(Duration::from_millis(1));
+                vec![10 * inputs[0][0] + inputs[1][0]]
+            });
+            let ba = g.node(0, |inputs| {
+                std::thread::sleep(Duration::from_millis(1));
+                vec![10 * inputs[0][0] + inputs[1][0]]
+            });
+            g.edge(a, twice);
+            g.edge(a, twice);
+            g.edge(a, ab);
+            g.edge(b, ab);
+            g.edge(b, ba);
+            g.edge(a, ba);
+            for _ in 0..20 {
+                g.run().unwrap();
+            }
+            if cluster.rank() == 0 {
+                assert_eq!(g.value(twice), Some(vec![2]));
+                assert_eq!(g.value(ab), Some(vec![12]));
+                assert_eq!(g.value(ba), Some(vec![21]));
+            }
+        },
+    );
+}

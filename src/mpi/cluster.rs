@@ -680,3 +680,24 @@ impl<T: Element> Message<T> {
             .unwrap_or(Err(MpiError::Abandoned))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Outcome;
+    use crate::mpi::MpiError;
+
+    /// A `join` may take the value before the completion asks whether the
+    /// operation succeeded: the answer must not depend on the value still
+    /// being there.
+    #[test]
+    fn success_is_known_after_the_value_was_taken() {
+        let ok: Outcome<u8> = Outcome::new();
+        ok.set(Ok(vec![1]));
+        assert_eq!(crate::core::sync::lock(&ok.value).take(), Some(Ok(vec![1])));
+        assert!(ok.is_ok());
+        let failed: Outcome<u8> = Outcome::new();
+        failed.set(Err(MpiError::Abandoned));
+        drop(crate::core::sync::lock(&failed.value).take());
+        assert!(!failed.is_ok());
+    }
+}
