@@ -50,16 +50,26 @@ pub struct Cluster {
 }
 
 struct Inner {
-    engine: Arc<Engine>,
+    link: Link,
     rank: usize,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// What posting an operation needs: the engine, and the bounds ranks and
+/// tags are checked against. Held by what posts on the cluster's behalf
+/// after the caller let go (a `send_after`'s task, a graph's completions):
+/// it does not keep the cluster, so MPI is finalized when the last
+/// [`Cluster`] handle goes, not when a pending completion does.
+#[derive(Clone)]
+pub(super) struct Link {
+    engine: Arc<Engine>,
     size: usize,
     tag_ub: i32,
-    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.engine.stop();
+        self.link.engine.stop();
         if let Some(thread) = lock(&self.thread).take() {
             let _ = thread.join();
         }
@@ -105,10 +115,12 @@ impl Cluster {
         let (engine, started, thread) = Engine::start(registry)?;
         Ok(Cluster {
             inner: Arc::new(Inner {
-                engine,
+                link: Link {
+                    engine,
+                    size: started.size,
+                    tag_ub: started.tag_ub,
+                },
                 rank: started.rank,
-                size: started.size,
-                tag_ub: started.tag_ub,
                 thread: Mutex::new(Some(thread)),
             }),
         })
@@ -133,7 +145,7 @@ impl Cluster {
     /// # Ok::<(), selvedge::mpi::MpiError>(())
     /// ```
     pub fn size(&self) -> usize {
-        self.inner.size
+        self.inner.link.size
     }
 
     /// The largest tag this MPI library allows (at least 32767).
@@ -144,7 +156,7 @@ impl Cluster {
     /// # Ok::<(), selvedge::mpi::MpiError>(())
     /// ```
     pub fn tag_ub(&self) -> i32 {
-        self.inner.tag_ub
+        self.inner.link.tag_ub
     }
 
     /// Sends `buf` to rank `dest` with `tag`, nonblocking. The handle's
@@ -164,8 +176,8 @@ impl Cluster {
     /// # Ok::<(), selvedge::mpi::MpiError>(())
     /// ```
     pub fn isend<T: Element>(&self, buf: Vec<T>, dest: usize, tag: i32) -> Message<T> {
-        self.check_rank("isend to", dest);
-        self.check_tag("isend", tag);
+        self.link().check_rank("isend to", dest);
+        self.link().check_tag("isend", tag);
         let count = count_of("isend", buf.len());
         let kind = Kind::Send {
             buf: buf.as_ptr().cast::<c_void>(),
@@ -174,7 +186,7 @@ impl Cluster {
             dest: dest as c_int,
             tag,
         };
-        self.post(kind, buf, |_, buf| Ok(buf))
+        self.link().post(kind, buf, |_, buf| Ok(buf))
     }
 
     /// Sends what `produce` returns once every one of `deps` is fulfilled:
@@ -200,12 +212,12 @@ impl Cluster {
         F: FnOnce() -> Vec<T> + Send + 'static,
         T: Element,
     {
-        self.check_rank("send_after to", dest);
-        self.check_tag("send_after", tag);
+        self.link().check_rank("send_after to", dest);
+        self.link().check_tag("send_after", tag);
         let promise = Promise::new();
         let dep = promise.dep();
         let slot: Slot<T> = Arc::new(Outcome::new());
-        let cluster = self.clone();
+        let link = self.link().clone();
         let mut unsent = Unsent {
             slot: Some(Arc::clone(&slot)),
             promise: Some(promise),
@@ -214,7 +226,7 @@ impl Cluster {
         // send went. A broken dependency drops the task unrun, and with it
         // the guard: the outcome says cancelled, and the promise breaks.
         drop(submit_delayed(
-            &self.inner.engine.registry,
+            &self.link().engine.registry,
             deps,
             move || {
                 // Taken only once `produce` returned: if it panics, the
@@ -229,13 +241,13 @@ impl Cluster {
                     dest: dest as c_int,
                     tag,
                 };
-                cluster.post_with(kind, buf, |_, buf| Ok(buf), promise, slot);
+                link.post_with(kind, buf, |_, buf| Ok(buf), promise, slot);
             },
         ));
         Message {
             dep,
             slot,
-            registry: Arc::clone(&self.inner.engine.registry),
+            registry: Arc::clone(&self.link().engine.registry),
         }
     }
 
@@ -258,10 +270,11 @@ impl Cluster {
     /// # Ok::<(), selvedge::mpi::MpiError>(())
     /// ```
     pub fn irecv<T: Element>(&self, len: usize, source: usize, tag: i32) -> Message<T> {
-        self.check_rank("irecv from", source);
-        self.check_tag("irecv", tag);
+        self.link().check_rank("irecv from", source);
+        self.link().check_tag("irecv", tag);
         let (kind, buf) = receive(len, source, tag);
-        self.post(kind, buf, move |outcome, buf| received(outcome, buf, len))
+        self.link()
+            .post(kind, buf, move |outcome, buf| received(outcome, buf, len))
     }
 
     /// Broadcasts `buf` from rank `root` to every rank, nonblocking: every
@@ -280,7 +293,7 @@ impl Cluster {
     /// # Ok::<(), selvedge::mpi::MpiError>(())
     /// ```
     pub fn ibcast<T: Element>(&self, mut buf: Vec<T>, root: usize) -> Message<T> {
-        self.check_rank("ibcast from", root);
+        self.link().check_rank("ibcast from", root);
         let count = count_of("ibcast", buf.len());
         let kind = Kind::Bcast {
             buf: buf.as_mut_ptr().cast::<c_void>(),
@@ -288,7 +301,7 @@ impl Cluster {
             datatype: T::datatype(),
             root: root as c_int,
         };
-        self.post(kind, buf, |_, buf| Ok(buf))
+        self.link().post(kind, buf, |_, buf| Ok(buf))
     }
 
     /// Reduces `buf` element by element over every rank with `op`,
@@ -317,14 +330,22 @@ impl Cluster {
             op: op.handle(),
         };
         let len = buf.len();
-        self.post(kind, (buf, result), move |_, (_, mut result)| {
-            // SAFETY: MPI wrote `len` elements of a type for which every
-            // bit pattern is a value.
-            unsafe { result.set_len(len) };
-            Ok(result)
-        })
+        self.link()
+            .post(kind, (buf, result), move |_, (_, mut result)| {
+                // SAFETY: MPI wrote `len` elements of a type for which every
+                // bit pattern is a value.
+                unsafe { result.set_len(len) };
+                Ok(result)
+            })
     }
 
+    /// The posting side of the cluster (see [`Link`]).
+    pub(super) fn link(&self) -> &Link {
+        &self.inner.link
+    }
+}
+
+impl Link {
     /// Posts an operation whose buffers are `owned`; `done` makes the
     /// handle's value from them once the operation completed.
     fn post<T, B>(
@@ -344,7 +365,7 @@ impl Cluster {
         Message {
             dep,
             slot,
-            registry: Arc::clone(&self.inner.engine.registry),
+            registry: Arc::clone(&self.engine.registry),
         }
     }
 
@@ -387,8 +408,8 @@ impl Cluster {
                 Then::Call(f) => f(lock(&slot.value).take().unwrap_or(Err(MpiError::Abandoned))),
             }
         });
-        let signal = self.inner.engine.registry.signal(action);
-        self.inner.engine.post(Op {
+        let signal = self.engine.registry.signal(action);
+        self.engine.post(Op {
             kind,
             finish,
             signal,
@@ -442,23 +463,23 @@ impl Cluster {
 
     /// The runtime its completions run on.
     pub(super) fn registry(&self) -> &Arc<Registry> {
-        &self.inner.engine.registry
+        &self.engine.registry
     }
 
     fn check_rank(&self, what: &str, rank: usize) {
         assert!(
-            rank < self.inner.size,
+            rank < self.size,
             "selvedge::mpi: {what} rank {rank}, but the cluster has {} ranks (0..{})",
-            self.inner.size,
-            self.inner.size
+            self.size,
+            self.size
         );
     }
 
     fn check_tag(&self, what: &str, tag: i32) {
         assert!(
-            (0..=self.inner.tag_ub).contains(&tag),
+            (0..=self.tag_ub).contains(&tag),
             "selvedge::mpi: {what} with tag {tag}, outside 0..={} (this MPI library's MPI_TAG_UB)",
-            self.inner.tag_ub
+            self.tag_ub
         );
     }
 }

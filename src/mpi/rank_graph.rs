@@ -14,6 +14,7 @@
 //! the tags `tag_ub - 2t` and `tag_ub - 2t - 1`, from the top of the tag
 //! space down.
 
+use super::cluster::Link;
 use super::{Cluster, Element, MpiError, Reduce};
 use crate::core::pool::current_registry;
 use crate::core::sync::{lock, Mutex};
@@ -232,7 +233,7 @@ impl<'g, T: Element> RankGraph<'g, T> {
     /// (the same nodes on the same ranks, the same edges).
     pub fn run(&mut self) -> Result<(), GraphError> {
         assert!(
-            Arc::ptr_eq(current_registry(), self.cluster.registry()),
+            Arc::ptr_eq(current_registry(), self.cluster.link().registry()),
             "selvedge::mpi: RankGraph::run on a runtime other than its cluster's: the messages' completions run on the cluster's runtime; run the graph there (inside its Runtime::run, or from outside every runtime for the global one)"
         );
         if self.local.is_none() {
@@ -352,7 +353,7 @@ impl<'g, T: Element> RankGraph<'g, T> {
                 let send = local.add(
                     Some(format!("send {producer} to rank {dest}").into()),
                     Box::new(SendValue {
-                        cluster: self.cluster.clone(),
+                        link: self.cluster.link().clone(),
                         values: Arc::clone(&values),
                         node: from,
                         dest,
@@ -364,7 +365,7 @@ impl<'g, T: Element> RankGraph<'g, T> {
                 let receive = local.add(
                     Some(format!("receive {producer} from rank {source}").into()),
                     Box::new(ReceiveValue {
-                        cluster: self.cluster.clone(),
+                        link: self.cluster.link().clone(),
                         values: Arc::clone(&values),
                         node: from,
                         producer,
@@ -430,7 +431,7 @@ impl<'g, T: Element> RankGraph<'g, T> {
 /// waits for it); skipped (the producer failed), it sends the failure
 /// instead, and the run does not wait for that.
 struct SendValue<T> {
-    cluster: Cluster,
+    link: Link,
     values: Values<T>,
     node: usize,
     dest: usize,
@@ -444,8 +445,7 @@ impl<T: Element> NodeWork for SendValue<T> {
 
     fn skipped(&mut self) {
         let dest = self.dest;
-        self.cluster
-            .isend_then(vec![FAILED], dest, self.tag, |_| ());
+        self.link.isend_then(vec![FAILED], dest, self.tag, |_| ());
     }
 
     fn as_stream(&mut self) -> Option<&mut dyn StreamWork> {
@@ -467,14 +467,14 @@ impl<T: Element> StreamWork for SendValue<T> {
         let failed = move |e: MpiError| -> Box<dyn Any + Send> {
             Box::new(format!("selvedge::mpi: sending to rank {dest} failed: {e}"))
         };
-        let cluster = self.cluster.clone();
-        self.cluster.isend_then(
+        let link = self.link.clone();
+        self.link.isend_then(
             vec![value.len() as u64],
             dest,
             tag,
             move |header| match header {
                 Err(e) => done.fail(0, failed(e)),
-                Ok(_) => cluster.isend_then(value, dest, tag - 1, move |body| match body {
+                Ok(_) => link.isend_then(value, dest, tag - 1, move |body| match body {
                     Err(e) => done.fail(0, failed(e)),
                     Ok(_) => done.complete(),
                 }),
@@ -491,7 +491,7 @@ impl<T: Element> StreamWork for SendValue<T> {
 /// completes when the value arrived (a stream node of its own: no worker
 /// waits for the message).
 struct ReceiveValue<T> {
-    cluster: Cluster,
+    link: Link,
     values: Values<T>,
     node: usize,
     producer: Cow<'static, str>,
@@ -521,13 +521,13 @@ impl<T: Element> StreamWork for ReceiveValue<T> {
         let (source, tag, node) = (self.source, self.tag, self.node);
         let producer = self.producer.clone();
         let values = Arc::clone(&self.values);
-        let cluster = self.cluster.clone();
+        let link = self.link.clone();
         let failed = move |why: String| -> Box<dyn Any + Send> {
             Box::new(format!(
                 "selvedge::mpi: {producer}'s value from rank {source}: {why}"
             ))
         };
-        self.cluster
+        self.link
             .irecv_then::<u64>(1, source, tag, move |header| match header {
                 Err(e) => done.fail(0, failed(format!("receiving it failed: {e}"))),
                 Ok(len) if len[0] == FAILED => done.fail(
@@ -538,18 +538,13 @@ impl<T: Element> StreamWork for ReceiveValue<T> {
                     ),
                 ),
                 Ok(len) => {
-                    cluster.irecv_then::<T>(
-                        len[0] as usize,
-                        source,
-                        tag - 1,
-                        move |body| match body {
-                            Err(e) => done.fail(0, failed(format!("receiving it failed: {e}"))),
-                            Ok(value) => {
-                                *lock(&values[node]) = Arc::new(value);
-                                done.complete();
-                            }
-                        },
-                    )
+                    link.irecv_then::<T>(len[0] as usize, source, tag - 1, move |body| match body {
+                        Err(e) => done.fail(0, failed(format!("receiving it failed: {e}"))),
+                        Ok(value) => {
+                            *lock(&values[node]) = Arc::new(value);
+                            done.complete();
+                        }
+                    })
                 }
             });
     }
