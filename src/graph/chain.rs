@@ -508,23 +508,8 @@ mod tests {
     }
 
     /// `edges` as the plan lays them out, for `n` nodes.
-    fn layout(n: usize, edges: &[(u32, u32)]) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
-        let mut first = vec![0u32; n + 1];
-        let mut preds = vec![0u32; n];
-        for &(from, to) in edges {
-            first[from as usize + 1] += 1;
-            preds[to as usize] += 1;
-        }
-        for i in 0..n {
-            first[i + 1] += first[i];
-        }
-        let mut fill = first.clone();
-        let mut successors = vec![0u32; edges.len()];
-        for &(from, to) in edges {
-            successors[fill[from as usize] as usize] = to;
-            fill[from as usize] += 1;
-        }
-        (first, successors, preds)
+    fn layout(n: usize, edges: &[(u32, u32)]) -> (Vec<u32>, Box<[u32]>, Vec<u32>) {
+        crate::graph::plan::lay_out(n, edges)
     }
 
     #[test]

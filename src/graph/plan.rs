@@ -48,24 +48,7 @@ impl Drop for Plan {
 /// the last before the first, when the edges form one.
 pub(crate) fn prepare(nodes: &mut [NodeTask<'_>], edges: &[(u32, u32)]) -> Result<Plan, Vec<u32>> {
     let n = nodes.len();
-    // Successor lists by counting sort on the predecessor: `start[i]` is
-    // where node i's successors begin.
-    let mut start = vec![0u32; n + 1];
-    let mut preds = vec![0u32; n];
-    for &(from, to) in edges {
-        start[from as usize + 1] += 1;
-        preds[to as usize] += 1;
-    }
-    for i in 0..n {
-        start[i + 1] += start[i];
-    }
-    let mut fill = start.clone();
-    let mut successors = vec![0u32; edges.len()].into_boxed_slice();
-    for &(from, to) in edges {
-        let at = &mut fill[from as usize];
-        successors[*at as usize] = to;
-        *at += 1;
-    }
+    let (start, successors, preds) = lay_out(n, edges);
     // Kahn's algorithm: whatever is never freed of its predecessors lies
     // on a cycle or after one.
     let roots: Box<[u32]> = (0..n as u32).filter(|&i| preds[i as usize] == 0).collect();
@@ -118,6 +101,30 @@ pub(crate) fn prepare(nodes: &mut [NodeTask<'_>], edges: &[(u32, u32)]) -> Resul
         chain_nodes: chain_nodes.into_boxed_slice(),
         slot,
     })
+}
+
+/// The successor lists of `n` nodes joined by `edges`, by counting sort on
+/// the predecessor: node i's successors are
+/// `successors[start[i]..start[i + 1]]`, in the order their edges were
+/// added; `preds[i]` counts node i's predecessors.
+pub(crate) fn lay_out(n: usize, edges: &[(u32, u32)]) -> (Vec<u32>, Box<[u32]>, Vec<u32>) {
+    let mut start = vec![0u32; n + 1];
+    let mut preds = vec![0u32; n];
+    for &(from, to) in edges {
+        start[from as usize + 1] += 1;
+        preds[to as usize] += 1;
+    }
+    for i in 0..n {
+        start[i + 1] += start[i];
+    }
+    let mut fill = start.clone();
+    let mut successors = vec![0u32; edges.len()].into_boxed_slice();
+    for &(from, to) in edges {
+        let at = &mut fill[from as usize];
+        successors[*at as usize] = to;
+        *at += 1;
+    }
+    (start, successors, preds)
 }
 
 /// One cycle among the nodes Kahn's algorithm could not order (`left[i] >

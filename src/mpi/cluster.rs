@@ -178,15 +178,8 @@ impl Cluster {
     pub fn isend<T: Element>(&self, buf: Vec<T>, dest: usize, tag: i32) -> Message<T> {
         self.link().check_rank("isend to", dest);
         self.link().check_tag("isend", tag);
-        let count = count_of("isend", buf.len());
-        let kind = Kind::Send {
-            buf: buf.as_ptr().cast::<c_void>(),
-            count,
-            datatype: T::datatype(),
-            dest: dest as c_int,
-            tag,
-        };
-        self.link().post(kind, buf, |_, buf| Ok(buf))
+        self.link()
+            .post(send("isend", &buf, dest, tag), buf, |_, buf| Ok(buf))
     }
 
     /// Sends what `produce` returns once every one of `deps` is fulfilled:
@@ -232,15 +225,8 @@ impl Cluster {
                 // Taken only once `produce` returned: if it panics, the
                 // guard, dropped in the unwinding, says cancelled.
                 let buf = produce();
-                let count = count_of("send_after", buf.len());
+                let kind = send("send_after", &buf, dest, tag);
                 let (slot, promise) = unsent.take();
-                let kind = Kind::Send {
-                    buf: buf.as_ptr().cast::<c_void>(),
-                    count,
-                    datatype: T::datatype(),
-                    dest: dest as c_int,
-                    tag,
-                };
                 link.post_with(kind, buf, |_, buf| Ok(buf), promise, slot);
             },
         ));
@@ -428,13 +414,7 @@ impl Link {
     ) {
         self.check_rank("isend to", dest);
         self.check_tag("isend", tag);
-        let kind = Kind::Send {
-            buf: buf.as_ptr().cast::<c_void>(),
-            count: count_of("isend", buf.len()),
-            datatype: T::datatype(),
-            dest: dest as c_int,
-            tag,
-        };
+        let kind = send("isend", &buf, dest, tag);
         let then = Then::Call(Box::new(then));
         self.post_with(kind, buf, |_, buf| Ok(buf), then, Arc::new(Outcome::new()));
     }
@@ -481,6 +461,17 @@ impl Link {
             "selvedge::mpi: {what} with tag {tag}, outside 0..={} (this MPI library's MPI_TAG_UB)",
             self.tag_ub
         );
+    }
+}
+
+/// A send of `buf` (`what` names the call for a count too large).
+fn send<T: Element>(what: &str, buf: &[T], dest: usize, tag: i32) -> Kind {
+    Kind::Send {
+        buf: buf.as_ptr().cast::<c_void>(),
+        count: count_of(what, buf.len()),
+        datatype: T::datatype(),
+        dest: dest as c_int,
+        tag,
     }
 }
 
