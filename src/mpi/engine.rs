@@ -260,13 +260,17 @@ fn progress(engine: &Engine, started: mpsc::Sender<Result<Started, MpiError>>) {
     let mut requests: Vec<MPI_Request> = Vec::new();
     let mut last_progress = Instant::now();
     let mut stopping = false;
+    // Reused round after round: a round that finds nothing allocates
+    // nothing (the commands' vector is swapped with the queue's, and the
+    // test arrays only grow).
+    let mut commands: Vec<Command> = Vec::new();
+    let mut tester = Tester::default();
     while !stopping {
         let mut progressed = false;
-        let commands = lock(&engine.queue)
-            .as_mut()
-            .map(std::mem::take)
-            .unwrap_or_default();
-        for command in commands {
+        if let Some(queued) = lock(&engine.queue).as_mut() {
+            std::mem::swap(queued, &mut commands);
+        }
+        for command in commands.drain(..) {
             match command {
                 Command::Stop => stopping = true,
                 Command::Post(op) if stopping => engine.abandon_unstarted(op),
@@ -307,12 +311,12 @@ fn progress(engine: &Engine, started: mpsc::Sender<Result<Started, MpiError>>) {
             }
         }
         if !requests.is_empty() {
-            match test_some(&mut requests) {
+            match tester.test_some(&mut requests) {
                 Ok(done) => {
                     progressed |= !done.is_empty();
                     // Highest index first: `swap_remove` moves the last
                     // entry into the hole, which is then never one to come.
-                    for (index, status, error) in done.into_iter().rev() {
+                    for &(index, status, error) in done.iter().rev() {
                         requests.swap_remove(index);
                         let flight = flights.swap_remove(index);
                         let outcome = outcome(&flight, &status, error);
@@ -489,40 +493,55 @@ fn begin(kind: &Kind, comm: MPI_Comm) -> Result<MPI_Request, c_int> {
     }
 }
 
-/// The requests that completed: (index, status, error code or 0).
-fn test_some(requests: &mut [MPI_Request]) -> Result<Vec<(usize, MPI_Status, c_int)>, c_int> {
-    let n = requests.len();
-    let mut outcount: c_int = 0;
-    let mut indices: Vec<c_int> = vec![0; n];
-    // SAFETY: a plain C struct of integers: all zeros is a valid value.
-    let mut statuses: Vec<MPI_Status> = (0..n).map(|_| unsafe { std::mem::zeroed() }).collect();
-    // SAFETY: MPI was started on this thread; the arrays hold `n` entries.
-    let rc = unsafe {
-        mpi_sys::MPI_Testsome(
-            n as c_int,
-            requests.as_mut_ptr(),
-            &mut outcount,
-            indices.as_mut_ptr(),
-            statuses.as_mut_ptr(),
-        )
-    };
-    let in_status = rc != 0 && error_class(rc) == mpi_sys::MPI_ERR_IN_STATUS as c_int;
-    if rc != 0 && !in_status {
-        return Err(rc);
-    }
-    if outcount < 0 {
-        // MPI_UNDEFINED: no active request (cannot happen: every one is).
-        return Ok(Vec::new());
-    }
-    let mut done: Vec<(usize, MPI_Status, c_int)> = (0..outcount as usize)
-        .map(|k| {
-            let status = statuses[k];
+/// `MPI_Testsome`'s arrays, kept from round to round.
+#[derive(Default)]
+struct Tester {
+    indices: Vec<c_int>,
+    statuses: Vec<MPI_Status>,
+    done: Vec<(usize, MPI_Status, c_int)>,
+}
+
+impl Tester {
+    /// The requests that completed, by index: (index, status, error code
+    /// or 0).
+    fn test_some(
+        &mut self,
+        requests: &mut [MPI_Request],
+    ) -> Result<&[(usize, MPI_Status, c_int)], c_int> {
+        let n = requests.len();
+        if self.indices.len() < n {
+            self.indices.resize(n, 0);
+            // SAFETY: a plain C struct of integers: all zeros is a valid
+            // value.
+            self.statuses.resize(n, unsafe { std::mem::zeroed() });
+        }
+        let mut outcount: c_int = 0;
+        // SAFETY: MPI was started on this thread; the arrays hold at least
+        // `n` entries.
+        let rc = unsafe {
+            mpi_sys::MPI_Testsome(
+                n as c_int,
+                requests.as_mut_ptr(),
+                &mut outcount,
+                self.indices.as_mut_ptr(),
+                self.statuses.as_mut_ptr(),
+            )
+        };
+        let in_status = rc != 0 && error_class(rc) == mpi_sys::MPI_ERR_IN_STATUS as c_int;
+        if rc != 0 && !in_status {
+            return Err(rc);
+        }
+        self.done.clear();
+        // A negative count is MPI_UNDEFINED: no active request (cannot
+        // happen: every one is).
+        for k in 0..outcount.max(0) as usize {
+            let status = self.statuses[k];
             let error = if in_status { status.MPI_ERROR } else { 0 };
-            (indices[k] as usize, status, error)
-        })
-        .collect();
-    done.sort_unstable_by_key(|&(index, _, _)| index);
-    Ok(done)
+            self.done.push((self.indices[k] as usize, status, error));
+        }
+        self.done.sort_unstable_by_key(|&(index, _, _)| index);
+        Ok(&self.done)
+    }
 }
 
 /// How a completed operation ended.
@@ -531,7 +550,7 @@ fn outcome(flight: &InFlight, status: &MPI_Status, error: c_int) -> Outcome {
     let tag = status.MPI_TAG;
     if error != 0 {
         return Outcome::Failed(match flight.receive {
-            Some((_, expected)) if error == mpi_sys::MPI_ERR_TRUNCATE as c_int => {
+            Some((_, expected)) if error_class(error) == mpi_sys::MPI_ERR_TRUNCATE as c_int => {
                 MpiError::Truncated {
                     expected,
                     source,
