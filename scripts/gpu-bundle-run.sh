@@ -6,7 +6,9 @@
 #
 # STEP is one or more of
 #   tests      every GPU integration test binary, each in its own process
-#   sanitizer  the `gpu` tests under compute-sanitizer's memcheck
+#   sanitizer  the GPU tests under compute-sanitizer's memcheck (not
+#              gpu_fault and gpu_libraries, whose faults and fakes are
+#              their point)
 #   demo       the demonstration: batched_gemm, batch of 256, 256^3, 16 threads
 #   bench      the GPU criterion benchmarks
 #   scaling    the CPU benchmark report (bench_report) at 1, 2, 4, 8, 16 threads
@@ -356,27 +358,36 @@ if [ "$want_sanitizer" -eq 1 ]; then
     section "compute-sanitizer"
     echo "compute-sanitizer not found: skipped"
     record "compute-sanitizer memcheck" skipped 0 "compute-sanitizer not found"
-  elif has_time "compute-sanitizer memcheck" sanitizer 60; then
-    section "compute-sanitizer memcheck: tests/gpu"
-    lim=$(limit "$step_limit")
-    start=$(now_ms)
-    # Not gpu_fault: its deliberate fault is what memcheck reports.
-    # Stream-ordered races (a buffer freed on one stream while another
-    # still reads it) where this compute-sanitizer can track them.
+  else
+    # Every test binary but gpu_fault, whose deliberate fault is what
+    # memcheck reports, and gpu_libraries, whose fake drivers and cuBLAS
+    # libraries stand in for the ones memcheck intercepts (their children
+    # crash under it). Stream-ordered races (a buffer freed on one stream
+    # while another still reads it) where this compute-sanitizer can
+    # track them.
     races=()
     if "$sanitizer" --help 2>/dev/null | grep -q -- '--track-stream-ordered-races'; then
       races=(--track-stream-ordered-races all)
     fi
-    run_logged "$out/sanitizer.log" "$lim" "$sanitizer" --tool memcheck "${races[@]}" \
-      --error-exitcode 86 --print-limit 100 ./tests/gpu --test-threads=1
-    rc=$?
-    t=$(secs_since "$start")
-    summary=$(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -n 1 | sed 's/^=* *//')
-    case "$rc" in
-      0) record "compute-sanitizer memcheck" pass "$t" "tests/gpu: ${summary:-no summary}" ;;
-      86) record "compute-sanitizer memcheck" FAIL "$t" "tests/gpu: ${summary:-memcheck errors}" ;;
-      *) record "compute-sanitizer memcheck" FAIL "$t" "tests/gpu: $(note_of "$rc" "$lim")" ;;
-    esac
+    for bin in tests/*; do
+      [ -x "$bin" ] || continue
+      name=$(basename "$bin")
+      case "$name" in gpu_fault | gpu_libraries) continue ;; esac
+      has_time "compute-sanitizer memcheck: $name" sanitizer 60 || continue
+      section "compute-sanitizer memcheck: tests/$name"
+      lim=$(limit "$step_limit")
+      start=$(now_ms)
+      run_logged "$out/sanitizer-$name.log" "$lim" "$sanitizer" --tool memcheck "${races[@]}" \
+        --error-exitcode 86 --print-limit 100 "./$bin" --test-threads=1
+      rc=$?
+      t=$(secs_since "$start")
+      summary=$(grep -E 'ERROR SUMMARY' "$out/sanitizer-$name.log" | tail -n 1 | sed 's/^=* *//')
+      case "$rc" in
+        0) record "memcheck $name" pass "$t" "${summary:-no summary}" ;;
+        86) record "memcheck $name" FAIL "$t" "${summary:-memcheck errors}" ;;
+        *) record "memcheck $name" FAIL "$t" "$(note_of "$rc" "$lim")${summary:+; $summary}" ;;
+      esac
+    done
   fi
 fi
 

@@ -9,7 +9,7 @@
 mod gpu_support;
 
 use gpu_support::{device, one_at_a_time, Deadline, Kernels, RawPinned};
-use selvedge::gpu::cudarc::driver::{sys, DevicePtr, DriverError};
+use selvedge::gpu::cudarc::driver::{sys, DriverError};
 use selvedge::gpu::GpuError;
 use selvedge::{Graph, GraphError, Runtime};
 use std::ffi::c_void;
@@ -51,16 +51,13 @@ fn a_gpu_chain_is_captured_once_and_each_run_replays_it_before_its_cpu_successor
     let input = RawPinned::new(&dev, n, 0);
     let output = RawPinned::new(&dev, n, SENTINEL);
     let (input_at, output_at) = (input.addr(), output.addr());
-    let (a, b, pa, pb) = dev
-        .spawn(move |s| {
-            let a = s.stream().alloc_zeros::<u32>(n)?;
-            let b = s.stream().alloc_zeros::<u32>(n)?;
-            let pa = a.device_ptr(s.stream()).0;
-            let pb = b.device_ptr(s.stream()).0;
-            Ok((a, b, pa, pb))
-        })
-        .join()
-        .unwrap();
+    // Plain device memory (cuMemAlloc): the graph's lane is another
+    // stream than any task's, and memory from a stream-ordered allocation
+    // (cudarc's `alloc_zeros`) on a task's stream would reach it ordered
+    // only by the task's completion, which compute-sanitizer does not see.
+    let a = RawDevice::new(&dev, n);
+    let b = RawDevice::new(&dev, n);
+    let (pa, pb) = (a.ptr, b.ptr);
     let run = AtomicU32::new(0);
     let calls = [
         AtomicUsize::new(0),
@@ -156,6 +153,41 @@ fn a_gpu_chain_is_captured_once_and_each_run_replays_it_before_its_cpu_successor
         );
     }
     drop((a, b));
+}
+
+/// `len` `u32`s of device memory from `cuMemAlloc`, freed after a host
+/// wait on the whole context.
+struct RawDevice {
+    ptr: sys::CUdeviceptr,
+    dev: selvedge::gpu::Device,
+}
+
+impl RawDevice {
+    fn new(dev: &selvedge::gpu::Device, len: usize) -> RawDevice {
+        dev.context()
+            .bind_to_thread()
+            .expect("making the device's context current");
+        let mut ptr: sys::CUdeviceptr = 0;
+        // SAFETY: a valid out-pointer, in the current context.
+        unsafe { sys::cuMemAlloc_v2(&mut ptr, len * std::mem::size_of::<u32>()) }
+            .result()
+            .expect("cuMemAlloc");
+        RawDevice {
+            ptr,
+            dev: dev.clone(),
+        }
+    }
+}
+
+impl Drop for RawDevice {
+    fn drop(&mut self) {
+        let _ = self.dev.context().bind_to_thread();
+        // SAFETY: no arguments; the context is current on this thread.
+        let _ = unsafe { sys::cuCtxSynchronize() };
+        // SAFETY: allocated by cuMemAlloc in this context, freed once, and
+        // nothing enqueued uses it once the context is idle.
+        let _ = unsafe { sys::cuMemFree_v2(self.ptr) };
+    }
 }
 
 /// A chain whose middle node panics, then returns an error, then works:
