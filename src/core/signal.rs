@@ -220,6 +220,15 @@ impl SignalInbox {
         self.head.load(Ordering::SeqCst).is_null()
     }
 
+    /// A hint that no fired signal waits, for a worker between tasks:
+    /// Relaxed, so it may miss a signal fired this instant, which the next
+    /// task boundary, or the SeqCst [`SignalInbox::is_empty`] of the idle
+    /// path, sees.
+    #[inline]
+    pub fn looks_empty(&self) -> bool {
+        self.head.load(Ordering::Relaxed).is_null()
+    }
+
     /// Whether signals are made but not yet run or abandoned (device work
     /// in flight).
     pub fn has_pending(&self) -> bool {
@@ -343,6 +352,47 @@ mod tests {
                 assert_eq!(c.swap(0, Relaxed), 1, "round {round}: task {i}");
             }
         }
+    }
+
+    #[test]
+    fn a_signal_fired_while_a_worker_runs_its_own_tasks_runs_at_its_next_task_boundary() {
+        // One worker with 50 queued tasks of 2 ms: a signal fired meanwhile
+        // from another thread runs between two of them, not when the
+        // worker's deque is empty (what waits on a device or a message
+        // would otherwise wait for all of this worker's tasks).
+        let rt = Runtime::builder().num_threads(1).build().unwrap();
+        let log = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let in_action = Arc::clone(&log);
+        let signal = rt.registry().signal(Box::new(move || {
+            in_action.lock().unwrap().push("signal".into());
+        }));
+        let firing = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(5));
+            // SAFETY: fired once; the runtime outlives this thread, which
+            // is joined before the runtime goes.
+            unsafe { fire_signal(signal) };
+        });
+        rt.run(|| {
+            crate::scope(|s| {
+                for i in 0..50 {
+                    let log = &log;
+                    s.spawn(move |_| {
+                        std::thread::sleep(Duration::from_millis(2));
+                        log.lock().unwrap().push(format!("task {i}"));
+                    });
+                }
+            });
+        });
+        firing.join().unwrap();
+        let log = log.lock().unwrap().clone();
+        let at = log
+            .iter()
+            .position(|l| l == "signal")
+            .expect("the signal ran");
+        assert!(
+            at < 45,
+            "the signal's action ran only after {at} of the worker's 50 queued tasks: {log:?}"
+        );
     }
 
     /// A panic payload whose destructor panics too.

@@ -496,14 +496,19 @@ impl Worker {
         task.run();
         self.in_root.set(root);
         self.frame_base.set(saved);
-        if !self.own_mailbox.is_empty() || self.ready_surplus.get() {
+        if !self.own_mailbox.is_empty()
+            || self.ready_surplus.get()
+            || !self.shared.inbox.looks_empty()
+        {
             self.after_task();
         }
     }
 
-    /// The end of a task that left requests or ready surplus to deal with.
+    /// The end of a task that left requests, ready surplus or fired signals
+    /// to deal with.
     #[cold]
     fn after_task(&self) {
+        self.drain_fired_signals();
         let d = self.owner.enter();
         // A lone task left here is what this worker runs next: thieves
         // wait for surplus (or for our next spawn) rather than take it and
@@ -750,6 +755,18 @@ impl Worker {
     #[cold]
     fn drain_inbox(&self) {
         self.shared.inbox.drain();
+    }
+
+    /// At a task boundary: runs the actions of signals fired meanwhile, so
+    /// that what waits on a device or a message is queued as soon as it can
+    /// run, not when this worker runs out of its own tasks (with one worker,
+    /// or every worker busy, that could be the end of a whole phase; the
+    /// work a completion starts, a message sent on, would wait that long).
+    #[inline]
+    pub(crate) fn drain_fired_signals(&self) {
+        if !self.shared.inbox.looks_empty() {
+            self.drain_inbox();
+        }
     }
 
     fn done(&self, until: &Until<'_>) -> bool {

@@ -507,6 +507,89 @@ mod tests {
         }
     }
 
+    /// A stream node that logs when it is started and when its completion
+    /// runs (on a worker, from the signal a thread of its own fires).
+    struct Logged {
+        log: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl NodeWork for Logged {
+        fn run(&mut self) {
+            unreachable!("a stream node is started with its chain")
+        }
+        fn as_stream(&mut self) -> Option<&mut dyn StreamWork> {
+            Some(self)
+        }
+    }
+
+    impl StreamWork for Logged {
+        fn chain_key(&self) -> usize {
+            std::ptr::from_ref(self) as usize
+        }
+        fn forget_chain(&mut self) {}
+        fn start_chain(&mut self, _rest: ChainRest<'_>, done: ChainDone) {
+            self.log.lock().unwrap().push("stream started".into());
+            let log = Arc::clone(&self.log);
+            let registry: Arc<Registry> = Arc::clone(&Worker::current().unwrap().shared);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_micros(300));
+                let signal = registry.signal(Box::new(move || {
+                    log.lock().unwrap().push("stream completed".into());
+                    done.complete();
+                }));
+                // SAFETY: fired once; the test's runtime outlives the run,
+                // which waits for this completion.
+                unsafe { fire_signal(signal) };
+            });
+        }
+        fn enqueue(&mut self, _on: &dyn Any) -> Result<(), Box<dyn Any + Send>> {
+            unreachable!("a chain of one")
+        }
+    }
+
+    #[test]
+    fn a_stream_node_starts_before_a_line_of_cpu_nodes_and_completes_between_them() {
+        // One worker: root -> c0 -> c1 -> ... -> c49 (2 ms each), and
+        // root -> stream (its successor edge second). The stream node is
+        // started first, and its completion runs between two CPU nodes,
+        // not once the line is done (a send after a tile, or a device
+        // copy, would otherwise wait for a whole column of tiles).
+        let rt = Runtime::builder().num_threads(1).build().unwrap();
+        let log = Arc::new(Mutex::new(Vec::<String>::new()));
+        let mut g = Graph::new();
+        let root = g.node(|| {});
+        let mut before = root;
+        for i in 0..50 {
+            let log = Arc::clone(&log);
+            let c = g.node(move || {
+                std::thread::sleep(Duration::from_millis(2));
+                log.lock().unwrap().push(format!("c{i}"));
+            });
+            g.precede(before, c);
+            before = c;
+        }
+        let stream = g.add(
+            Some("stream".into()),
+            Box::new(Logged {
+                log: Arc::clone(&log),
+            }),
+        );
+        g.precede(root, stream);
+        rt.run_graph(&mut g).unwrap();
+        drop(g);
+        let log = log.lock().unwrap().clone();
+        let at = |what: &str| log.iter().position(|l| l == what).unwrap();
+        assert_eq!(
+            at("stream started"),
+            0,
+            "the stream node was started after CPU nodes readied with it: {log:?}"
+        );
+        assert!(
+            at("stream completed") < at("c49"),
+            "the stream node's completion ran only once the line of CPU nodes was done: {log:?}"
+        );
+    }
+
     /// `edges` as the plan lays them out, for `n` nodes.
     fn layout(n: usize, edges: &[(u32, u32)]) -> (Vec<u32>, Box<[u32]>, Vec<u32>) {
         crate::graph::plan::lay_out(n, edges)

@@ -276,7 +276,9 @@ impl<'g> Run<'g> {
                 None => return,
             }
             // A long chain runs as one task: thieves that asked meanwhile
-            // get what was queued, between nodes as between tasks.
+            // get what was queued, and signals fired meanwhile run (a
+            // stream node's completion), between nodes as between tasks.
+            w.drain_fired_signals();
             if !w.mailbox().is_empty() {
                 w.answer_requests();
             }
@@ -304,16 +306,39 @@ impl<'g> Run<'g> {
             let succ = unsafe { self.successor(s) };
             // SAFETY: as above.
             if unsafe { &*succ }.countdown.count_down(failed) {
-                if next.is_none() {
-                    next = Some(succ);
-                } else {
+                match next {
+                    None => next = Some(succ),
+                    // A stream node goes first: starting it only hands
+                    // work to a device or to MPI, which then runs beside
+                    // this worker, while an ordinary node queued behind a
+                    // chain of ordinary nodes run in place would wait for
+                    // all of them (a send after each tile of a column
+                    // would leave only when the column is done).
+                    // SAFETY: both are nodes of this run (above).
+                    Some(first) if unsafe { Self::streams_first(succ, first) } => {
+                        // SAFETY: readied by our count-down, queued once.
+                        unsafe { self.queue(w, first) };
+                        next = Some(succ);
+                    }
                     // SAFETY: its count reached zero by our count-down: we
                     // own its task, and queue it once.
-                    unsafe { self.queue(w, succ) };
+                    Some(_) => unsafe { self.queue(w, succ) },
                 }
             }
         }
         next
+    }
+
+    /// Whether `candidate`, a stream node, should run before `first`, an
+    /// ordinary one.
+    ///
+    /// # Safety
+    /// Both are nodes of this run, in place.
+    #[inline]
+    unsafe fn streams_first(candidate: *const NodeTask<'g>, first: *const NodeTask<'g>) -> bool {
+        // SAFETY: in place for the run (caller); `chain` is written when
+        // the plan is laid out, before the run.
+        unsafe { (*candidate).chain != NOT_STREAMED && (*first).chain == NOT_STREAMED }
     }
 
     /// The chain `chain`'s nodes, head first.
