@@ -108,11 +108,12 @@ fn serial(run: usize, n: usize, tile: usize) -> Vec<Vec<Vec<u32>>> {
     for (r, &letter_a) in a.iter().enumerate() {
         let x = r + 1;
         row[0] = x as u32;
-        for (c, &letter_b) in b.iter().enumerate() {
-            let value = cell(above[c + 1], row[c], above[c], letter_a == letter_b);
-            row[c + 1] = value;
-            let j = c / tile;
-            sums[j] = mix(sums[j], value, x, c + 1);
+        for (j, sum) in sums.iter_mut().enumerate() {
+            for c in j * tile..(j + 1) * tile {
+                let value = cell(above[c + 1], row[c], above[c], letter_a == b[c]);
+                row[c + 1] = value;
+                *sum = mix(*sum, value, x, c + 1);
+            }
         }
         let i = r / tile;
         for (j, tile_out) in out[i].iter_mut().enumerate() {

@@ -464,26 +464,55 @@ impl<T: Element> StreamWork for SendValue<T> {
     fn start_chain(&mut self, _rest: ChainRest<'_>, done: ChainDone) {
         let value = lock(&self.values[self.node]).to_vec();
         let (dest, tag) = (self.dest, self.tag);
-        let failed = move |e: MpiError| -> Box<dyn Any + Send> {
-            Box::new(format!("selvedge::mpi: sending to rank {dest} failed: {e}"))
-        };
-        let link = self.link.clone();
-        self.link.isend_then(
-            vec![value.len() as u64],
-            dest,
-            tag,
-            move |header| match header {
-                Err(e) => done.fail(0, failed(e)),
-                Ok(_) => link.isend_then(value, dest, tag - 1, move |body| match body {
-                    Err(e) => done.fail(0, failed(e)),
-                    Ok(_) => done.complete(),
-                }),
-            },
-        );
+        // The length and the value go out together (the receiver takes the
+        // value once it knows the length); the node completes when MPI is
+        // done with both, or fails with the first that failed.
+        let both = Arc::new(BothSent {
+            state: Mutex::new((Some(done), 2)),
+        });
+        let header_sent = Arc::clone(&both);
+        self.link
+            .isend_then(vec![value.len() as u64], dest, tag, move |sent| {
+                header_sent.one_ended(sent.map(drop), dest)
+            });
+        self.link.isend_then(value, dest, tag - 1, move |sent| {
+            both.one_ended(sent.map(drop), dest)
+        });
     }
 
     fn enqueue(&mut self, _on: &dyn Any) -> Result<(), Box<dyn Any + Send>> {
         unreachable!("a send node is a chain of one")
+    }
+}
+
+/// A send node's two messages (the length, then the value): its
+/// `ChainDone`, taken by the first failure or by the last to end, and how
+/// many have not ended.
+struct BothSent {
+    state: Mutex<(Option<ChainDone>, u8)>,
+}
+
+impl BothSent {
+    /// One of the two messages ended (on a worker, from its completion).
+    fn one_ended(&self, sent: Result<(), MpiError>, dest: usize) {
+        let done = {
+            let mut state = lock(&self.state);
+            state.1 -= 1;
+            if sent.is_err() || state.1 == 0 {
+                state.0.take()
+            } else {
+                None
+            }
+        };
+        // Called with the lock released: completing queues the nodes after.
+        match (done, sent) {
+            (Some(done), Err(e)) => done.fail(
+                0,
+                Box::new(format!("selvedge::mpi: sending to rank {dest} failed: {e}")),
+            ),
+            (Some(done), Ok(())) => done.complete(),
+            (None, _) => {}
+        }
     }
 }
 
