@@ -7,9 +7,10 @@
 //! [`Signal`] holding the action to run (fulfilling the promise). The
 //! callback only *fires* it: one compare-and-swap on its state and a
 //! lock-free push onto the runtime's [`SignalInbox`], an intrusive stack (the
-//! signal is its own node, so nothing is allocated). A worker looking for
-//! work drains the inbox and runs the actions; the caller of `fire` wakes
-//! one. A signal whose callback will never come (the device failed) is
+//! signal is its own node, so nothing is allocated). A worker drains the
+//! inbox and runs the actions, when it looks for work and at each task
+//! boundary where it sees a signal waiting; the caller of `fire` wakes a
+//! sleeping one. A signal whose callback will never come (the device failed) is
 //! *abandoned* by whoever noticed: its action is dropped instead (which
 //! breaks the promise, so dependents are cancelled rather than left
 //! waiting).
@@ -25,6 +26,7 @@
 
 use crate::core::stack_list::oldest_first;
 use crate::core::sync::{AtomicBool, AtomicPtr, AtomicU8, AtomicUsize, Ordering, UnsafeCell};
+use crossbeam_utils::CachePadded;
 use std::ptr;
 
 /// What a fired signal runs on a worker.
@@ -93,7 +95,9 @@ impl SignalRef {
 
 /// The runtime's stack of fired signals, drained by workers.
 pub struct SignalInbox {
-    head: AtomicPtr<Signal>,
+    /// On a line of its own: workers read it after every task, and
+    /// `pending` changes with every signal made.
+    head: CachePadded<AtomicPtr<Signal>>,
     /// Signals made and not yet run or abandoned.
     pending: AtomicUsize,
 }
@@ -108,7 +112,7 @@ impl SignalInbox {
     /// An empty inbox.
     pub fn new() -> Self {
         Self {
-            head: AtomicPtr::new(ptr::null_mut()),
+            head: CachePadded::new(AtomicPtr::new(ptr::null_mut())),
             pending: AtomicUsize::new(0),
         }
     }
@@ -251,7 +255,7 @@ impl SignalInbox {
         let mut ran = 0;
         // Actions fulfill promises; dropping what they hold may run user
         // destructors. Nobody waits for an action, and the caller is a
-        // worker looking for work (or a runtime being dropped), so a panic
+        // worker between tasks (or a runtime being dropped), so a panic
         // is reported, not raised: the worker lives, and the signals
         // drained with it still run and are freed.
         while !fifo.is_null() {

@@ -300,6 +300,9 @@ impl<'g> Run<'g> {
         failed: bool,
     ) -> Option<*const NodeTask<'g>> {
         let mut next: Option<*const NodeTask<'g>> = None;
+        // An ordinary node a stream node displaced from running next: queued
+        // last, so that it is still the first of the others to run.
+        let mut displaced: Option<*const NodeTask<'g>> = None;
         for s in n.first..n.end {
             // SAFETY: successor indices come from the plan of this graph,
             // and its nodes are in place for the run.
@@ -316,8 +319,7 @@ impl<'g> Run<'g> {
                     // would leave only when the column is done).
                     // SAFETY: both are nodes of this run (above).
                     Some(first) if unsafe { Self::streams_first(succ, first) } => {
-                        // SAFETY: readied by our count-down, queued once.
-                        unsafe { self.queue(w, first) };
+                        displaced = Some(first);
                         next = Some(succ);
                     }
                     // SAFETY: its count reached zero by our count-down: we
@@ -325,6 +327,10 @@ impl<'g> Run<'g> {
                     Some(_) => unsafe { self.queue(w, succ) },
                 }
             }
+        }
+        if let Some(first) = displaced {
+            // SAFETY: readied by our count-down above, queued once.
+            unsafe { self.queue(w, first) };
         }
         next
     }

@@ -470,14 +470,18 @@ impl<T: Element> StreamWork for SendValue<T> {
         let both = Arc::new(BothSent {
             state: Mutex::new((Some(done), 2)),
         });
-        let header_sent = Arc::clone(&both);
-        self.link
-            .isend_then(vec![value.len() as u64], dest, tag, move |sent| {
-                header_sent.one_ended(sent.map(drop), dest)
-            });
+        // The value first: a value MPI cannot take (its length beyond a
+        // count) panics here before any message left, and the done, dropped
+        // in the unwinding, leaves the report to the panic.
+        let value_len = value.len() as u64;
+        let value_sent = Arc::clone(&both);
         self.link.isend_then(value, dest, tag - 1, move |sent| {
-            both.one_ended(sent.map(drop), dest)
+            value_sent.one_ended(sent.map(drop), dest)
         });
+        self.link
+            .isend_then(vec![value_len], dest, tag, move |sent| {
+                both.one_ended(sent.map(drop), dest)
+            });
     }
 
     fn enqueue(&mut self, _on: &dyn Any) -> Result<(), Box<dyn Any + Send>> {
