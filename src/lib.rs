@@ -108,7 +108,7 @@ mod structured;
 #[cfg(not(loom))]
 pub use crate::api::builder::Builder;
 #[cfg(not(loom))]
-pub use crate::api::tasks::{current_num_threads, spawn, sync_root};
+pub use crate::api::tasks::{current_num_threads, named, spawn, spawn_named, sync_root};
 #[cfg(not(loom))]
 pub use crate::core::blocking::block_in_place;
 #[cfg(not(loom))]
@@ -165,6 +165,7 @@ pub mod protocols {
     pub use crate::core::signal::{SignalInbox, SignalRef};
     pub use crate::core::spare_blocks::{Linked, SpareBlocks, MAX_HELD, MIN_LIMIT};
     pub use crate::core::steal::{Mailbox, Reply, ReplySlot, StealRequest, VictimSet};
+    pub use crate::core::trace::ring::EventRing;
     pub use crate::dataflow::bucket_counts::BucketCounts;
     pub use crate::dataflow::event::{Claim, Dep, Group, Outcome, Waiter};
     pub use crate::graph::countdown::Countdown;

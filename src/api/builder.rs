@@ -89,6 +89,60 @@ impl Builder {
         self
     }
 
+    /// Records a timeline of the runtime's schedule and writes it to `path`
+    /// as Chrome trace-event JSON, which [Perfetto](https://ui.perfetto.dev)
+    /// and `chrome://tracing` open (feature `trace`). Written when the
+    /// runtime is dropped, and on [`Runtime::flush_trace`]; a failure to
+    /// write at the drop is printed to standard error, naming the path.
+    /// Default: the `SELVEDGE_TRACE` environment variable's path (every
+    /// runtime built without `trace_to` is traced then; the second one
+    /// writes `name-2.json` beside it, and so on), else no trace.
+    ///
+    /// Each worker has a track: the tasks it ran (slices named by
+    /// [`spawn_named`](crate::spawn_named) or [`named`](crate::named), else
+    /// by their closure's type), the time it spent parked, the steal
+    /// requests it sent, answered and declined, the loops it split and
+    /// the tasks its fulfills made ready, with arrows from a fulfill, a
+    /// split or a steal to the run of the task it sent on. A task that its
+    /// own `join` runs in place (the usual case in recursive fork-join)
+    /// runs inside its parent's slice, as a call would: a slice each would
+    /// cost more than such a task does.
+    ///
+    /// ```
+    /// let path = std::env::temp_dir().join("selvedge-doc-trace.json");
+    /// let rt = selvedge::Runtime::builder().num_threads(2).trace_to(&path).build()?;
+    /// rt.run(|| selvedge::spawn_named("leaf", || 1).join());
+    /// drop(rt); // writes the trace
+    /// let json = std::fs::read_to_string(&path).unwrap();
+    /// assert!(json.contains("\"traceEvents\""));
+    /// # Ok::<(), selvedge::BuildError>(())
+    /// ```
+    #[cfg(feature = "trace")]
+    pub fn trace_to(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.config.trace_path = Some(path.into());
+        self
+    }
+
+    /// How many events each worker keeps for a trace (see
+    /// [`trace_to`](Builder::trace_to)); older events are overwritten, and
+    /// the trace's `otherData.lost_events` counts them. Default: 65,536
+    /// (48 bytes each: 3 MiB a worker). A capacity of 0 is taken as 1.
+    ///
+    /// ```
+    /// let path = std::env::temp_dir().join("selvedge-doc-trace-capacity.json");
+    /// let rt = selvedge::Runtime::builder()
+    ///     .num_threads(1)
+    ///     .trace_to(&path)
+    ///     .trace_capacity(1 << 20)
+    ///     .build()?;
+    /// # Ok::<(), selvedge::BuildError>(())
+    /// ```
+    #[cfg(feature = "trace")]
+    pub fn trace_capacity(mut self, events_per_worker: usize) -> Self {
+        self.config.trace_capacity = Some(events_per_worker);
+        self
+    }
+
     /// Starts the worker threads.
     ///
     /// Fails when the thread count is 0, above the maximum, or unreadable

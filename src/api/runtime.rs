@@ -17,6 +17,38 @@ use crate::graph::error::GraphError;
 use std::sync::Arc;
 
 impl Runtime {
+    /// Writes the trace recorded so far to its file, replacing what an
+    /// earlier flush wrote (feature `trace`; see
+    /// [`Builder::trace_to`]). Does nothing on a runtime that is not
+    /// traced ([`trace_path`](Runtime::trace_path) is `None`). The runtime
+    /// writes its trace again when dropped; the global runtime is never
+    /// dropped, so a program tracing it calls this.
+    ///
+    /// ```
+    /// let path = std::env::temp_dir().join("selvedge-doc-flush.json");
+    /// let rt = selvedge::Runtime::builder().num_threads(2).trace_to(&path).build().unwrap();
+    /// rt.run(|| selvedge::spawn(|| 1).join());
+    /// rt.flush_trace()?;
+    /// assert!(std::fs::read_to_string(&path)?.contains("worker 1"));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    #[cfg(feature = "trace")]
+    pub fn flush_trace(&self) -> std::io::Result<()> {
+        self.registry().write_trace()
+    }
+
+    /// Where this runtime's trace goes, if it is traced (feature `trace`).
+    ///
+    /// ```
+    /// let rt = selvedge::Runtime::builder().num_threads(1).trace_to("t.json").build().unwrap();
+    /// assert_eq!(rt.trace_path(), Some(std::path::Path::new("t.json")));
+    /// # std::mem::forget(rt); // (not written here)
+    /// ```
+    #[cfg(feature = "trace")]
+    pub fn trace_path(&self) -> Option<&std::path::Path> {
+        self.registry().tracer.as_ref().map(|t| t.path.as_path())
+    }
+
     /// A [`Builder`] with default settings.
     ///
     /// ```

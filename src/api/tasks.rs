@@ -4,6 +4,7 @@
 use crate::core::handle::JoinHandle;
 use crate::core::pool::{current_registry, global_runtime};
 use crate::core::task;
+use crate::core::trace::names;
 use crate::core::worker::Worker;
 
 /// Spawns `f` as a task and returns its handle. On a worker the task goes on
@@ -37,6 +38,46 @@ where
         }
         None => global_runtime().submit(f),
     }
+}
+
+/// [`spawn`], naming the task `name` in the runtime's trace (feature
+/// `trace`; without it this is `spawn`). Unnamed tasks show their
+/// closure's type name, such as `app::main::{{closure}}`.
+///
+/// ```
+/// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
+/// let sum = rt.run(|| selvedge::spawn_named("sum", || (1..=10).sum::<u32>()).join());
+/// assert_eq!(sum, 55);
+/// ```
+#[inline]
+pub fn spawn_named<F, T>(name: &'static str, f: F) -> JoinHandle<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    names::named(name, || spawn(f))
+}
+
+/// Runs `f`; every task that `f` makes on this thread (spawned, delayed,
+/// declared, a scope's, a parallel loop's parts, a GPU task, a graph run's
+/// nodes excepted) is named `name` in the runtime's trace. The name of an
+/// inner `named` wins. Without the `trace` feature this only calls `f`.
+///
+/// ```
+/// use selvedge::{named, parallel_for, spawn_delayed, Promise};
+///
+/// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
+/// rt.run(|| {
+///     let p = Promise::new();
+///     let after = named("stage 2", || spawn_delayed([p.dep()], || 2));
+///     named("stage 1", || parallel_for(0..64).for_each(|_| {}));
+///     p.fulfill();
+///     assert_eq!(after.join(), 2);
+/// });
+/// ```
+#[inline]
+pub fn named<R>(name: &'static str, f: impl FnOnce() -> R) -> R {
+    names::named(name, f)
 }
 
 /// Waits until the runtime of the calling worker (or the global runtime,

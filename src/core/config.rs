@@ -11,7 +11,18 @@ pub(crate) struct RuntimeConfig {
     pub(crate) thread_name: Option<String>,
     pub(crate) stack_size: Option<usize>,
     pub(crate) pin_threads: Option<bool>,
+    /// Where the trace goes (`Builder::trace_to`).
+    #[cfg(feature = "trace")]
+    pub(crate) trace_path: Option<std::path::PathBuf>,
+    /// Events kept per worker (`Builder::trace_capacity`).
+    #[cfg(feature = "trace")]
+    pub(crate) trace_capacity: Option<usize>,
 }
+
+/// Runtimes traced through `SELVEDGE_TRACE` so far in this process: the
+/// first writes to the variable's path, the next ones beside it.
+#[cfg(feature = "trace")]
+static ENV_TRACED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 impl RuntimeConfig {
     pub(crate) fn resolve_pin_threads(&self) -> Result<bool, BuildError> {
@@ -25,6 +36,36 @@ impl RuntimeConfig {
                 _ => Err(BuildError::InvalidPinVar { value: v }),
             },
             Err(_) => Ok(false),
+        }
+    }
+
+    /// Where this runtime's trace goes, if it is traced: the builder's
+    /// path, else `SELVEDGE_TRACE` (empty: unset). Runtimes after the first
+    /// traced through the variable write `name-2.json`, `name-3.json`...
+    /// beside it, so none overwrites another's.
+    #[cfg(feature = "trace")]
+    pub(crate) fn resolve_trace_path(&self) -> Option<std::path::PathBuf> {
+        if let Some(p) = &self.trace_path {
+            return Some(p.clone());
+        }
+        let var = std::env::var_os("SELVEDGE_TRACE").filter(|v| !v.is_empty())?;
+        let path = std::path::PathBuf::from(var);
+        let n = ENV_TRACED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        Some(numbered(path, n))
+    }
+
+    /// Without the `trace` feature, says once that `SELVEDGE_TRACE` has no
+    /// effect, rather than leave its user looking for a file.
+    #[cfg(not(feature = "trace"))]
+    pub(crate) fn warn_if_trace_requested(&self) {
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        if std::env::var_os("SELVEDGE_TRACE").is_some_and(|v| !v.is_empty()) {
+            WARNED.call_once(|| {
+                eprintln!(
+                    "selvedge: SELVEDGE_TRACE is set, but this program was built without \
+                     selvedge's `trace` feature: no trace is written"
+                )
+            });
         }
     }
 
@@ -69,6 +110,21 @@ fn resolve_num_threads(
     Ok(n)
 }
 
+/// `path` for the `n`th runtime traced through the variable: the path
+/// itself for the first, `stem-n.ext` for the others.
+#[cfg(feature = "trace")]
+fn numbered(path: std::path::PathBuf, n: usize) -> std::path::PathBuf {
+    if n == 1 {
+        return path;
+    }
+    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}-{n}.{}", ext.to_string_lossy()),
+        None => format!("{stem}-{n}"),
+    };
+    path.with_file_name(name)
+}
+
 const _: () = assert!(MAX_WORKERS == 256);
 
 #[cfg(test)]
@@ -81,6 +137,15 @@ mod tests {
         cpus: Option<usize>,
     ) -> Result<usize, BuildError> {
         resolve_num_threads(explicit, var.map(str::to_owned), || cpus)
+    }
+
+    #[cfg(feature = "trace")]
+    #[test]
+    fn later_runtimes_traced_through_the_variable_write_beside_the_first() {
+        use std::path::PathBuf;
+        assert_eq!(numbered("t/a.json".into(), 1), PathBuf::from("t/a.json"));
+        assert_eq!(numbered("t/a.json".into(), 3), PathBuf::from("t/a-3.json"));
+        assert_eq!(numbered("trace".into(), 2), PathBuf::from("trace-2"));
     }
 
     #[test]

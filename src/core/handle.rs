@@ -196,7 +196,10 @@ impl<T> JoinHandle<T> {
                 w.count_task_run();
                 // SAFETY: the task is ours (taken back from `w`'s deque),
                 // of result type T, with no hook.
-                return w.nested(|| unsafe { task::run_inline_for_handle::<T>(task) });
+                let run = |task| w.nested(|| unsafe { task::run_inline_for_handle::<T>(task) });
+                // A delayed task made ready here, run in place: its own
+                // slice in a trace, where the arrow from its fulfill ends.
+                return w.traced(task, run);
             }
         }
         let block = self.block.take().expect("JoinHandle used after completion");

@@ -41,6 +41,7 @@ pub(crate) mod steal;
 pub(crate) mod sync;
 #[cfg(not(loom))]
 pub(crate) mod task;
+pub(crate) mod trace;
 pub(crate) mod unwind;
 #[cfg(not(loom))]
 pub(crate) mod worker;

@@ -94,8 +94,20 @@ impl Runtime {
                 });
             }
         }
+        #[cfg(feature = "trace")]
+        let tracer = config.resolve_trace_path().map(|path| {
+            let names = (0..n).map(|i| format!("{name}-{i}")).collect();
+            let capacity = config
+                .trace_capacity
+                .unwrap_or(crate::core::trace::record::DEFAULT_CAPACITY);
+            crate::core::trace::record::Tracer::new(path, capacity, names)
+        });
+        #[cfg(not(feature = "trace"))]
+        config.warn_if_trace_requested();
         let shared = Arc::new(Registry::new(
             threads.iter().map(|t| t.thread().clone()).collect(),
+            #[cfg(feature = "trace")]
+            tracer,
         ));
         for tx in senders {
             // A worker that died before receiving cannot exist: it only
@@ -130,6 +142,7 @@ impl Runtime {
             }
             f()
         });
+        task.name_after::<F>();
         // SAFETY: the handle is joined before this function returns, so the
         // borrows in `f` and a non-'static `R` outlive the task.
         let handle = unsafe { JoinHandle::<R>::new(&task) };
@@ -170,6 +183,15 @@ fn shut_down(shared: Arc<Registry>, threads: Vec<std::thread::JoinHandle<()>>) {
     // also breaks the promises their closures held (cycles included).
     // SAFETY: every worker thread was joined above.
     unsafe { shared.parked.reclaim() };
+    #[cfg(feature = "trace")]
+    if let Err(e) = shared.write_trace() {
+        // A drop cannot return the error: say what happened.
+        let path = shared.tracer.as_ref().map(|t| t.path.display().to_string());
+        eprintln!(
+            "selvedge: cannot write the runtime's trace to {}: {e}",
+            path.unwrap_or_default()
+        );
+    }
 }
 
 impl Drop for Runtime {

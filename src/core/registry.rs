@@ -46,12 +46,18 @@ pub(crate) struct Registry {
     /// Free task blocks passed from the workers that run tasks to the
     /// workers that make them (`spare_blocks.rs`).
     pub(crate) block_exchange: Arc<BlockExchange>,
+    /// The runtime's trace, when it is traced.
+    #[cfg(feature = "trace")]
+    pub(crate) tracer: Option<crate::core::trace::record::Tracer>,
 }
 
 impl Registry {
     /// The shared state of a runtime whose workers run on `threads`, one
     /// per worker, in order.
-    pub(crate) fn new(threads: Vec<std::thread::Thread>) -> Self {
+    pub(crate) fn new(
+        threads: Vec<std::thread::Thread>,
+        #[cfg(feature = "trace")] tracer: Option<crate::core::trace::record::Tracer>,
+    ) -> Self {
         let n = threads.len();
         Self {
             sleep: Sleep::new(threads),
@@ -70,6 +76,8 @@ impl Registry {
             parked: Parked::new(n),
             root_syncs: AtomicUsize::new(0),
             block_exchange: Arc::new(BlockExchange::new()),
+            #[cfg(feature = "trace")]
+            tracer,
         }
     }
 
@@ -157,12 +165,45 @@ impl Registry {
                     w.push(task);
                 }
                 Arrival::Delayed => w.push_delayed(task),
-                Arrival::Ready => w.push_ready(task),
+                Arrival::Ready => {
+                    #[cfg(feature = "trace")]
+                    w.trace_ready(&task);
+                    w.push_ready(task)
+                }
             },
             _ => match arrival {
                 Arrival::Spawned => self.inject(task),
-                Arrival::Delayed | Arrival::Ready => self.inject_ready(task),
+                Arrival::Delayed => self.inject_ready(task),
+                Arrival::Ready => {
+                    #[cfg(feature = "trace")]
+                    self.trace_ready_outside(&task);
+                    self.inject_ready(task)
+                }
             },
+        }
+    }
+}
+
+#[cfg(feature = "trace")]
+impl Registry {
+    /// Records, on the calling thread's outside track, that a fulfill there
+    /// made `task` ready.
+    fn trace_ready_outside(&self, task: &TaskRef) {
+        use crate::core::trace::record::{event, Kind};
+        if let Some(t) = &self.tracer {
+            let name = task.trace_name();
+            let flow = t.record_outside(true, |flow| {
+                event(Kind::Ready, 0, crate::core::clock::ticks(), 0, flow, name)
+            });
+            task.set_trace_flow(flow);
+        }
+    }
+
+    /// Writes the trace so far to its file (see `Runtime::flush_trace`).
+    pub(crate) fn write_trace(&self) -> std::io::Result<()> {
+        match &self.tracer {
+            Some(t) => crate::core::trace::write(t, &self.counters),
+            None => Ok(()),
         }
     }
 }

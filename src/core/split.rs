@@ -173,11 +173,12 @@ pub(crate) fn older_loops_have_spare(frame: &LoopFrame) -> bool {
 /// For a sleeping worker, as `frame`'s part starts: half of the oldest
 /// loop part on this worker that has iterations to give (as a thief's
 /// request would get), `frame`'s own if no older one has.
-pub(crate) fn split_for_sleeper(frame: &LoopFrame) -> Option<TaskRef> {
+/// Returns the part's task and its number of iterations.
+pub(crate) fn split_for_sleeper(frame: &LoopFrame) -> Option<(TaskRef, usize)> {
     // The starting part is between iterations; older ones are in the
     // middle of one (the iteration that started this loop).
     frame.polling.set(true);
     let chosen = pick_for_thieves(frame, 1);
     frame.polling.set(false);
-    chosen.map(|(f, give)| f.split_back(give))
+    chosen.map(|(f, give)| (f.split_back(give), give))
 }

@@ -45,6 +45,9 @@ pub struct StealRequest {
     pub tried: VictimSet,
     /// Ask for half the victim's deque rather than one task.
     pub half: bool,
+    /// The request's arrow in a trace, from thief to victims.
+    #[cfg(feature = "trace")]
+    pub flow: u64,
 }
 
 /// What a thief finds in its reply slot.

@@ -28,8 +28,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 
-/// Payload bytes stored inline in a block.
+/// Payload bytes stored inline in a block. (With the `trace` feature the
+/// header holds a task's name and flow, and the payload gives up the room.)
+#[cfg(not(feature = "trace"))]
 pub(crate) const INLINE: usize = 192;
+#[cfg(feature = "trace")]
+pub(crate) const INLINE: usize = 160;
 const PAYLOAD_ALIGN: usize = 16;
 /// Free blocks a worker keeps in its own pool. Beyond that it passes them
 /// to its runtime's block exchange, from which a worker whose pool is empty
@@ -66,6 +70,10 @@ pub(crate) struct VTable {
     /// Drops a queued task's closure without running it and publishes the
     /// cancellation as its result (or frees the block when detached).
     pub(crate) cancel: unsafe fn(NonNull<Header>, Cancellation),
+    /// The name of the task's closure type: its name in a trace unless it
+    /// was given one.
+    #[cfg(feature = "trace")]
+    pub(crate) type_name: fn() -> &'static str,
 }
 
 /// What every runnable task starts with: pooled blocks and the stack jobs of
@@ -84,6 +92,21 @@ pub(crate) struct Header {
     /// only on that same worker, and `take_back` checks the slot anyway.
     ready_worker: AtomicUsize,
     ready_pos: AtomicU64,
+    /// The task's name and incoming flow in a trace (see `trace/`).
+    #[cfg(feature = "trace")]
+    trace: TaskTrace,
+}
+
+/// A task's trace fields. Written by whoever owns the task at the time
+/// (its maker, a fulfiller queueing it, a victim giving it away) before it
+/// passes the task on; queues and reply slots order those writes before
+/// the next owner's reads, so relaxed atomics suffice.
+#[cfg(feature = "trace")]
+struct TaskTrace {
+    /// A given name's address (0: none, the vtable's type name) and length.
+    name: (AtomicU64, AtomicU64),
+    /// The flow that brings the task to its runner (0: none).
+    flow: AtomicU64,
 }
 
 impl Header {
@@ -95,6 +118,15 @@ impl Header {
             join_slot: JoinSlot::new(),
             ready_worker: AtomicUsize::new(0),
             ready_pos: AtomicU64::new(0),
+            #[cfg(feature = "trace")]
+            trace: {
+                let (ptr, len) = crate::core::trace::names::pending()
+                    .map_or((0, 0), crate::core::trace::record::name_words);
+                TaskTrace {
+                    name: (AtomicU64::new(ptr), AtomicU64::new(len)),
+                    flow: AtomicU64::new(0),
+                }
+            },
         }
     }
 }
@@ -169,6 +201,56 @@ impl TaskRef {
         let h = unsafe { self.0.as_ref() };
         h.ready_pos.store(pos, Ordering::Relaxed);
         h.ready_worker.store(worker.to_word(), Ordering::Relaxed);
+    }
+
+    /// Names the task in a trace after `F`, the closure its maker was
+    /// given, unless a name was given (`named`). Nothing without the
+    /// `trace` feature.
+    #[inline(always)]
+    pub(crate) fn name_after<F>(&self) {
+        #[cfg(feature = "trace")]
+        if self.header().trace.name.0.load(Ordering::Relaxed) == 0 {
+            self.set_trace_name(crate::core::trace::names::name_for::<F>());
+        }
+    }
+
+    #[cfg(feature = "trace")]
+    fn header(&self) -> &Header {
+        // SAFETY: a TaskRef points to a live header.
+        unsafe { self.0.as_ref() }
+    }
+
+    /// Names the task in a trace.
+    #[cfg(feature = "trace")]
+    pub(crate) fn set_trace_name(&self, name: &'static str) {
+        let (ptr, len) = crate::core::trace::record::name_words(name);
+        let t = &self.header().trace;
+        t.name.0.store(ptr, Ordering::Relaxed);
+        t.name.1.store(len, Ordering::Relaxed);
+    }
+
+    /// The task's name in a trace, as an event's two words.
+    #[cfg(feature = "trace")]
+    #[inline]
+    pub(crate) fn trace_name(&self) -> (u64, u64) {
+        let h = self.header();
+        match h.trace.name.0.load(Ordering::Relaxed) {
+            0 => crate::core::trace::record::name_words((h.vtable.type_name)()),
+            ptr => (ptr, h.trace.name.1.load(Ordering::Relaxed)),
+        }
+    }
+
+    /// The flow that brings the task to its runner (0: none).
+    #[cfg(feature = "trace")]
+    #[inline]
+    pub(crate) fn trace_flow(&self) -> u64 {
+        self.header().trace.flow.load(Ordering::Relaxed)
+    }
+
+    /// Sets the flow that brings the task to its runner.
+    #[cfg(feature = "trace")]
+    pub(crate) fn set_trace_flow(&self, flow: u64) {
+        self.header().trace.flow.store(flow, Ordering::Relaxed);
     }
 
     /// Links `self` in front of `next` (a batch for a thief).
@@ -260,6 +342,8 @@ impl<F: FnOnce() -> T, T> Typed<F, T> {
         run_inline: Some(Self::run_inline),
         run_value: Some(Self::run_value),
         cancel: Self::cancel_handled,
+        #[cfg(feature = "trace")]
+        type_name: std::any::type_name::<F>,
     };
 
     /// # Safety
@@ -348,6 +432,8 @@ impl<F: FnOnce()> Typed<F, ()> {
         run_inline: None,
         run_value: None,
         cancel: Self::cancel_detached,
+        #[cfg(feature = "trace")]
+        type_name: std::any::type_name::<F>,
     };
 
     /// Detached closures report their own cancellation when dropped unrun
@@ -431,6 +517,22 @@ where
     // SAFETY: the block is fresh.
     unsafe { store::<F>(block, f) };
     TaskRef(block)
+}
+
+/// Calls `f` with each task of a list made by [`TaskRef::into_list`],
+/// leaving the list as it is.
+///
+/// # Safety
+/// The caller owns the list (it may still link or send it).
+#[cfg(feature = "trace")]
+pub(crate) unsafe fn for_each_listed(mut list: *mut Header, mut f: impl FnMut(&TaskRef)) {
+    while let Some(head) = NonNull::new(list) {
+        f(&TaskRef(head));
+        // SAFETY: the caller owns the list, so each header is live.
+        let header = unsafe { head.as_ref() };
+        // SAFETY: only the list's owner, the caller, touches its links.
+        list = header.next.with(|l| unsafe { *l });
+    }
 }
 
 /// The join state of a handled block.
@@ -1267,6 +1369,8 @@ impl<F: FnOnce() -> R, R> StackJob<F, R> {
         run_inline: None,
         run_value: None,
         cancel: Self::cancel,
+        #[cfg(feature = "trace")]
+        type_name: std::any::type_name::<F>,
     };
 
     /// A job joined by worker `owner` of `runtime`.

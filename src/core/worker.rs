@@ -18,6 +18,8 @@ use crate::core::stats::WorkerCounters;
 use crate::core::steal::{Mailbox, Reply, StealPolicy, StealRequest, VictimSet};
 use crate::core::sync::Ordering;
 use crate::core::task::{self, Header, OwnPool, TaskRef};
+#[cfg(feature = "trace")]
+use crate::core::trace::record::{event, Kind, Track, NO_WORKER};
 use crate::core::unwind::AbortIfPanic;
 use std::cell::Cell;
 use std::ptr::NonNull;
@@ -133,6 +135,9 @@ pub(crate) struct Worker {
     /// For rescue: each worker's count of tasks run and of tasks queued as
     /// this one last saw them, and since when they read so.
     seen: Box<[Cell<(u64, usize, Instant)>]>,
+    /// This worker's track of the runtime's trace, when it is traced.
+    #[cfg(feature = "trace")]
+    trace: Option<&'static Track>,
 }
 
 /// Which workers a steal request may go to (see `Worker::pick_victim_among`).
@@ -180,6 +185,12 @@ impl Worker {
         let own_counters: *const WorkerCounters = &*shared.counters[index];
         // SAFETY: as for the mailbox.
         let own_counters: &'static WorkerCounters = unsafe { &*own_counters };
+        #[cfg(feature = "trace")]
+        let trace = shared.tracer.as_ref().map(|t| {
+            let track: *const Track = &*t.tracks[index];
+            // SAFETY: as for the mailbox: `shared` owns the tracer.
+            unsafe { &*track }
+        });
         let now = Instant::now();
         let worker = Worker {
             index,
@@ -202,6 +213,8 @@ impl Worker {
                 .iter()
                 .map(|_| Cell::new((0, 0, now)))
                 .collect(),
+            #[cfg(feature = "trace")]
+            trace,
             shared,
         };
         /// Clears `CURRENT` when the worker's frame ends, however it ends.
@@ -451,11 +464,13 @@ impl Worker {
     /// puts it in the injector and wakes a sleeper for it; `false` if no
     /// loop had any to give.
     fn give_sleeper_a_share(&self, frame: &LoopFrame) -> bool {
-        let Some(task) = split::split_for_sleeper(frame) else {
+        let Some((task, _iterations)) = split::split_for_sleeper(frame) else {
             return false;
         };
         self.last_demand.set(ticks());
         self.own_counters.loop_splits.bump();
+        #[cfg(feature = "trace")]
+        self.trace_loop_split(&task, NO_WORKER, _iterations as u64);
         self.shared.injector.push(task);
         self.shared.sleep.wake_any();
         true
@@ -493,7 +508,7 @@ impl Worker {
         self.count_task_run();
         let saved = self.frame_base.replace(self.top());
         let root = self.in_root.replace(false);
-        task.run();
+        self.traced(task, TaskRef::run);
         self.in_root.set(root);
         self.frame_base.set(saved);
         if !self.own_mailbox.is_empty()
@@ -501,6 +516,53 @@ impl Worker {
             || !self.shared.inbox.looks_empty()
         {
             self.after_task();
+        }
+    }
+
+    /// Runs `run` on `task`, as the task's slice in the trace (with
+    /// the `trace` feature, when the runtime is traced; else just runs it).
+    #[inline(always)]
+    pub(crate) fn traced<R>(&self, task: TaskRef, run: impl FnOnce(TaskRef) -> R) -> R {
+        #[cfg(feature = "trace")]
+        if let Some(t) = self.trace {
+            let (name, flow, t0) = (task.trace_name(), task.trace_flow(), ticks());
+            let r = run(task);
+            t.record(event(Kind::Task, 0, t0, ticks(), flow, name));
+            return r;
+        }
+        run(task)
+    }
+
+    /// Records that `task` leaves this worker for worker `to` (`NO_WORKER`:
+    /// the injector): the arrow to its run starts here, or passes through
+    /// when a fulfill or a split started it.
+    #[cfg(feature = "trace")]
+    fn trace_given(&self, task: &TaskRef, to: u64) {
+        if let Some(t) = self.trace {
+            let mut flow = task.trace_flow();
+            let starts = flow == 0;
+            if starts {
+                flow = t.new_flow();
+                task.set_trace_flow(flow);
+            }
+            t.record(event(
+                Kind::Given,
+                to,
+                ticks(),
+                0,
+                flow,
+                (0, u64::from(starts)),
+            ));
+        }
+    }
+
+    /// Records that a fulfill on this worker made `task` ready.
+    #[cfg(feature = "trace")]
+    pub(crate) fn trace_ready(&self, task: &TaskRef) {
+        if let Some(t) = self.trace {
+            let flow = t.new_flow();
+            task.set_trace_flow(flow);
+            t.record(event(Kind::Ready, 0, ticks(), 0, flow, task.trace_name()));
         }
     }
 
@@ -530,6 +592,8 @@ impl Worker {
         }
         if let Some(task) = d.steal_one() {
             self.last_demand.set(ticks());
+            #[cfg(feature = "trace")]
+            self.trace_given(&task, NO_WORKER);
             self.shared.injector.push(task);
             if self.shared.sleep.has_sleepers() {
                 self.shared.sleep.wake_any();
@@ -561,7 +625,10 @@ impl Worker {
                 .filter(|(f, _)| d.oldest().is_none_or(|pos| !f.is_younger_than(pos)));
             let work = if let Some((frame, give)) = from_loop {
                 shared.counters[self.index].loop_splits.bump();
-                Some((frame.split_back(give).into_list(std::ptr::null_mut()), 1))
+                let part = frame.split_back(give);
+                #[cfg(feature = "trace")]
+                self.trace_loop_split(&part, req.thief as u64, give as u64);
+                Some((part.into_list(std::ptr::null_mut()), 1))
             } else {
                 take_for(d, req.half)
             };
@@ -578,6 +645,20 @@ impl Worker {
             Some((list, n)) => {
                 c.requests_answered.bump();
                 c.tasks_given.add(n as u64);
+                #[cfg(feature = "trace")]
+                if let Some(t) = self.trace {
+                    let thief = req.thief as u64;
+                    t.record(event(
+                        Kind::StealAnswered,
+                        thief,
+                        ticks(),
+                        n as u64,
+                        req.flow,
+                        (0, 0),
+                    ));
+                    // SAFETY: the list is ours until the send below.
+                    unsafe { task::for_each_listed(list, |task| self.trace_given(task, thief)) };
+                }
                 shared.replies[req.thief].send_work(list);
                 shared.sleep.wake(req.thief);
             }
@@ -590,7 +671,21 @@ impl Worker {
 
     fn forward(&self, mut req: StealRequest, declined_by: usize) {
         req.tried.insert(declined_by);
-        match self.pick_victim(&req.tried) {
+        let next = self.pick_victim(&req.tried);
+        #[cfg(feature = "trace")]
+        if let Some(t) = self.trace {
+            let to = next.map_or(0, |v| v as u64 + 1);
+            let thief = req.thief as u64;
+            t.record(event(
+                Kind::StealDeclined,
+                thief,
+                ticks(),
+                to,
+                req.flow,
+                (0, 0),
+            ));
+        }
+        match next {
             Some(v) => {
                 self.shared.mailboxes[v].post(req);
                 self.shared.sleep.wake(v);
@@ -678,10 +773,18 @@ impl Worker {
         self.in_flight.set(true);
         let half = self.policy.get().steal_half();
         self.own_counters.requests_sent.bump();
+        #[cfg(feature = "trace")]
+        let flow = self.trace.map_or(0, |t| {
+            let flow = t.new_flow();
+            t.record(event(Kind::StealSent, v as u64, ticks(), 0, flow, (0, 0)));
+            flow
+        });
         self.shared.mailboxes[v].post(StealRequest {
             thief: self.index,
             tried,
             half,
+            #[cfg(feature = "trace")]
+            flow,
         });
         self.shared.sleep.wake(v);
     }
@@ -876,6 +979,8 @@ impl Worker {
             let d = self.owner.enter();
             self.answer_with(&d);
             while let Some(task) = d.steal_one() {
+                #[cfg(feature = "trace")]
+                self.trace_given(&task, NO_WORKER);
                 shared.injector.push(task);
                 moved += 1;
             }
@@ -951,8 +1056,41 @@ impl Worker {
         true
     }
 
+    /// Parks (see `park_untraced`), as a slice of the trace when traced.
     #[cold]
     fn park(&self, until: &Until<'_>) {
+        #[cfg(feature = "trace")]
+        if let Some(t) = self.trace {
+            let (parks, t0) = (self.own_counters.parks.load(), ticks());
+            self.park_untraced(until);
+            if self.own_counters.parks.load() != parks {
+                t.record(event(Kind::Parked, 0, t0, ticks(), 0, (0, 0)));
+            }
+            return;
+        }
+        self.park_untraced(until);
+    }
+
+    /// Records a loop split that gave `part`, `iterations` iterations, to
+    /// worker `to` (`NO_WORKER`: the injector).
+    #[cfg(feature = "trace")]
+    fn trace_loop_split(&self, part: &TaskRef, to: u64, iterations: u64) {
+        if let Some(t) = self.trace {
+            let flow = t.new_flow();
+            part.set_trace_flow(flow);
+            t.record(event(
+                Kind::LoopSplit,
+                to,
+                ticks(),
+                iterations,
+                flow,
+                (0, 0),
+            ));
+        }
+    }
+
+    #[cold]
+    fn park_untraced(&self, until: &Until<'_>) {
         let shared = &*self.shared;
         let me = self.index;
         if matches!(until, Until::Quiescent) {

@@ -338,7 +338,7 @@ where
     R: Send + 'static,
 {
     let (deps, submission) = submit(accesses, runtime);
-    delayed::submit_delayed(runtime, deps, move || {
+    delayed::submit_delayed_as::<F, _, _, _>(runtime, deps, move || {
         submission.run(std::any::type_name::<F>(), f)
     })
 }

@@ -327,7 +327,19 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
+    submit_delayed_as::<F, D, F, T>(runtime, deps, f)
+}
+
+/// [`submit_delayed`] of `f`, a wrapper of the user's closure `N`: the
+/// task is named after `N` in a trace.
+pub(crate) fn submit_delayed_as<N, D, F, T>(runtime: &Arc<Registry>, deps: D, f: F) -> JoinHandle<T>
+where
+    D: IntoIterator<Item = Dep>,
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
     let task = task::new_handled(f);
+    task.name_after::<N>();
     // SAFETY: `F` and `T` are 'static.
     let handle = unsafe { JoinHandle::new(&task) };
     let deps = deps.into_iter();

@@ -239,7 +239,7 @@ impl Device {
         } = promises;
         let finished_dep = finished.dep();
         let runtime = inner.runtime().clone();
-        let work = delayed::submit_delayed(&runtime, host_deps, move || {
+        let work = delayed::submit_delayed_as::<F, _, _, _>(&runtime, host_deps, move || {
             let finish = FulfillOnDrop(Some(finished.clone()));
             inner.check_failed()?;
             // The device's context current on this worker, for whatever

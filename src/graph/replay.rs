@@ -97,6 +97,8 @@ impl<'g> NodeTask<'g> {
         run_inline: None,
         run_value: None,
         cancel: Self::cancel_task,
+        #[cfg(feature = "trace")]
+        type_name: || "graph node",
     };
 
     pub(crate) fn new(work: Box<dyn NodeWork + 'g>) -> Self {

@@ -29,6 +29,9 @@ pub(super) struct LoopJob<B: Body> {
     /// inside when a merge panicked).
     pub(super) result: UnsafeCell<Option<Option<B::Acc>>>,
     pub(super) finish: Finish,
+    /// The name of the loop's parts in a trace.
+    #[cfg(feature = "trace")]
+    pub(super) name: &'static str,
 }
 
 /// The parts not yet finished (the first part counts from the start), and

@@ -106,7 +106,10 @@ impl<B: Body> Part<B> {
     }
 
     pub(super) fn into_task(self) -> TaskRef {
-        task::new_detached(move || {
+        #[cfg(feature = "trace")]
+        // SAFETY: an unfinished part keeps its job alive.
+        let name = unsafe { &*self.job }.name;
+        let task = task::new_detached(move || {
             let mut part = self;
             part.ran = true;
             let w = Worker::current().expect("selvedge: loop parts run on workers");
@@ -116,7 +119,10 @@ impl<B: Body> Part<B> {
             run_part(job, w, part.from, part.to, part.out);
             // SAFETY: this part is finished, once.
             unsafe { LoopJob::finish_part(part.job) };
-        })
+        });
+        #[cfg(feature = "trace")]
+        task.set_trace_name(name);
+        task
     }
 }
 

@@ -313,6 +313,8 @@ impl<'p> ParallelFor<'p> {
                 pending: AtomicUsize::new(1),
                 done: UnsafeCell::new(Some(done.clone())),
             },
+            #[cfg(feature = "trace")]
+            name: crate::core::trace::names::name_for::<F>(),
         });
         let keep = job.clone();
         let handle = delayed::submit_delayed(runtime, [done.dep()], move || {
@@ -363,6 +365,8 @@ impl<'p> ParallelFor<'p> {
                 result: UnsafeCell::new(None),
                 // The count held by the first part.
                 finish: Finish::Wake(CountLatch::new(w.index, &w.shared)),
+                #[cfg(feature = "trace")]
+                name: crate::core::trace::names::name_for::<B>(),
             };
             let Finish::Wake(latch) = &job.finish else {
                 unreachable!("made just above")

@@ -153,6 +153,7 @@ impl<'scope> Scope<'scope> {
                 unsafe { CountLatch::decrement_on_worker(&raw const scope.latch) };
             }
         });
+        task.name_after::<F>();
         match Worker::current() {
             Some(w)
                 if self.latch.is_owner(w.index) && std::ptr::eq(&*w.shared, &**self.runtime()) =>
@@ -249,14 +250,16 @@ impl<'scope> Scope<'scope> {
             ran: false,
             _scope: PhantomData::<&Scope<'scope>>,
         };
-        task::new_detached(move || {
+        let task = task::new_detached(move || {
             member.ran = true;
             let scope = member.scope();
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(scope))) {
                 scope.record_panic(p);
             }
             // `member` drops here and counts the task finished.
-        })
+        });
+        task.name_after::<F>();
+        task
     }
 
     fn record_panic(&self, payload: Box<dyn Any + Send>) {

@@ -1,0 +1,64 @@
+//! Names for the tasks a piece of code makes, shown in the trace.
+//!
+//! [`named`] sets a thread-local name for the duration of its closure; a
+//! task made meanwhile on this thread (any kind: spawned, delayed,
+//! declared, a loop, a GPU task) takes it. The thread-local is read only
+//! while some thread is inside `named`, so a spawn elsewhere pays one
+//! relaxed load of a shared flag.
+
+#[cfg(feature = "trace")]
+use crate::core::sync::{AtomicUsize, Ordering};
+#[cfg(feature = "trace")]
+use std::cell::Cell;
+
+#[cfg(feature = "trace")]
+thread_local! {
+    static PENDING: Cell<Option<&'static str>> = const { Cell::new(None) };
+}
+
+/// Threads inside `named` now.
+#[cfg(feature = "trace")]
+static NAMING: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs `f`; with the `trace` feature, tasks made by `f` on this thread
+/// carry `name` in the trace instead of their closure's type name.
+#[inline(always)]
+pub(crate) fn named<R>(name: &'static str, f: impl FnOnce() -> R) -> R {
+    #[cfg(feature = "trace")]
+    {
+        /// Restores the outer name however `f` ends.
+        struct Restore(Option<&'static str>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                PENDING.with(|p| p.set(self.0));
+                NAMING.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        NAMING.fetch_add(1, Ordering::Relaxed);
+        let _restore = Restore(PENDING.with(|p| p.replace(Some(name))));
+        f()
+    }
+    #[cfg(not(feature = "trace"))]
+    {
+        let _ = name;
+        f()
+    }
+}
+
+/// The name a task made here now takes: `named`'s, else the type name of
+/// `F`, the closure the user gave.
+#[cfg(feature = "trace")]
+#[inline]
+pub(crate) fn name_for<F>() -> &'static str {
+    pending().unwrap_or_else(std::any::type_name::<F>)
+}
+
+/// `named`'s name on this thread, if inside one.
+#[cfg(feature = "trace")]
+#[inline(always)]
+pub(crate) fn pending() -> Option<&'static str> {
+    if NAMING.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    PENDING.with(Cell::get)
+}
