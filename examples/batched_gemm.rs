@@ -46,6 +46,20 @@
 //! cargo run --release --features cuda --example batched_gemm -- --batch 256 --size 256
 //! ```
 //!
+//! With `--trace PATH` (built with `--features trace`) it also writes a
+//! timeline of one run of selvedge's version to `PATH`, as Chrome trace
+//! JSON that <https://ui.perfetto.dev> opens (stage 1's parts, stage 2's
+//! iterations starting behind them, steals, parking, and arrows from each
+//! fulfill to the iteration it releases), and measures what tracing costs:
+//! the same version on a traced runtime, taking turns with the untraced
+//! one. `scripts/trace-picture.sh` renders such a trace as an SVG picture.
+//! On a GPU, `--trace` traces the GPU version's runtime (its figures are
+//! then those of a traced runtime).
+//!
+//! ```text
+//! cargo run --release --features trace --example batched_gemm -- --trace target/trace/gemm.json
+//! ```
+//!
 //! With `SELVEDGE_REQUIRE_GPU=1`, a run that cannot use a GPU (no driver,
 //! no cuBLAS, no device, or built without the `cuda` feature) fails with
 //! exit status 1 and says why, instead of falling back to the CPU.
@@ -66,11 +80,13 @@ struct Args {
     block: usize,
     threads: usize,
     samples: usize,
+    /// `--trace PATH`: where to write a trace of one run.
+    trace: Option<std::path::PathBuf>,
 }
 
 fn usage() -> ! {
     eprintln!(
-        "usage: batched_gemm [--batch B] [--size N] [--block ROWS] [--threads T] [--samples S]"
+        "usage: batched_gemm [--batch B] [--size N] [--block ROWS] [--threads T] [--samples S] [--trace PATH]"
     );
     std::process::exit(2)
 }
@@ -86,6 +102,7 @@ fn parse_args() -> Args {
         block: 64,
         threads,
         samples: 7,
+        trace: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -108,12 +125,26 @@ fn parse_args() -> Args {
             "--block" => args.block = value(&mut it),
             "--threads" => args.threads = value(&mut it),
             "--samples" => args.samples = value(&mut it),
+            "--trace" => match it.next() {
+                Some(path) => args.trace = Some(path.into()),
+                None => {
+                    eprintln!("batched_gemm: --trace needs a file name");
+                    usage()
+                }
+            },
             "-h" | "--help" => usage(),
             other => {
                 eprintln!("batched_gemm: unknown argument {other:?}");
                 usage()
             }
         }
+    }
+    if args.trace.is_some() && cfg!(not(feature = "trace")) {
+        eprintln!(
+            "batched_gemm: --trace needs selvedge's `trace` feature: \
+             cargo run --release --features trace --example batched_gemm -- --trace PATH"
+        );
+        std::process::exit(2);
     }
     args
 }
@@ -169,13 +200,17 @@ fn main() {
     let mut expected = input.output();
     gemm::serial(&input, &mut expected);
 
-    let runtime = selvedge::Runtime::builder()
-        .num_threads(args.threads)
-        .build()
-        .unwrap_or_else(|e| {
-            eprintln!("batched_gemm: cannot start the runtime: {e}");
-            std::process::exit(1)
-        });
+    let builder = selvedge::Runtime::builder().num_threads(args.threads);
+    // On a GPU the demonstration's own runtime is the traced one.
+    #[cfg(all(feature = "cuda", feature = "trace"))]
+    let builder = match &args.trace {
+        Some(path) => builder.trace_to(path),
+        None => builder,
+    };
+    let runtime = builder.build().unwrap_or_else(|e| {
+        eprintln!("batched_gemm: cannot start the runtime: {e}");
+        std::process::exit(1)
+    });
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(args.threads)
         .start_handler(pinning::pin_current_thread)
@@ -273,6 +308,70 @@ fn main() {
         ours / ceiling,
         args.threads,
         serial / args.threads as f64 * 1e3
+    );
+    #[cfg(feature = "trace")]
+    if let Some(path) = &args.trace {
+        trace_run(&args, &input, &expected, &runtime, path);
+    }
+}
+
+/// `--trace`: times selvedge's version on a traced runtime against the
+/// untraced one (taking turns), then traces one more run on a fresh
+/// runtime and writes it to `path`.
+#[cfg(feature = "trace")]
+fn trace_run(
+    args: &Args,
+    input: &gemm::Batch,
+    expected: &gemm::Output,
+    runtime: &selvedge::Runtime,
+    path: &std::path::Path,
+) {
+    let traced = |to: &std::path::Path| {
+        selvedge::Runtime::builder()
+            .num_threads(args.threads)
+            .trace_to(to)
+            .build()
+            .unwrap_or_else(|e| {
+                eprintln!("batched_gemm: cannot start a traced runtime: {e}");
+                std::process::exit(1)
+            })
+    };
+    // The timed runtime's own trace (every sample) is not kept.
+    let scratch_trace =
+        std::env::temp_dir().join(format!("batched_gemm-overhead-{}.json", std::process::id()));
+    let timed = traced(&scratch_trace);
+    let (mut out, mut out_traced) = (input.output(), input.output());
+    let [plain, with_trace] = interleaved_medians(
+        args.samples,
+        [
+            &mut || runtime.run(|| gemm::selvedge(input, &mut out, args.block)),
+            &mut || timed.run(|| gemm::selvedge(input, &mut out_traced, args.block)),
+        ],
+    );
+    check("selvedge, traced", expected, &out_traced);
+    drop(timed);
+    let _ = std::fs::remove_file(&scratch_trace);
+    println!(
+        "tracing: selvedge {:.2} ms untraced, {:.2} ms traced: traced / untraced {:.3}",
+        plain * 1e3,
+        with_trace * 1e3,
+        with_trace / plain
+    );
+    let rt = traced(path);
+    let mut out = input.output();
+    rt.run(|| gemm::selvedge(input, &mut out, args.block));
+    check("selvedge, traced", expected, &out);
+    if let Err(e) = rt.flush_trace() {
+        eprintln!(
+            "batched_gemm: cannot write the trace to {}: {e}",
+            path.display()
+        );
+        std::process::exit(1);
+    }
+    std::mem::drop(rt);
+    println!(
+        "trace of one run written to {} (open it in https://ui.perfetto.dev)",
+        path.display()
     );
 }
 

@@ -32,7 +32,7 @@
 //! threading of its own, so all parallelism comes from the scheduler
 //! under test.
 
-use selvedge::{par_chunks_mut, parallel_for, LoopPromise};
+use selvedge::{named, par_chunks_mut, parallel_for, LoopPromise};
 use std::sync::Mutex;
 
 // The crate including this file provides `pinning` (benches/workloads/pinning.rs).
@@ -200,31 +200,47 @@ pub fn selvedge(input: &Batch, out: &mut Output, block_rows: usize) {
     selvedge::scope(|s| {
         // Stage 2, started first: each iteration waits only for its own
         // matrix's product.
-        s.spawn(|_| {
-            parallel_for(0..input.batch)
-                .depends_on_each(&products_done)
-                .for_each(|m| {
-                    let mut guard = matrices[m].lock().unwrap();
-                    let (c, sums) = &mut *guard;
-                    activate_and_sum(c, sums, n);
+        // (`named`: how the stages' tasks show in a trace; nothing without
+        // selvedge's `trace` feature.)
+        named(STAGE_2, || {
+            s.spawn(|_| {
+                named(STAGE_2, || {
+                    parallel_for(0..input.batch)
+                        .depends_on_each(&products_done)
+                        .for_each(|m| {
+                            let mut guard = matrices[m].lock().unwrap();
+                            let (c, sums) = &mut *guard;
+                            activate_and_sum(c, sums, n);
+                        })
                 });
+            })
         });
         // Stage 1: batch x row blocks, nested.
-        parallel_for(0..input.batch).for_each(|m| {
-            {
-                let mut guard = matrices[m].lock().unwrap();
-                let (a, b) = (input.matrix(&input.a, m), input.matrix(&input.b, m));
-                // One kernel call per span of row blocks: the whole matrix
-                // unless a thief took some of its blocks.
-                par_chunks_mut(&mut guard.0[..], block_rows * n).for_each_span(|blk, c_rows| {
-                    let a_rows = &a[blk * block_rows * n..][..c_rows.len()];
-                    gemm_rows(a_rows, b, c_rows, n);
-                });
-            }
-            products_done.fulfill(m);
+        named(STAGE_1, || {
+            parallel_for(0..input.batch).for_each(|m| {
+                {
+                    let mut guard = matrices[m].lock().unwrap();
+                    let (a, b) = (input.matrix(&input.a, m), input.matrix(&input.b, m));
+                    // One kernel call per span of row blocks: the whole matrix
+                    // unless a thief took some of its blocks.
+                    named(STAGE_1, || {
+                        par_chunks_mut(&mut guard.0[..], block_rows * n).for_each_span(
+                            |blk, c_rows| {
+                                let a_rows = &a[blk * block_rows * n..][..c_rows.len()];
+                                gemm_rows(a_rows, b, c_rows, n);
+                            },
+                        )
+                    });
+                }
+                products_done.fulfill(m);
+            })
         });
     });
 }
+
+/// The names of the stages' tasks in a trace.
+const STAGE_1: &str = "stage 1: GEMM";
+const STAGE_2: &str = "stage 2: ReLU + row sums";
 
 /// Rayon's nested version: stage 1 as nested `par_chunks_mut`, then stage
 /// 2 behind the barrier of the first loop's return. Call it inside the

@@ -53,6 +53,24 @@ pub struct Signal {
     /// Opaque context for whoever fires it (the runtime the signal belongs
     /// to), read before firing: the signal may be freed right after.
     context: *const (),
+    /// When it fired (`clock::ticks`), for a trace: written before the
+    /// push that publishes the node to its drainer.
+    #[cfg(all(feature = "trace", not(loom)))]
+    fired_at: crate::core::sync::AtomicU64,
+}
+
+#[cfg(all(feature = "trace", not(loom)))]
+thread_local! {
+    /// When the signal whose action runs on this thread now fired.
+    static FIRED_AT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// When the signal whose action is running on this thread fired
+/// (`clock::ticks`; 0 outside an action): for the trace's device
+/// completions.
+#[cfg(all(feature = "trace", not(loom)))]
+pub(crate) fn fired_at_of_running_action() -> u64 {
+    FIRED_AT.with(std::cell::Cell::get)
 }
 
 /// A handle to a live [`Signal`]; plain data, so it can be handed to C as a
@@ -128,6 +146,8 @@ impl SignalInbox {
             action: UnsafeCell::new(Some(action)),
             released: AtomicBool::new(false),
             context,
+            #[cfg(all(feature = "trace", not(loom)))]
+            fired_at: crate::core::sync::AtomicU64::new(0),
         })))
     }
 
@@ -147,6 +167,9 @@ impl SignalInbox {
         let _ = node
             .state
             .compare_exchange(PENDING, FIRED, Ordering::AcqRel, Ordering::Acquire);
+        #[cfg(all(feature = "trace", not(loom)))]
+        node.fired_at
+            .store(crate::core::clock::ticks(), Ordering::Relaxed);
         let mut head = self.head.load(Ordering::Relaxed);
         loop {
             // SAFETY: the node is unpublished until the exchange below
@@ -267,6 +290,8 @@ impl SignalInbox {
                 // SAFETY: the firing thread won the state, so the action is
                 // this thread's to take.
                 if let Some(action) = node.action.with_mut(|a| unsafe { (*a).take() }) {
+                    #[cfg(all(feature = "trace", not(loom)))]
+                    FIRED_AT.with(|f| f.set(node.fired_at.load(Ordering::Relaxed)));
                     crate::core::unwind::catch_and_report("a signal's action", action);
                     ran += 1;
                 }

@@ -533,6 +533,25 @@ impl Worker {
         run(task)
     }
 
+    /// Runs `f`, code that is not a task of its own (the share of a loop its
+    /// caller runs), as a slice named `name` in the trace, when traced.
+    #[inline(always)]
+    pub(crate) fn traced_span<R>(
+        &self,
+        #[cfg(feature = "trace")] name: &'static str,
+        f: impl FnOnce() -> R,
+    ) -> R {
+        #[cfg(feature = "trace")]
+        if let Some(t) = self.trace {
+            let t0 = ticks();
+            let r = f();
+            let name = crate::core::trace::record::name_words(name);
+            t.record(event(Kind::Task, 0, t0, ticks(), 0, name));
+            return r;
+        }
+        f()
+    }
+
     /// Records that `task` leaves this worker for worker `to` (`NO_WORKER`:
     /// the injector): the arrow to its run starts here, or passes through
     /// when a fulfill or a split started it.
@@ -553,6 +572,29 @@ impl Worker {
                 flow,
                 (0, u64::from(starts)),
             ));
+        }
+    }
+
+    /// Records that device work was enqueued here with a completion to
+    /// come: returns the flow that the completion ends (0: not traced).
+    #[cfg(feature = "trace")]
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // GPU tasks only
+    pub(crate) fn trace_device_enqueued(&self) -> u64 {
+        self.trace.map_or(0, |t| {
+            let flow = t.new_flow();
+            let name = crate::core::trace::record::name_words("device work");
+            t.record(event(Kind::DeviceEnqueued, 0, ticks(), 0, flow, name));
+            flow
+        })
+    }
+
+    /// Records that this worker handles the completion of device work
+    /// enqueued with `flow`, whose callback fired at `fired_at`.
+    #[cfg(feature = "trace")]
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // GPU tasks only
+    pub(crate) fn trace_device_done(&self, flow: u64, fired_at: u64) {
+        if let (Some(t), true) = (self.trace, flow != 0) {
+            t.record(event(Kind::DeviceDone, 0, fired_at, ticks(), flow, (0, 0)));
         }
     }
 

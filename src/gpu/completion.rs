@@ -145,10 +145,19 @@ impl DeviceInner {
         }
         let id = registry.next_id;
         registry.next_id += 1;
+        // An arrow in a trace from here to the worker that handles the
+        // completion, through the callback.
+        #[cfg(feature = "trace")]
+        let flow = crate::core::worker::Worker::current().map_or(0, |w| w.trace_device_enqueued());
         let action: Action = Box::new(move || {
             // Out of the registry first: the signal is freed after this
             // returns, and nobody abandoning must find it then.
             lock(&in_flight).signals.remove(&id);
+            #[cfg(feature = "trace")]
+            if let Some(w) = crate::core::worker::Worker::current() {
+                let fired_at = crate::core::signal::fired_at_of_running_action();
+                w.trace_device_done(flow, fired_at);
+            }
             action();
         });
         let signal = self.runtime.signal(action);

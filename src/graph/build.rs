@@ -521,7 +521,17 @@ impl<'g> Graph<'g> {
         work: Box<dyn NodeWork + 'g>,
     ) -> Node {
         let index = self.next_index();
-        self.nodes.push(NodeTask::new(work));
+        #[allow(unused_mut)]
+        let mut task = NodeTask::new(work);
+        #[cfg(feature = "trace")]
+        task.set_trace_name(match &name {
+            Some(Cow::Borrowed(s)) => s,
+            // An owned name outlives the graph in a trace: interned, once
+            // per distinct name.
+            Some(Cow::Owned(s)) => crate::core::trace::names::intern(s),
+            None => "graph node",
+        });
+        self.nodes.push(task);
         self.names.push(name);
         self.plan = None;
         Node::new(self.id, index)

@@ -71,6 +71,9 @@ pub(crate) struct NodeTask<'g> {
     /// Its predecessors not yet finished in this run, and whether one of
     /// them failed.
     countdown: Countdown,
+    /// Its name in a trace.
+    #[cfg(feature = "trace")]
+    name: &'static str,
 }
 
 /// [`NodeTask::chain`] of a node that is not a stream node.
@@ -98,7 +101,7 @@ impl<'g> NodeTask<'g> {
         run_value: None,
         cancel: Self::cancel_task,
         #[cfg(feature = "trace")]
-        type_name: || "graph node",
+        type_name: || "graph node task",
     };
 
     pub(crate) fn new(work: Box<dyn NodeWork + 'g>) -> Self {
@@ -110,7 +113,15 @@ impl<'g> NodeTask<'g> {
             end: 0,
             chain: NOT_STREAMED,
             countdown: Countdown::new(0),
+            #[cfg(feature = "trace")]
+            name: "graph node",
         }
+    }
+
+    /// Names the node in a trace.
+    #[cfg(feature = "trace")]
+    pub(crate) fn set_trace_name(&mut self, name: &'static str) {
+        self.name = name;
     }
 
     /// Records the node's successor range, predecessor count, chain and
@@ -263,7 +274,14 @@ impl<'g> Run<'g> {
             // exists.
             let work = unsafe { &mut *n.work.get() };
             if !failed {
-                if let Err(payload) = catch_unwind(AssertUnwindSafe(|| work.run())) {
+                // Each node a slice of its own in a trace, also those run
+                // here one after another as a chain of one task.
+                let ran = w.traced_span(
+                    #[cfg(feature = "trace")]
+                    n.name,
+                    || catch_unwind(AssertUnwindSafe(|| work.run())),
+                );
+                if let Err(payload) = ran {
                     self.record_panic(node, payload);
                     failed = true;
                 }

@@ -372,7 +372,12 @@ impl<'p> ParallelFor<'p> {
                 unreachable!("made just above")
             };
             if deps.iter().all(Dep::is_fulfilled) {
-                run_part(&job, w, 0, count, Out::ROOT);
+                // The caller's own part: a slice of its own in a trace.
+                w.traced_span(
+                    #[cfg(feature = "trace")]
+                    job.name,
+                    || run_part(&job, w, 0, count, Out::ROOT),
+                );
                 if !latch.release_own() {
                     w.wait_until(Until::Latch(latch));
                 }

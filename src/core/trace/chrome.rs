@@ -121,9 +121,17 @@ impl Out<'_> {
     }
 
     /// A flow event (`s`, `t` or `f`) of `id` at `t`, bound to the slice
-    /// that encloses it on `tid`.
+    /// that encloses it on `tid`. A task's arrow (from a fulfill, a split,
+    /// a theft or a device completion to its run) is `cat` "flow", name
+    /// "task"; a steal request's (from its thief through the victims that
+    /// declined it) is "steal_flow", "steal request".
     fn flow(&mut self, ph: &str, id: u64, tid: u64, t: u64) {
-        self.open(ph, "flow", "flow", tid, t);
+        self.open(ph, "flow", "task", tid, t);
+        let _ = write!(self.json, ",\"id\":{id},\"bp\":\"e\"}}");
+    }
+
+    fn steal_flow(&mut self, ph: &str, id: u64, tid: u64, t: u64) {
+        self.open(ph, "steal_flow", "steal request", tid, t);
         let _ = write!(self.json, ",\"id\":{id},\"bp\":\"e\"}}");
     }
 
@@ -162,12 +170,12 @@ impl Out<'_> {
             Kind::StealSent => {
                 let args = format!("\"victim\":{a}");
                 self.slice("steal", "steal request", tid, t0, t0, &args);
-                self.flow("s", flow, tid, t0);
+                self.steal_flow("s", flow, tid, t0);
             }
             Kind::StealAnswered => {
                 let args = format!("\"thief\":{a},\"tasks\":{t1}");
                 self.slice("steal", "steal answered", tid, t0, t0, &args);
-                self.flow("f", flow, tid, t0);
+                self.steal_flow("f", flow, tid, t0);
             }
             Kind::StealDeclined => {
                 let to = if t1 == 0 {
@@ -177,7 +185,8 @@ impl Out<'_> {
                 };
                 let args = format!("\"thief\":{a},\"sent on to\":{to}");
                 self.slice("steal", "steal declined", tid, t0, t0, &args);
-                self.flow("t", flow, tid, t0);
+                // Back to the thief: the request ends here.
+                self.steal_flow(if t1 == 0 { "f" } else { "t" }, flow, tid, t0);
             }
             Kind::Ready => {
                 let mut args = String::from("\"task\":");

@@ -62,3 +62,21 @@ pub(crate) fn pending() -> Option<&'static str> {
     }
     PENDING.with(Cell::get)
 }
+
+/// `name` as a `&'static str` for a trace: the same one for equal names,
+/// leaked once each (names given at run time, such as a graph's node
+/// names, are few and repeat).
+#[cfg(feature = "trace")]
+pub(crate) fn intern(name: &str) -> &'static str {
+    use crate::core::sync::Mutex;
+    use std::collections::HashSet;
+    use std::sync::OnceLock;
+    static NAMES: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+    let mut names = crate::core::sync::lock(NAMES.get_or_init(Default::default));
+    if let Some(&known) = names.get(name) {
+        return known;
+    }
+    let leaked: &'static str = Box::leak(name.to_owned().into_boxed_str());
+    names.insert(leaked);
+    leaked
+}
