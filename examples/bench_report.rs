@@ -17,7 +17,7 @@
 //! the median is reported, in milliseconds.
 //!
 //! ```text
-//! cargo run --release --example bench_report -- [--samples N] [--threads N] [--only weave|dataflow|data|loops|gemm|graph] [--markdown]
+//! cargo run --release --example bench_report -- [--samples N] [--threads N] [--only weave|dataflow|data|loops|gemm|graph] [--markdown] [--plot DIR]
 //! ```
 //!
 //! The thread count defaults to `SELVEDGE_BENCH_THREADS`, or 2. For the
@@ -51,6 +51,18 @@
 //! ```text
 //! cargo run --release --example bench_report -- --markdown > BENCHMARKS.md
 //! ```
+//!
+//! `--plot DIR` also draws each table of median times as an SVG bar chart
+//! in `DIR` (created where missing; the report stops before timing
+//! anything if it cannot write there), named after a slug of the table's
+//! title (`DIR/nested-batched-gemm.svg`): a group of bars per row of the
+//! table, a bar per implementation (selvedge and each peer) showing its
+//! median, with the median and the ratios the table prints written after
+//! each bar; the time axis is logarithmic where the times span more than
+//! 25x (`examples/bench_report/plot.rs`). The tables that are not times of
+//! implementations get no chart: the dataflow, data-access and graph
+//! targets, the scheduler counters and the hand-off table. The charts of a
+//! section are written once it is done, and listed on stderr.
 
 #[path = "../benches/workloads/access.rs"]
 mod access;
@@ -69,13 +81,18 @@ mod handoff;
 mod loops;
 #[path = "../benches/workloads/mod.rs"]
 mod workloads;
+// `--plot DIR`: the tables as SVG charts.
+#[path = "bench_report/plot.rs"]
+mod plot;
 
 use std::hint::black_box;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use dataflow::fine_wavefront as fine;
 use dataflow::graph_replay as graph;
 
+use plot::{ratios, Chart};
 use workloads::{pinning, Kind, Pools, Workload};
 
 const WARMUPS: usize = 2;
@@ -101,6 +118,8 @@ struct Args {
     graph: bool,
     /// `--markdown`: a whole document for `BENCHMARKS.md`.
     markdown: bool,
+    /// `--plot DIR`: where to write a chart of each table.
+    plot: Option<PathBuf>,
 }
 
 fn parse_args() -> Args {
@@ -114,6 +133,7 @@ fn parse_args() -> Args {
         data: true,
         graph: true,
         markdown: false,
+        plot: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -159,6 +179,13 @@ fn parse_args() -> Args {
                 }
                 args.markdown = true;
             }
+            "--plot" => {
+                let dir = inline.clone().or_else(|| it.next()).unwrap_or_default();
+                if dir.is_empty() {
+                    usage("--plot needs a directory");
+                }
+                args.plot = Some(PathBuf::from(dir));
+            }
             "--bench" => {} // passed by `cargo bench`-style runners; ignore
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown argument `{other}`")),
@@ -172,7 +199,7 @@ fn usage(msg: &str) -> ! {
         eprintln!("error: {msg}");
     }
     eprintln!(
-        "usage: bench_report [--samples N] [--threads N] [--only weave|dataflow|data|loops|gemm|graph] [--markdown]"
+        "usage: bench_report [--samples N] [--threads N] [--only weave|dataflow|data|loops|gemm|graph] [--markdown] [--plot DIR]"
     );
     std::process::exit(if msg.is_empty() { 0 } else { 2 })
 }
@@ -294,8 +321,20 @@ fn consumer_us() -> f64 {
     start.elapsed().as_secs_f64() * 1e6 / f64::from(CALLS)
 }
 
+/// Says what went wrong with the machine's environment (not with the
+/// command line) and exits.
+fn fail(msg: &str) -> ! {
+    eprintln!("error: {msg}");
+    std::process::exit(1)
+}
+
 fn main() {
     let args = parse_args();
+    // The chart folder is checked before anything is timed.
+    let mut plots = args
+        .plot
+        .as_deref()
+        .map(|dir| plot::Plots::open(dir).unwrap_or_else(|e| fail(&e)));
     let started = Instant::now();
     let pools = Pools::new(args.threads);
     let threads = pools.threads;
@@ -339,8 +378,25 @@ fn main() {
     for (on, when, section) in sections {
         if on {
             handoffs.push(note_handoff(when, md));
-            section(&pools, args.samples, md);
+            let mut charts = Vec::new();
+            section(&pools, args.samples, md, &mut charts);
+            if let Some(plots) = plots.as_mut() {
+                for chart in &charts {
+                    match plots.write(chart) {
+                        Ok(Some(path)) => eprintln!("bench_report: chart {}", path.display()),
+                        Ok(None) => {}
+                        Err(e) => fail(&e),
+                    }
+                }
+            }
         }
+    }
+    if let (Some(plots), Some(dir)) = (&plots, &args.plot) {
+        eprintln!(
+            "bench_report: {} charts written into {}",
+            plots.written().len(),
+            dir.display()
+        );
     }
     handoffs.push(note_handoff("after the last section", md));
     if md {
@@ -354,9 +410,9 @@ fn main() {
     }
 }
 
-/// A section of the report: the pools, the samples, and whether to print
-/// Markdown.
-type Section = fn(&Pools, usize, bool);
+/// A section of the report: the pools, the samples, whether to print
+/// Markdown, and where to put a chart of each table it prints.
+type Section = fn(&Pools, usize, bool, &mut Vec<Chart>);
 
 /// Probes of the core-to-core hand-off per measurement (the median is
 /// kept; each takes a few milliseconds).
@@ -612,7 +668,7 @@ fn weave_description(group: &str) -> &'static str {
 }
 
 /// Weave's suite: the summary and every implementation.
-fn weave_section(pools: &Pools, samples: usize, md: bool) {
+fn weave_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Chart>) {
     let threads = pools.threads;
     let all: Vec<Workload> = workloads::all();
     let results: Vec<(&Workload, Vec<Timing>)> = all
@@ -668,11 +724,20 @@ fn weave_section(pools: &Pools, samples: usize, md: bool) {
          | efficiency (spawn, join/scope) |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut chart = Chart::new("Weave's benchmark suite: summary", "ms");
     for (w, t) in &results {
         let serial = of(t, Kind::Serial);
         let spawn = of(t, Kind::SelvedgeSpawn);
         let structured = of(t, Kind::SelvedgeStructured);
         let rayon = of(t, Kind::Rayon);
+        let refs = [("rayon", rayon), ("serial", serial)];
+        chart
+            .group(w.title.clone())
+            .bar("serial", serial, String::new())
+            .bar("selvedge spawn", spawn, ratios(spawn, &refs))
+            .bar("selvedge join/scope", structured, ratios(structured, &refs))
+            .bar("rayon", rayon, String::new())
+            .bar("chili", of(t, Kind::Chili), String::new());
         let eff = if w.producer_consumer {
             format!(
                 "{}, {}",
@@ -698,6 +763,7 @@ fn weave_section(pools: &Pools, samples: usize, md: bool) {
         );
     }
     println!();
+    charts.push(chart);
     if !md {
         // The document says this before the table.
         println!(
@@ -723,10 +789,19 @@ fn weave_section(pools: &Pools, samples: usize, md: bool) {
         "| workload | implementation | median | min | max | vs serial | vs rayon | efficiency |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    let mut chart = Chart::new("Weave's benchmark suite: every implementation", "ms");
     for (w, t) in &results {
         let serial = of(t, Kind::Serial);
         let rayon = of(t, Kind::Rayon);
+        let row = chart.group(w.group);
         for x in t {
+            // Not against itself: the serial row by serial, the rayon
+            // reference by rayon.
+            let refs = [
+                ("serial", serial.filter(|_| x.kind != Kind::Serial)),
+                ("rayon", rayon.filter(|_| x.kind != Kind::Rayon)),
+            ];
+            row.bar(x.name, Some(x.median), ratios(Some(x.median), &refs));
             let parallel = x.kind != Kind::Serial;
             println!(
                 "| {} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {} |",
@@ -746,11 +821,18 @@ fn weave_section(pools: &Pools, samples: usize, md: bool) {
         }
     }
     println!();
+    charts.push(chart);
 }
 
 /// Median time of the implementation called `name`.
 fn named(timings: &[Timing], name: &str) -> Option<f64> {
     timings.iter().find(|t| t.name == name).map(|t| t.median)
+}
+
+/// A chart's reference for a ratio of `x`: `label` and the median of the
+/// implementation called `reference`, none where `x` is that one.
+fn vs<'a>(x: &Timing, t: &[Timing], label: &'a str, reference: &str) -> (&'a str, Option<f64>) {
+    (label, named(t, reference).filter(|_| x.name != reference))
 }
 
 /// Milliseconds per run to nanoseconds per unit.
@@ -787,7 +869,7 @@ fn critical_path_units() -> u32 {
 
 /// The dataflow workloads: per-unit tables, derived ratios, and
 /// the targets.
-fn dataflow_section(pools: &Pools, samples: usize, md: bool) {
+fn dataflow_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Chart>) {
     let threads = pools.threads;
     let all = dataflow::all();
     // The core-to-core hand-off just before each fine-grained wavefront's
@@ -876,8 +958,17 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool) {
         d.unit
     );
     println!("|---|---:|---:|---:|---:|---:|---:|");
+    let mut chart = Chart::new(d.workload.title.clone(), "ms");
     for x in t {
         let deps = delayed.iter().find(|(n, _)| *n == x.name).map(|&(_, k)| k);
+        let mut note = ratios(
+            Some(x.median),
+            &[vs(x, t, "selvedge spawn", dataflow::OVERHEAD_SPAWN)],
+        );
+        if let Some(over) = deps.and_then(|k| over(x.name, k)) {
+            note.push_str(&format!(", +{over:.0} ns per dependency"));
+        }
+        chart.row(x.name, Some(x.median), note);
         println!(
             "| {} | {:.3} | {:.3} | {:.3} | {} | {} | {} |",
             x.name,
@@ -890,6 +981,7 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool) {
         );
     }
     println!();
+    charts.push(chart);
     let overhead_1 = over(dataflow::OVERHEAD_DELAYED_1, 1.0);
     let overhead_4 = over(dataflow::OVERHEAD_DELAYED_4, 4.0);
 
@@ -918,6 +1010,7 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool) {
         d.unit
     );
     println!("|---|---:|---:|---:|---:|---:|");
+    let mut chart = Chart::new(d.workload.title.clone(), "ms");
     for x in t {
         println!(
             "| {} | {:.3} | {:.3} | {:.3} | {} | {} |",
@@ -928,8 +1021,11 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool) {
             ns(ns_per(Some(x.median), d.units)),
             ratio(Some(x.median), promise_chain),
         );
+        let refs = [vs(x, t, "spawn_delayed chain", dataflow::CHAIN_DELAYED)];
+        chart.row(x.name, Some(x.median), ratios(Some(x.median), &refs));
     }
     println!();
+    charts.push(chart);
 
     // Tiled wavefront.
     let (d, t) = find("wavefront");
@@ -975,14 +1071,21 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool) {
          spawn_delayed |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|");
+    let mut chart = Chart::new(d.workload.title.clone(), "ms");
     for x in t {
         println!(
             "{} {} |",
             timing_cells(x, serial, threads),
             ratio(Some(x.median), selvedge),
         );
+        let refs = [
+            vs(x, t, "serial", dataflow::SERIAL),
+            vs(x, t, "selvedge spawn_delayed", dataflow::WAVE_DELAYED),
+        ];
+        chart.row(x.name, Some(x.median), ratios(Some(x.median), &refs));
     }
     println!();
+    charts.push(chart);
     println!("Efficiency = serial / ({threads} × parallel).");
     println!();
     let speedup = barrier.zip(selvedge).map(|(b, s)| b / s);
@@ -1004,6 +1107,7 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool) {
         fine::LARGE_ROUNDS,
         threads,
         md,
+        charts,
     );
     let small = fine_wavefront_table(
         find(fine::SMALL_GROUP),
@@ -1012,6 +1116,7 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool) {
         fine::SMALL_ROUNDS,
         threads,
         md,
+        charts,
     );
 
     println!("### Targets (dataflow)");
@@ -1101,6 +1206,7 @@ fn fine_wavefront_table(
     rounds: u32,
     threads: usize,
     md: bool,
+    charts: &mut Vec<Chart>,
 ) -> FineWavefront {
     let tiles = grid * grid;
     let serial = named(t, dataflow::SERIAL);
@@ -1161,7 +1267,13 @@ fn fine_wavefront_table(
          tile | vs rayon barrier |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let mut chart = Chart::new(d.workload.title.clone(), "ms");
     for x in t {
+        let refs = [
+            vs(x, t, "serial", dataflow::SERIAL),
+            vs(x, t, "rayon barrier", fine::RAYON_BARRIER),
+        ];
+        chart.row(x.name, Some(x.median), ratios(Some(x.median), &refs));
         let over_ideal = if x.kind == Kind::Serial {
             "—".into()
         } else {
@@ -1175,6 +1287,7 @@ fn fine_wavefront_table(
         );
     }
     println!();
+    charts.push(chart);
     FineWavefront {
         to_ideal: selvedge.zip(ideal).map(|(s, i)| s / i),
         over_ideal_ns: over(selvedge),
@@ -1325,7 +1438,7 @@ fn selvedge_counters(pools: &Pools, run: TimedRun) -> [f64; 7] {
 
 /// The parallel-loop workloads: every implementation, the
 /// selvedge / rayon ratios against the targets, and selvedge's counters.
-fn loops_section(pools: &Pools, samples: usize, md: bool) {
+fn loops_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Chart>) {
     use loops::Target;
 
     let threads = pools.threads;
@@ -1398,10 +1511,17 @@ fn loops_section(pools: &Pools, samples: usize, md: bool) {
          | vs rayon | efficiency |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|");
+    let mut chart = Chart::new("Parallel loops: every implementation", "ms");
     for (w, t) in &results {
         let serial = named(t, loops::SERIAL);
         let rayon = named(t, w.rayon);
+        let row = chart.group(w.group);
         for x in t {
+            let refs = [
+                vs(x, t, "serial", loops::SERIAL),
+                vs(x, t, "rayon", w.rayon),
+            ];
+            row.bar(x.name, Some(x.median), ratios(Some(x.median), &refs));
             let parallel = x.kind != Kind::Serial;
             println!(
                 "| {} | {} | {:.2} | {:.2} | {:.2} | {} {} | {} | {} | {} |",
@@ -1425,8 +1545,10 @@ fn loops_section(pools: &Pools, samples: usize, md: bool) {
     println!();
     println!("Efficiency = serial / ({threads} × parallel).");
     println!();
+    charts.push(chart);
 
-    println!("### Targets (loops, {threads} threads)");
+    let title = format!("Targets (loops, {threads} threads)");
+    println!("### {title}");
     println!();
     if md {
         println!(
@@ -1442,10 +1564,22 @@ fn loops_section(pools: &Pools, samples: usize, md: bool) {
          | selvedge / rayon | goal | target met? |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---|---|");
+    let mut chart = Chart::new(title, "ms");
+    // A row of the chart: serial, the selvedge version and its peer, with
+    // the ratio of the two on selvedge's bar.
+    let mut target_row =
+        |group: &str, serial: Option<f64>, ours: (&str, Option<f64>), peer: (&str, Option<f64>)| {
+            chart
+                .group(group)
+                .bar("serial", serial, String::new())
+                .bar(ours.0, ours.1, ratios(ours.1, &[peer]))
+                .bar(peer.0, peer.1, String::new());
+        };
     for (w, t) in &results {
         let serial = named(t, loops::SERIAL);
         let selvedge = named(t, w.selvedge);
         let rayon = named(t, w.rayon);
+        target_row(w.group, serial, (w.selvedge, selvedge), (w.rayon, rayon));
         let r = selvedge.zip(rayon).map(|(s, r)| s / r);
         let per_iter = w.target == Target::PerIteration;
         let iter_ns = |ms: Option<f64>| {
@@ -1491,6 +1625,7 @@ fn loops_section(pools: &Pools, samples: usize, md: bool) {
                 ),
             ] {
                 let p = named(t, pipe);
+                target_row(w.group, serial, (pipe, p), (against, peer));
                 let r = p.zip(peer).map(|(p, b)| p / b);
                 println!(
                     "| {} ({} vs {}) | {} | {} | {} | — | — | {} | < 1.00x | {} |",
@@ -1512,6 +1647,7 @@ fn loops_section(pools: &Pools, samples: usize, md: bool) {
          (a barrier version). Ratios are time over time: below 1.00x selvedge is faster."
     );
     println!();
+    charts.push(chart);
 
     println!("### selvedge scheduler counters per run (mean of {STATS_RUNS} runs)");
     println!();
@@ -1552,7 +1688,7 @@ fn ns_f(t: Option<f64>) -> String {
 /// loop promise; against rayon nested (a barrier between the stages),
 /// rayon with one task per matrix, and plain threads with a static split.
 /// The implementations' samples are taken in turn.
-fn gemm_section(pools: &Pools, samples: usize, md: bool) {
+fn gemm_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Chart>) {
     const BATCH: usize = 64;
     const SIZE: usize = 256;
     const BLOCK: usize = 64;
@@ -1628,17 +1764,25 @@ fn gemm_section(pools: &Pools, samples: usize, md: bool) {
     }
     println!("| implementation | median ms | min | max | GFLOP/s | selvedge / it |");
     println!("|---|---:|---:|---:|---:|---:|");
-    for (name, (median, min, max)) in names.iter().zip(&medians) {
+    let mut chart = Chart::new("Nested batched GEMM", "ms");
+    for (k, (name, (median, min, max))) in names.iter().zip(&medians).enumerate() {
         println!(
             "| {name} | {median:.2} | {min:.2} | {max:.2} | {:.1} | {:.2}x |",
             input.flops() / (median / 1e3) / 1e9,
             ours_ms / median
         );
+        let note = if k == 1 {
+            String::new()
+        } else {
+            format!("selvedge / it = {:.2}x", ours_ms / median)
+        };
+        chart.row(name, Some(*median), note);
     }
     println!();
+    charts.push(chart);
 }
 
-fn data_section(pools: &Pools, samples: usize, md: bool) {
+fn data_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Chart>) {
     let threads = pools.threads;
     let rt = &pools.selvedge;
 
@@ -1702,12 +1846,17 @@ fn data_section(pools: &Pools, samples: usize, md: bool) {
     let spawn_ns = per_task(1);
     println!("## Declared data access");
     println!();
-    if md {
-        println!(
-            "### What a declared access costs ({k} trivial tasks over {} handles)",
+    let title = if md {
+        format!(
+            "What a declared access costs ({k} trivial tasks over {} handles)",
             access::HANDLES
-        );
-        println!();
+        )
+    } else {
+        format!("declared access overhead ({k} trivial tasks)")
+    };
+    println!("### {title}");
+    println!();
+    if md {
         println!(
             "Each run creates and joins {k} tasks inside `rt.run`. The read rows read \
              handles nothing writes, so no task waits: their time over `selvedge spawn` \
@@ -1720,26 +1869,31 @@ fn data_section(pools: &Pools, samples: usize, md: bool) {
             access::HANDLES
         );
         println!();
-    } else {
-        println!("### declared access overhead ({k} trivial tasks)");
-        println!();
     }
     println!(
         "| implementation | median ms | min | max | ns per task | over spawn, ns per access |"
     );
     println!("|---|---:|---:|---:|---:|---:|");
+    let mut chart = Chart::new(title, "ms");
     for (i, (name, (median, min, max))) in names.iter().zip(&access_ms).enumerate() {
         let over = match *name {
             access::READ_1 | access::WRITE_1 => format!("{:.0}", per_task(i) - spawn_ns),
             access::READ_3 => format!("{:.0}", (per_task(i) - spawn_ns) / 3.0),
             _ => "—".to_string(),
         };
+        let spawn = Some(access_ms[1].0).filter(|_| i != 1);
+        let mut note = ratios(Some(*median), &[("selvedge spawn", spawn)]);
+        if over != "—" {
+            note.push_str(&format!(", +{over} ns per access"));
+        }
+        chart.row(name, Some(*median), note);
         println!(
             "| {name} | {median:.3} | {min:.3} | {max:.3} | {:.0} | {over} |",
             per_task(i)
         );
     }
     println!();
+    charts.push(chart);
     let read_1_over = per_task(2) - spawn_ns;
     let read_3_over = (per_task(3) - spawn_ns) / 3.0;
     let write_vs_promises = access_ms[4].0 / access_ms[5].0;
@@ -1802,10 +1956,11 @@ fn data_section(pools: &Pools, samples: usize, md: bool) {
         let medians = interleaved(&mut runs, samples, 0.0);
         drop(runs);
         let nt = N / t;
-        println!(
-            "### Tiled Cholesky, n = {N}, tiles of {t} ({} kernel calls)",
+        let title = format!(
+            "Tiled Cholesky, n = {N}, tiles of {t} ({} kernel calls)",
             nt + nt * (nt - 1) + nt * (nt - 1) * (nt - 2) / 6
         );
+        println!("### {title}");
         println!();
         if md && t == 128 {
             println!(
@@ -1826,15 +1981,25 @@ fn data_section(pools: &Pools, samples: usize, md: bool) {
         let serial = medians[0].0;
         let ours = medians[2].0;
         let flops = (N as f64).powi(3) / 3.0;
-        for ((name, _), (median, min, max)) in factors.iter().zip(&medians) {
+        let mut chart = Chart::new(title, "ms");
+        for (k, ((name, _), (median, min, max))) in factors.iter().zip(&medians).enumerate() {
             println!(
                 "| {name} | {median:.1} | {min:.1} | {max:.1} | {:.1} | {:.2} | {:.2}x |",
                 flops / (median / 1e3) / 1e9,
                 median / (serial / threads as f64),
                 ours / median
             );
+            let mut note = format!(
+                "{:.2}x serial/{threads}",
+                median / (serial / threads as f64)
+            );
+            if k != 2 {
+                note.push_str(&format!(", selvedge / it = {:.2}x", ours / median));
+            }
+            chart.row(name, Some(*median), note);
         }
         println!();
+        charts.push(chart);
         cholesky_ratios.push((t, ours / (serial / threads as f64), ours / medians[1].0));
     }
 
@@ -1873,7 +2038,7 @@ fn data_section(pools: &Pools, samples: usize, md: bool) {
 /// Graphs built once and replayed, against the same wavefront made with
 /// promises every run, rayon's barriers and serial code; the samples of a
 /// grid's implementations are taken in turn (see [`interleaved`]).
-fn graph_section(pools: &Pools, samples: usize, md: bool) {
+fn graph_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Chart>) {
     let threads = pools.threads;
     println!("## Graphs");
     println!();
@@ -1934,7 +2099,14 @@ fn graph_section(pools: &Pools, samples: usize, md: bool) {
              | vs replayed |"
         );
         println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+        let mut chart = Chart::new(w.title.clone(), "ms");
         for x in &t {
+            let refs = [
+                ("ideal", ideal),
+                vs(x, &t, "rayon barrier", graph::RAYON_BARRIER),
+                vs(x, &t, "replayed", graph::REPLAYED),
+            ];
+            chart.row(x.name, Some(x.median), ratios(Some(x.median), &refs));
             println!(
                 "| {} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {} |",
                 x.name,
@@ -1948,6 +2120,7 @@ fn graph_section(pools: &Pools, samples: usize, md: bool) {
             );
         }
         println!();
+        charts.push(chart);
         found.push((w.group, t));
     }
     let of_group = |group: &str, name: &str| {

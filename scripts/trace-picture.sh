@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Produces docs/images/gemm-timeline.svg: a timeline picture of one traced
+# run of the batched GEMM demonstration (one row per worker, the tasks
+# coloured by name, parks, steal requests and dataflow arrows), with the
+# trace itself (Chrome trace-event JSON, for Perfetto or chrome://tracing)
+# left in target/trace/gemm.json.
+#
+#   scripts/trace-picture.sh [batched_gemm options...]
+#
+# Any arguments go to the demonstration, e.g.
+#   scripts/trace-picture.sh --batch 16 --size 128 --threads 4
+# TITLE overrides the picture's title.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+trace=target/trace/gemm.json
+picture=docs/images/gemm-timeline.svg
+title=${TITLE:-"Batched GEMM on selvedge: one traced run"}
+
+mkdir -p "$(dirname "$trace")" "$(dirname "$picture")"
+# `--trace` needs the `trace` feature (without it the demonstration refuses).
+cargo run --release --features trace --example batched_gemm -- --trace "$trace" "$@"
+# The same features, so that cargo does not build selvedge a second time.
+cargo run --release --features trace --example trace_timeline -- \
+  "$trace" "$picture" --title "$title"
+echo "trace-picture: wrote $picture (trace: $trace)"
