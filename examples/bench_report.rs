@@ -381,11 +381,22 @@ fn main() {
             let mut charts = Vec::new();
             section(&pools, args.samples, md, &mut charts);
             if let Some(plots) = plots.as_mut() {
+                let mut drawn = Vec::new();
                 for chart in &charts {
                     match plots.write(chart) {
-                        Ok(Some(path)) => eprintln!("bench_report: chart {}", path.display()),
+                        Ok(Some(path)) => {
+                            eprintln!("bench_report: chart {}", path.display());
+                            drawn.push((chart.title.clone(), path));
+                        }
                         Ok(None) => {}
                         Err(e) => fail(&e),
+                    }
+                }
+                // In the document, the section's charts after its tables.
+                if md && !drawn.is_empty() {
+                    println!("**Charts** (median times; ratios beside the bars):\n");
+                    for (title, path) in drawn {
+                        println!("![{title}]({})\n", path.display());
                     }
                 }
             }

@@ -9,12 +9,12 @@
 #
 # Any arguments go to the demonstration, e.g.
 #   scripts/trace-picture.sh --batch 16 --size 128 --threads 4
-# TITLE overrides the picture's title.
+# TITLE overrides the picture's title; PICTURE where it goes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 trace=target/trace/gemm.json
-picture=docs/images/gemm-timeline.svg
+picture=${PICTURE:-docs/images/gemm-timeline.svg}
 title=${TITLE:-"Batched GEMM on selvedge: one traced run"}
 
 mkdir -p "$(dirname "$trace")" "$(dirname "$picture")"

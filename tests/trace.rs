@@ -320,3 +320,58 @@ fn an_untraced_runtime_has_no_trace_path_and_flush_does_nothing() {
     assert_eq!(rt.trace_path(), None);
     rt.flush_trace().unwrap();
 }
+
+#[test]
+fn tasks_take_the_innermost_name_given_else_their_closures_type() {
+    let path = trace_path("names");
+    let rt = Runtime::builder()
+        .num_threads(1)
+        .trace_to(&path)
+        .build()
+        .unwrap();
+    rt.run(|| {
+        // Handles dropped: the tasks run from the deque, each a slice.
+        named("outer", || {
+            drop(selvedge::spawn(|| ()));
+            named("inner", || drop(selvedge::spawn(|| ())));
+            drop(selvedge::spawn(|| ()));
+        });
+        drop(selvedge::spawn(|| ()));
+    });
+    // From outside the workers too.
+    named("submitted", || rt.submit(|| ()).join());
+    drop(rt);
+    let json: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    let mut names: Vec<String> = events(&json)
+        .into_iter()
+        .filter(|e| e.ph == "X" && e.cat == "task")
+        .map(|e| e.name)
+        .collect();
+    names.sort();
+    let unnamed: Vec<&String> = names
+        .iter()
+        .filter(|n| !["outer", "inner", "submitted"].contains(&n.as_str()))
+        .collect();
+    assert_eq!(
+        names.iter().filter(|n| *n == "outer").count(),
+        2,
+        "{names:?}"
+    );
+    assert_eq!(
+        names.iter().filter(|n| *n == "inner").count(),
+        1,
+        "{names:?}"
+    );
+    assert_eq!(
+        names.iter().filter(|n| *n == "submitted").count(),
+        1,
+        "{names:?}"
+    );
+    // The root task and the last spawn: their closures' type names.
+    assert_eq!(unnamed.len(), 2, "{names:?}");
+    assert!(
+        unnamed.iter().all(|n| n.starts_with("trace::")),
+        "{names:?}"
+    );
+}

@@ -180,6 +180,7 @@ impl Runtime {
         T: Send + 'static,
     {
         let task = task::new_handled(f);
+        task.name_after::<F>();
         // SAFETY: `F` and `T` are 'static.
         let handle = unsafe { JoinHandle::new(&task) };
         self.registry().inject(task);

@@ -31,6 +31,7 @@ where
     match Worker::current() {
         Some(w) => {
             let task = task::new_handled_in(w.own_pool(), f);
+            task.name_if_naming(w);
             // SAFETY: `F` and `T` are 'static.
             let handle = unsafe { JoinHandle::new(&task) };
             let pos = w.push(task);

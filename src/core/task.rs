@@ -119,13 +119,9 @@ impl Header {
             ready_worker: AtomicUsize::new(0),
             ready_pos: AtomicU64::new(0),
             #[cfg(feature = "trace")]
-            trace: {
-                let (ptr, len) = crate::core::trace::names::pending()
-                    .map_or((0, 0), crate::core::trace::record::name_words);
-                TaskTrace {
-                    name: (AtomicU64::new(ptr), AtomicU64::new(len)),
-                    flow: AtomicU64::new(0),
-                }
+            trace: TaskTrace {
+                name: (AtomicU64::new(0), AtomicU64::new(0)),
+                flow: AtomicU64::new(0),
             },
         }
     }
@@ -204,14 +200,28 @@ impl TaskRef {
     }
 
     /// Names the task in a trace after `F`, the closure its maker was
-    /// given, unless a name was given (`named`). Nothing without the
-    /// `trace` feature.
+    /// given, unless `named` gives it a name. Nothing without the `trace`
+    /// feature.
     #[inline(always)]
     pub(crate) fn name_after<F>(&self) {
         #[cfg(feature = "trace")]
-        if self.header().trace.name.0.load(Ordering::Relaxed) == 0 {
-            self.set_trace_name(crate::core::trace::names::name_for::<F>());
+        self.set_trace_name(crate::core::trace::names::name_for::<F>());
+    }
+
+    /// The name `named` gives to tasks made on worker `w` now, if any: the
+    /// hot path of `spawn`, where only a flag of the worker's is read
+    /// unless it is inside `named` (a task unnamed shows its vtable's type
+    /// name). Nothing without the `trace` feature.
+    #[inline(always)]
+    pub(crate) fn name_if_naming(&self, w: &Worker) {
+        #[cfg(feature = "trace")]
+        if w.naming_tasks() {
+            if let Some(name) = crate::core::trace::names::pending() {
+                self.set_trace_name(name);
+            }
         }
+        #[cfg(not(feature = "trace"))]
+        let _ = w;
     }
 
     #[cfg(feature = "trace")]

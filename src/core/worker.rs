@@ -138,6 +138,10 @@ pub(crate) struct Worker {
     /// This worker's track of the runtime's trace, when it is traced.
     #[cfg(feature = "trace")]
     trace: Option<&'static Track>,
+    /// How many `named` calls are running on this thread: while any is,
+    /// `spawn` looks up the name (see `TaskRef::name_if_naming`).
+    #[cfg(feature = "trace")]
+    naming: Cell<u32>,
 }
 
 /// Which workers a steal request may go to (see `Worker::pick_victim_among`).
@@ -215,6 +219,8 @@ impl Worker {
                 .collect(),
             #[cfg(feature = "trace")]
             trace,
+            #[cfg(feature = "trace")]
+            naming: Cell::new(0),
             shared,
         };
         /// Clears `CURRENT` when the worker's frame ends, however it ends.
@@ -596,6 +602,25 @@ impl Worker {
         if let (Some(t), true) = (self.trace, flow != 0) {
             t.record(event(Kind::DeviceDone, 0, fired_at, ticks(), flow, (0, 0)));
         }
+    }
+
+    /// Whether a `named` runs on this thread now.
+    #[cfg(feature = "trace")]
+    #[inline(always)]
+    pub(crate) fn naming_tasks(&self) -> bool {
+        self.naming.get() != 0
+    }
+
+    /// A `named` starts on this thread.
+    #[cfg(feature = "trace")]
+    pub(crate) fn enter_naming(&self) {
+        self.naming.set(self.naming.get() + 1);
+    }
+
+    /// A `named` ends on this thread.
+    #[cfg(feature = "trace")]
+    pub(crate) fn leave_naming(&self) {
+        self.naming.set(self.naming.get() - 1);
     }
 
     /// Records that a fulfill on this worker made `task` ready.

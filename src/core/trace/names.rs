@@ -2,12 +2,11 @@
 //!
 //! [`named`] sets a thread-local name for the duration of its closure; a
 //! task made meanwhile on this thread (any kind: spawned, delayed,
-//! declared, a loop, a GPU task) takes it. The thread-local is read only
-//! while some thread is inside `named`, so a spawn elsewhere pays one
-//! relaxed load of a shared flag.
+//! declared, a loop, a GPU task) takes it. Every task made with the
+//! feature reads the thread-local (one load, from this thread's own
+//! memory: a shared flag saying whether anyone is naming tasks would put a
+//! shared cache line on the spawn path).
 
-#[cfg(feature = "trace")]
-use crate::core::sync::{AtomicUsize, Ordering};
 #[cfg(feature = "trace")]
 use std::cell::Cell;
 
@@ -16,26 +15,28 @@ thread_local! {
     static PENDING: Cell<Option<&'static str>> = const { Cell::new(None) };
 }
 
-/// Threads inside `named` now.
-#[cfg(feature = "trace")]
-static NAMING: AtomicUsize = AtomicUsize::new(0);
-
 /// Runs `f`; with the `trace` feature, tasks made by `f` on this thread
 /// carry `name` in the trace instead of their closure's type name.
 #[inline(always)]
 pub(crate) fn named<R>(name: &'static str, f: impl FnOnce() -> R) -> R {
     #[cfg(feature = "trace")]
     {
+        use crate::core::worker::Worker;
         /// Restores the outer name however `f` ends.
-        struct Restore(Option<&'static str>);
+        struct Restore(Option<&'static str>, Option<&'static Worker>);
         impl Drop for Restore {
             fn drop(&mut self) {
                 PENDING.with(|p| p.set(self.0));
-                NAMING.fetch_sub(1, Ordering::Relaxed);
+                if let Some(w) = self.1 {
+                    w.leave_naming();
+                }
             }
         }
-        NAMING.fetch_add(1, Ordering::Relaxed);
-        let _restore = Restore(PENDING.with(|p| p.replace(Some(name))));
+        let w = Worker::current();
+        if let Some(w) = w {
+            w.enter_naming();
+        }
+        let _restore = Restore(PENDING.with(|p| p.replace(Some(name))), w);
         f()
     }
     #[cfg(not(feature = "trace"))]
@@ -57,9 +58,6 @@ pub(crate) fn name_for<F>() -> &'static str {
 #[cfg(feature = "trace")]
 #[inline(always)]
 pub(crate) fn pending() -> Option<&'static str> {
-    if NAMING.load(Ordering::Relaxed) == 0 {
-        return None;
-    }
     PENDING.with(Cell::get)
 }
 
