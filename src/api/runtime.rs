@@ -40,9 +40,11 @@ impl Runtime {
     /// Where this runtime's trace goes, if it is traced (feature `trace`).
     ///
     /// ```
-    /// let rt = selvedge::Runtime::builder().num_threads(1).trace_to("t.json").build().unwrap();
-    /// assert_eq!(rt.trace_path(), Some(std::path::Path::new("t.json")));
-    /// # std::mem::forget(rt); // (not written here)
+    /// let path = std::env::temp_dir().join("selvedge-doc-trace-path.json");
+    /// let rt = selvedge::Runtime::builder().num_threads(1).trace_to(&path).build().unwrap();
+    /// assert_eq!(rt.trace_path(), Some(path.as_path()));
+    /// let untraced = selvedge::Runtime::builder().num_threads(1).build().unwrap();
+    /// assert_eq!(untraced.trace_path(), None);
     /// ```
     #[cfg(feature = "trace")]
     pub fn trace_path(&self) -> Option<&std::path::Path> {
