@@ -19,32 +19,11 @@ mod gemm;
 mod workloads;
 #[allow(unused_imports)] // benches/workloads/gemm.rs names it as `crate::pinning`
 use workloads::pinning;
+#[path = "workloads/turns.rs"]
+mod turns;
+use turns::interleaved_medians;
 
 use std::hint::black_box;
-use std::time::Instant;
-
-/// Runs each of `runs` `samples` times after one warm-up, taking turns;
-/// returns each one's median in seconds.
-fn interleaved_medians<const N: usize>(
-    samples: usize,
-    mut runs: [&mut dyn FnMut(); N],
-) -> [f64; N] {
-    for run in runs.iter_mut() {
-        run();
-    }
-    let mut times = [(); N].map(|_| Vec::with_capacity(samples));
-    for _ in 0..samples {
-        for (run, times) in runs.iter_mut().zip(&mut times) {
-            let t = Instant::now();
-            run();
-            times.push(t.elapsed().as_secs_f64());
-        }
-    }
-    times.map(|mut t| {
-        t.sort_by(f64::total_cmp);
-        t[t.len() / 2]
-    })
-}
 
 fn samples() -> usize {
     let mut args = std::env::args().skip(1);

@@ -71,8 +71,9 @@ mod gemm;
 mod gpu_workload;
 #[path = "../benches/workloads/pinning.rs"]
 mod pinning;
-
-use std::time::Instant;
+#[path = "../benches/workloads/turns.rs"]
+mod turns;
+use turns::interleaved_medians;
 
 struct Args {
     batch: usize,
@@ -153,30 +154,6 @@ fn parse_args() -> Args {
 /// in `tests/gpu.rs`).
 fn gpu_required() -> bool {
     std::env::var_os("SELVEDGE_REQUIRE_GPU").is_some_and(|v| v == "1")
-}
-
-/// Times each of `runs` `samples` times, after one warm-up each, taking
-/// turns (one sample of each per round) so that a slow phase of a shared
-/// machine hits all of them alike; returns each one's median in seconds.
-fn interleaved_medians<const N: usize>(
-    samples: usize,
-    mut runs: [&mut dyn FnMut(); N],
-) -> [f64; N] {
-    for run in runs.iter_mut() {
-        run();
-    }
-    let mut times = [(); N].map(|_| Vec::with_capacity(samples));
-    for _ in 0..samples {
-        for (run, times) in runs.iter_mut().zip(&mut times) {
-            let t = Instant::now();
-            run();
-            times.push(t.elapsed().as_secs_f64());
-        }
-    }
-    times.map(|mut t| {
-        t.sort_by(f64::total_cmp);
-        t[t.len() / 2]
-    })
 }
 
 fn main() {
