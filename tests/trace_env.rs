@@ -32,7 +32,9 @@ fn selvedge_trace_traces_every_runtime_each_to_a_file_of_its_own() {
     for file in ["run.json", "run-2.json", "explicit.json"] {
         let text = std::fs::read_to_string(dir.join(file)).expect("written at the drop");
         let json: serde_json::Value = serde_json::from_str(&text).expect("valid JSON");
-        assert!(json["traceEvents"].as_array().is_some_and(|e| !e.is_empty()));
+        assert!(json["traceEvents"]
+            .as_array()
+            .is_some_and(|e| !e.is_empty()));
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
