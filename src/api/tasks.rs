@@ -62,7 +62,9 @@ where
 /// Runs `f`; every task that `f` makes on this thread (spawned, delayed,
 /// declared, a scope's, a parallel loop's parts, a GPU task, a graph run's
 /// nodes excepted) is named `name` in the runtime's trace. The name of an
-/// inner `named` wins. Without the `trace` feature this only calls `f`.
+/// inner `named` wins. Tasks that this thread runs while `f` waits (work a
+/// waiting worker picks up meanwhile) are not made by `f`, and keep their
+/// own names. Without the `trace` feature this only calls `f`.
 ///
 /// ```
 /// use selvedge::{named, parallel_for, spawn_delayed, Promise};

@@ -199,7 +199,7 @@ impl<T> JoinHandle<T> {
                 let run = |task| w.nested(|| unsafe { task::run_inline_for_handle::<T>(task) });
                 // A delayed task made ready here, run in place: its own
                 // slice in a trace, where the arrow from its fulfill ends.
-                return w.traced(task, run);
+                return w.traced_in_place(task, run);
             }
         }
         let block = self.block.take().expect("JoinHandle used after completion");

@@ -530,13 +530,52 @@ impl Worker {
     #[inline(always)]
     pub(crate) fn traced<R>(&self, task: TaskRef, run: impl FnOnce(TaskRef) -> R) -> R {
         #[cfg(feature = "trace")]
-        if let Some(t) = self.trace {
-            let (name, flow, t0) = (task.trace_name(), task.trace_flow(), ticks());
-            let r = run(task);
-            t.record(event(Kind::Task, 0, t0, ticks(), flow, name));
-            return r;
+        {
+            // A task run while a `named` waits on this thread is not made
+            // by that `named`'s closure: what it makes keeps its own names.
+            let _outside = (self.naming.get() != 0).then(|| self.suspend_naming());
+            if let Some(t) = self.trace {
+                let (name, flow, t0) = (task.trace_name(), task.trace_flow(), ticks());
+                if flow != 0 {
+                    // Its arrow ends here. (A graph node's header serves
+                    // every run: the next run's arrows are new ones.)
+                    task.set_trace_flow(0);
+                }
+                let r = run(task);
+                t.record(event(Kind::Task, 0, t0, ticks(), flow, name));
+                return r;
+            }
         }
         run(task)
+    }
+
+    /// [`traced`](Worker::traced) for a task its own handle's `join` runs
+    /// in place: a slice of its own only when something sent it here (a
+    /// fulfill made it ready), else it runs inside its joiner's slice as a
+    /// call would, as a spawned task that `join` takes back does.
+    #[inline(always)]
+    pub(crate) fn traced_in_place<R>(&self, task: TaskRef, run: impl FnOnce(TaskRef) -> R) -> R {
+        #[cfg(feature = "trace")]
+        if task.trace_flow() != 0 {
+            return self.traced(task, run);
+        }
+        run(task)
+    }
+
+    /// Clears this thread's `named` name until the guard drops (see
+    /// `traced`).
+    #[cfg(feature = "trace")]
+    #[cold]
+    fn suspend_naming(&self) -> impl Drop + '_ {
+        struct Resume<'w>(&'w Worker, u32, Option<&'static str>);
+        impl Drop for Resume<'_> {
+            fn drop(&mut self) {
+                self.0.naming.set(self.1);
+                crate::core::trace::names::set_pending(self.2);
+            }
+        }
+        let outer = crate::core::trace::names::set_pending(None);
+        Resume(self, self.naming.replace(0), outer)
     }
 
     /// Runs `f`, code that is not a task of its own (the share of a loop its

@@ -147,14 +147,22 @@ impl DeviceInner {
         registry.next_id += 1;
         // An arrow in a trace from here to the worker that handles the
         // completion, through the callback.
+        // Both ends on workers of the device's runtime, whose trace it is.
         #[cfg(feature = "trace")]
-        let flow = crate::core::worker::Worker::current().map_or(0, |w| w.trace_device_enqueued());
+        let home = Arc::as_ptr(&self.runtime) as usize;
+        #[cfg(feature = "trace")]
+        let on_home = move || {
+            crate::core::worker::Worker::current()
+                .filter(|w| Arc::as_ptr(&w.shared) as usize == home)
+        };
+        #[cfg(feature = "trace")]
+        let flow = on_home().map_or(0, |w| w.trace_device_enqueued());
         let action: Action = Box::new(move || {
             // Out of the registry first: the signal is freed after this
             // returns, and nobody abandoning must find it then.
             lock(&in_flight).signals.remove(&id);
             #[cfg(feature = "trace")]
-            if let Some(w) = crate::core::worker::Worker::current() {
+            if let Some(w) = on_home() {
                 let fired_at = crate::core::signal::fired_at_of_running_action();
                 w.trace_device_done(flow, fired_at);
             }

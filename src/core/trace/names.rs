@@ -1,11 +1,12 @@
 //! Names for the tasks a piece of code makes, shown in the trace.
 //!
 //! [`named`] sets a thread-local name for the duration of its closure; a
-//! task made meanwhile on this thread (any kind: spawned, delayed,
-//! declared, a loop, a GPU task) takes it. Every task made with the
-//! feature reads the thread-local (one load, from this thread's own
-//! memory: a shared flag saying whether anyone is naming tasks would put a
-//! shared cache line on the spawn path).
+//! task made meanwhile by the closure (any kind: spawned, delayed,
+//! declared, a loop, a GPU task) takes it. Tasks the thread runs while the
+//! closure waits do not: a worker clears the name around each task it runs
+//! (`Worker::traced`). `spawn`, the hot path, reads the thread-local only
+//! while its worker is inside a `named` (a flag of the worker's); the
+//! other ways of making tasks read it each time.
 
 #[cfg(feature = "trace")]
 use std::cell::Cell;
@@ -52,6 +53,12 @@ pub(crate) fn named<R>(name: &'static str, f: impl FnOnce() -> R) -> R {
 #[inline]
 pub(crate) fn name_for<F>() -> &'static str {
     pending().unwrap_or_else(std::any::type_name::<F>)
+}
+
+/// Sets this thread's `named` name (`None`: none); returns the one before.
+#[cfg(feature = "trace")]
+pub(crate) fn set_pending(name: Option<&'static str>) -> Option<&'static str> {
+    PENDING.with(|p| p.replace(name))
 }
 
 /// `named`'s name on this thread, if inside one.

@@ -136,12 +136,16 @@ struct Outside {
     flows: u64,
 }
 
-/// The first track id of threads outside the workers, in the JSON.
+/// The first track id of threads outside the workers, in the JSON (above
+/// every worker's: at most 256).
 pub(crate) const OUTSIDE_TRACKS: u64 = 1000;
 /// The track id of device callbacks, in the JSON.
-pub(crate) const DEVICE_TRACK: u64 = 2000;
-/// Flow ids of outside threads: above every worker's.
-const OUTSIDE_FLOWS: u64 = 0xffff;
+pub(crate) const DEVICE_TRACK: u64 = 999;
+/// The track number of outside threads in flow ids: above every worker's
+/// (at most 256), and small enough that every id stays below 2^53, which
+/// a JavaScript viewer (`chrome://tracing`) reads exactly.
+const OUTSIDE_FLOWS: u64 = 0x1ff;
+const _: () = assert!((OUTSIDE_FLOWS + 1) << 40 <= 1 << 53);
 
 /// A runtime's trace: its workers' tracks, outside threads' events, and
 /// where it is written.
