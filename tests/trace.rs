@@ -226,11 +226,6 @@ fn the_trace_of_a_pipeline_holds_its_tasks_flows_and_steals() {
         .filter(|e| e.ph == "X" && e.name == "made ready")
         .collect();
     assert_eq!(ready.len(), ITEMS, "one `made ready` per stage-2 task");
-    let starts: HashMap<u64, &Ev> = evs
-        .iter()
-        .filter(|e| e.ph == "s")
-        .map(|e| (e.id, e))
-        .collect();
     let ends: HashMap<u64, &Ev> = evs
         .iter()
         .filter(|e| e.ph == "f")
