@@ -405,7 +405,7 @@ fn a_replayed_graphs_nodes_are_slices_with_new_arrows_each_run() {
         for k in 0..20_000u64 {
             x = std::hint::black_box(x.wrapping_add(k));
         }
-        drop(x);
+        std::hint::black_box(x);
     };
     let first = g.node_named("first", work);
     let wide: Vec<_> = (0..16).map(|_| g.node_named("wide", work)).collect();
