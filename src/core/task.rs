@@ -208,6 +208,22 @@ impl TaskRef {
         self.set_trace_name(crate::core::trace::names::name_for::<F>());
     }
 
+    /// [`name_after`](TaskRef::name_after) for a task made on `worker` (if
+    /// on one): unless the worker is inside `named`, the type's name is
+    /// taken without looking up the thread's `named` name (a scope's
+    /// spawn, a hot path, pays two stores).
+    #[inline(always)]
+    #[cfg_attr(not(feature = "trace"), allow(clippy::extra_unused_type_parameters))]
+    pub(crate) fn name_after_on<F>(&self, worker: Option<&Worker>) {
+        #[cfg(feature = "trace")]
+        match worker {
+            Some(w) if !w.naming_tasks() => self.set_trace_name(std::any::type_name::<F>()),
+            _ => self.name_after::<F>(),
+        }
+        #[cfg(not(feature = "trace"))]
+        let _ = worker;
+    }
+
     /// The name `named` gives to tasks made on worker `w` now, if any: the
     /// hot path of `spawn`, where only a flag of the worker's is read
     /// unless it is inside `named` (a task unnamed shows its vtable's type

@@ -153,8 +153,9 @@ impl<'scope> Scope<'scope> {
                 unsafe { CountLatch::decrement_on_worker(&raw const scope.latch) };
             }
         });
-        task.name_after::<F>();
-        match Worker::current() {
+        let here = Worker::current();
+        task.name_after_on::<F>(here);
+        match here {
             Some(w)
                 if self.latch.is_owner(w.index) && std::ptr::eq(&*w.shared, &**self.runtime()) =>
             {
