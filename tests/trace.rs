@@ -130,23 +130,39 @@ fn check_task_arrows(evs: &[Ev]) -> usize {
     by_id.len()
 }
 
-/// Runs the pipeline on a traced runtime, drops it (which writes the
-/// trace) and parses the file.
-fn traced_run(name: &str) -> (Value, Vec<Ev>) {
+/// Builds a runtime of `threads` workers traced to a file named after
+/// `name`, runs `body` on it, drops it (which writes the trace), and
+/// returns the parsed file (removed).
+fn traced(name: &str, threads: usize, body: impl FnOnce(&Runtime)) -> Value {
     let path = trace_path(name);
     let _ = std::fs::remove_file(&path);
     let rt = Runtime::builder()
-        .num_threads(WORKERS)
+        .num_threads(threads)
         .trace_to(&path)
         .trace_capacity(1 << 20)
         .build()
         .unwrap();
     assert_eq!(rt.trace_path(), Some(path.as_path()));
-    assert_eq!(rt.run(pipeline), expected());
+    body(&rt);
     drop(rt);
     let text = std::fs::read_to_string(&path).expect("the trace was written at the drop");
     let json: Value = serde_json::from_str(&text).expect("the trace is valid JSON");
     std::fs::remove_file(&path).unwrap();
+    json
+}
+
+/// The names of the task slices in a trace.
+fn task_names(json: &Value) -> Vec<String> {
+    events(json)
+        .into_iter()
+        .filter(|e| e.ph == "X" && e.cat == "task")
+        .map(|e| e.name)
+        .collect()
+}
+
+/// Runs the pipeline on a traced runtime and parses its trace.
+fn traced_run(name: &str) -> (Value, Vec<Ev>) {
+    let json = traced(name, WORKERS, |rt| assert_eq!(rt.run(pipeline), expected()));
     let evs = events(&json);
     (json, evs)
 }
@@ -338,31 +354,20 @@ fn an_untraced_runtime_has_no_trace_path_and_flush_does_nothing() {
 
 #[test]
 fn tasks_take_the_innermost_name_given_else_their_closures_type() {
-    let path = trace_path("names");
-    let rt = Runtime::builder()
-        .num_threads(1)
-        .trace_to(&path)
-        .build()
-        .unwrap();
-    rt.run(|| {
-        // Handles dropped: the tasks run from the deque, each a slice.
-        named("outer", || {
-            drop(selvedge::spawn(|| ()));
-            named("inner", || drop(selvedge::spawn(|| ())));
+    let json = traced("names", 1, |rt| {
+        rt.run(|| {
+            // Handles dropped: the tasks run from the deque, each a slice.
+            named("outer", || {
+                drop(selvedge::spawn(|| ()));
+                named("inner", || drop(selvedge::spawn(|| ())));
+                drop(selvedge::spawn(|| ()));
+            });
             drop(selvedge::spawn(|| ()));
         });
-        drop(selvedge::spawn(|| ()));
+        // From outside the workers too.
+        named("submitted", || rt.submit(|| ()).join());
     });
-    // From outside the workers too.
-    named("submitted", || rt.submit(|| ()).join());
-    drop(rt);
-    let json: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    std::fs::remove_file(&path).unwrap();
-    let mut names: Vec<String> = events(&json)
-        .into_iter()
-        .filter(|e| e.ph == "X" && e.cat == "task")
-        .map(|e| e.name)
-        .collect();
+    let mut names = task_names(&json);
     names.sort();
     let unnamed: Vec<&String> = names
         .iter()
@@ -393,12 +398,6 @@ fn tasks_take_the_innermost_name_given_else_their_closures_type() {
 
 #[test]
 fn a_replayed_graphs_nodes_are_slices_with_new_arrows_each_run() {
-    let path = trace_path("graph");
-    let rt = Runtime::builder()
-        .num_threads(2)
-        .trace_to(&path)
-        .build()
-        .unwrap();
     let mut g = selvedge::Graph::new();
     let work = || {
         let mut x = 0u64;
@@ -414,13 +413,11 @@ fn a_replayed_graphs_nodes_are_slices_with_new_arrows_each_run() {
         g.precede(first, w);
         g.precede(w, last);
     }
-    for _ in 0..3 {
-        rt.run_graph(&mut g).unwrap();
-    }
-    drop(g);
-    drop(rt);
-    let json: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    std::fs::remove_file(&path).unwrap();
+    let json = traced("graph", 2, |rt| {
+        for _ in 0..3 {
+            rt.run_graph(&mut g).unwrap();
+        }
+    });
     let evs = events(&json);
     let named = |name: &str| {
         evs.iter()
@@ -436,29 +433,18 @@ fn a_replayed_graphs_nodes_are_slices_with_new_arrows_each_run() {
 
 #[test]
 fn tasks_run_while_a_named_closure_waits_keep_their_own_names() {
-    let path = trace_path("named-wait");
-    let rt = Runtime::builder()
-        .num_threads(1)
-        .trace_to(&path)
-        .build()
-        .unwrap();
-    rt.run(|| {
-        named("outer", || {
-            // The scope's task is made by the named closure; the task it
-            // makes, while the scope waits on this thread, is not.
-            selvedge::scope(|s| {
-                s.spawn(|_| drop(selvedge::spawn(|| ())));
+    let json = traced("named-wait", 1, |rt| {
+        rt.run(|| {
+            named("outer", || {
+                // The scope's task is made by the named closure; the task
+                // it makes, while the scope waits on this thread, is not.
+                selvedge::scope(|s| {
+                    s.spawn(|_| drop(selvedge::spawn(|| ())));
+                })
             })
         })
     });
-    drop(rt);
-    let json: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    std::fs::remove_file(&path).unwrap();
-    let names: Vec<String> = events(&json)
-        .into_iter()
-        .filter(|e| e.ph == "X" && e.cat == "task")
-        .map(|e| e.name)
-        .collect();
+    let names = task_names(&json);
     assert_eq!(
         names.iter().filter(|n| *n == "outer").count(),
         1,
