@@ -112,8 +112,8 @@ fn events(json: &Value) -> Vec<Ev> {
 }
 
 /// Every task arrow (`cat` "flow"): one start, steps, one end, in time
-/// order; returns how many there are.
-fn check_task_arrows(evs: &[Ev]) -> usize {
+/// order.
+fn check_task_arrows(evs: &[Ev]) {
     let mut by_id: HashMap<u64, Vec<&Ev>> = HashMap::new();
     for e in evs.iter().filter(|e| e.cat == "flow") {
         by_id.entry(e.id).or_default().push(e);
@@ -127,7 +127,6 @@ fn check_task_arrows(evs: &[Ev]) -> usize {
             "arrow {id} goes back in time: {points:?}"
         );
     }
-    by_id.len()
 }
 
 /// Builds a runtime of `threads` workers traced to a file named after
