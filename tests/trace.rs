@@ -397,10 +397,13 @@ fn tasks_take_the_innermost_name_given_else_their_closures_type() {
 
 #[test]
 fn a_replayed_graphs_nodes_are_slices_with_new_arrows_each_run() {
+    // Runs enough that some node moves between the workers in more than
+    // one of them (its arrow then must not continue an earlier run's).
+    const RUNS: usize = 8;
     let mut g = selvedge::Graph::new();
     let work = || {
         let mut x = 0u64;
-        for k in 0..20_000u64 {
+        for k in 0..100_000u64 {
             x = std::hint::black_box(x.wrapping_add(k));
         }
         std::hint::black_box(x);
@@ -413,7 +416,7 @@ fn a_replayed_graphs_nodes_are_slices_with_new_arrows_each_run() {
         g.precede(w, last);
     }
     let json = traced("graph", 2, |rt| {
-        for _ in 0..3 {
+        for _ in 0..RUNS {
             rt.run_graph(&mut g).unwrap();
         }
     });
@@ -423,9 +426,9 @@ fn a_replayed_graphs_nodes_are_slices_with_new_arrows_each_run() {
             .filter(|e| e.ph == "X" && e.cat == "task" && e.name == name)
             .count()
     };
-    assert_eq!(named("first"), 3);
-    assert_eq!(named("wide"), 16 * 3);
-    assert_eq!(named("last (an owned name)"), 3);
+    assert_eq!(named("first"), RUNS);
+    assert_eq!(named("wide"), 16 * RUNS);
+    assert_eq!(named("last (an owned name)"), RUNS);
     // Arrows of nodes that moved between workers: each run's are its own.
     check_task_arrows(&evs);
 }
