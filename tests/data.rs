@@ -277,22 +277,6 @@ fn into_inner_waits_for_every_access() {
 }
 
 #[test]
-fn a_task_cancelled_before_it_ran_breaks_the_order_after_it() {
-    let rt = runtime(2);
-    let d = Data::new(0);
-    let gate = Promise::new();
-    let never = rt.submit_with((d.write(), gate.dep()), |(d, ())| *d = 5);
-    let after = rt.submit_with(d.read(), |d| *d);
-    drop(gate);
-    assert!(never.try_join().unwrap_err().is_cancelled());
-    assert!(after.try_join().unwrap_err().is_cancelled());
-    match d.try_into_inner() {
-        Err(e @ DataError::Cancelled(_)) => assert!(e.to_string().contains("cancelled")),
-        other => panic!("expected Cancelled, got {other:?}"),
-    }
-}
-
-#[test]
 fn read_now_waits_for_writes_and_holds_later_ones() {
     let rt = runtime(2);
     let d = Data::new(1);

@@ -303,32 +303,6 @@ fn a_nested_graph_with_data_is_ordered_by_its_node() {
     }
 }
 
-/// A task before the run that was cancelled breaks the handle's ordering:
-/// the run does not start any node, and says which handle.
-#[test]
-fn a_broken_ordering_cancels_the_run() {
-    let _watchdog = Watchdog::new("broken ordering", Duration::from_secs(60));
-    let rt = runtime(2);
-    let d = Data::named("broken", 0u32);
-    let ran = Arc::new(AtomicBool::new(false));
-    let mut g = Graph::new();
-    {
-        let ran = ran.clone();
-        g.node_with(d.read(), move |_| ran.store(true, Ordering::Relaxed));
-    }
-    let never = Promise::new();
-    let cancelled = rt.submit_with((d.write(), never.dep()), |_| ());
-    drop(never); // broken: the write is cancelled, unrun
-    assert!(cancelled.try_join().unwrap_err().is_cancelled());
-    match rt.run_graph(&mut g) {
-        Err(e @ GraphError::Cancelled { .. }) => {
-            assert!(e.to_string().contains("Data \"broken\""), "{e}");
-        }
-        other => panic!("{other:?}"),
-    }
-    assert!(!ran.load(Ordering::Relaxed));
-}
-
 /// A node that does not declare a handle its graph declares, and waits
 /// for it, would wait for its own run: it fails with a message instead,
 /// and so does a node that runs another graph declaring the handle.

@@ -144,6 +144,86 @@ fn two_dependencies_fulfilled_concurrently_while_parking() {
     });
 }
 
+/// A relay (`Waiter::relay`): what an access that never ran uses to pass
+/// its turn on. It waits for each dependency to close, fulfilled or broken,
+/// while one thread fulfills the first and another breaks the second: in
+/// every interleaving it fires exactly once, only after both closed, and
+/// sees what both threads wrote before closing theirs. Both ways round:
+/// the broken dependency first in the relay's order, and last.
+#[test]
+fn a_relay_fires_once_after_every_dependency_closed_either_way() {
+    relay_model(1, 2);
+    relay_model(2, 1);
+}
+
+/// The relay model: event `fulfilled` is fulfilled, event `broken` broken.
+fn relay_model(fulfilled: usize, broken: usize) {
+    model(move || {
+        let g = Group::new(3);
+        // SAFETY: we hold the creating handle; one more for each closer.
+        unsafe {
+            Group::acquire_handle(g);
+            Group::acquire_handle(g);
+        }
+        let (d1, d2) = (Produced::new(), Produced::new());
+        let fired = Arc::new(AtomicUsize::new(0));
+        let settle = {
+            let (d1, d2, fired) = (d1.clone(), d2.clone(), fired.clone());
+            move |mut outcome: Outcome| {
+                let w = loop {
+                    match outcome {
+                        Outcome::Ready(w) => break w,
+                        // SAFETY: stopped at a broken dependency: ours.
+                        Outcome::Cancelled(w) => match unsafe { Waiter::resume_past_broken(w) } {
+                            None => return,
+                            Some(next) => outcome = next,
+                        },
+                    }
+                };
+                assert_eq!(d1.read(), 1, "relay fired before the fulfiller's write");
+                assert_eq!(d2.read(), 2, "relay fired before the breaker's write");
+                fired.fetch_add(1, Ordering::SeqCst);
+                // SAFETY: the outcome hands the waiter over.
+                drop(unsafe { Box::from_raw(w.as_ptr()) });
+            }
+        };
+        // SAFETY: as above.
+        let w = NonNull::from(Box::leak(Box::new(Waiter::relay(unsafe {
+            vec![Group::dep(g, 1), Group::dep(g, 2)]
+        }))));
+        let fulfiller = {
+            let (g, d1, settle) = (Registry(g), d1.clone(), settle.clone());
+            thread::spawn(move || {
+                d1.write(1);
+                // SAFETY: this thread owns one handle.
+                unsafe {
+                    assert!(Group::fulfill(g.0, fulfilled, settle.clone()));
+                    Group::release_handle(g.0, settle);
+                }
+            })
+        };
+        let breaker = {
+            let (g, d2, settle) = (Registry(g), d2.clone(), settle.clone());
+            thread::spawn(move || {
+                d2.write(2);
+                // SAFETY: this thread owns one handle.
+                unsafe {
+                    assert!(Group::break_event(g.0, broken, settle.clone()));
+                    Group::release_handle(g.0, settle);
+                }
+            })
+        };
+        start(w, settle.clone());
+        fulfiller.join().unwrap();
+        breaker.join().unwrap();
+        assert_eq!(fired.load(Ordering::SeqCst), 1, "a relay fires exactly once");
+        // SAFETY: the model's own handle, given up last (event 0 breaks;
+        // nothing waits on it).
+        unsafe { Group::release_handle(g, settle) };
+        assert!(Group::is_freed(g), "promise not freed after its last reference");
+    });
+}
+
 #[test]
 fn last_handle_dropped_while_another_fulfills() {
     // Two handles: one fulfills then drops, the other drops concurrently.

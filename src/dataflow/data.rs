@@ -12,7 +12,7 @@ use crate::core::sync::{lock, Mutex};
 use crate::dataflow::access::sealed::{SealedAccess, Target};
 use crate::dataflow::access::{Access, Declared, Mode};
 use crate::dataflow::event::Dep;
-use crate::dataflow::promise::Promise;
+use crate::dataflow::turn::Turn;
 use crossbeam_utils::CachePadded;
 use std::any::Any;
 use std::cell::UnsafeCell;
@@ -42,6 +42,11 @@ use std::sync::{Arc, Weak};
 /// tasks cancelled that way poison what they would have written. A
 /// [`Data::recover`] access is granted all the same and clears the poison
 /// when it returns.
+///
+/// A task cancelled *before it ran* (a [`Dep`] it declared broke, or its
+/// runtime shut down while it waited) touched nothing: it gives up its
+/// place in the order, and the accesses after it run once the ones before
+/// it are over, finding the value as the last access that ran left it.
 ///
 /// ```
 /// use selvedge::{spawn_with, Data};
@@ -156,11 +161,8 @@ unsafe impl<T: Send + Sync> Sync for Inner<T> {}
 // SAFETY: as above; the value itself moves with the last handle (`T: Send`).
 unsafe impl<T: Send + Sync> Send for Inner<T> {}
 
-impl<T: Send + Sync> Target for Inner<T> {
-    fn log(&self) -> &Mutex<Log> {
-        &self.log
-    }
-
+impl<T> Inner<T> {
+    /// How messages name the handle.
     fn describe(&self) -> String {
         match &self.name {
             Some(name) => format!("Data \"{name}\""),
@@ -170,6 +172,16 @@ impl<T: Send + Sync> Target for Inner<T> {
                 std::ptr::from_ref(self)
             ),
         }
+    }
+}
+
+impl<T: Send + Sync> Target for Inner<T> {
+    fn log(&self) -> &Mutex<Log> {
+        &self.log
+    }
+
+    fn describe(&self) -> String {
+        Inner::describe(self)
     }
 
     unsafe fn poison(&self) -> Option<Arc<str>> {
@@ -291,10 +303,16 @@ impl<T: Send + Sync> Data<T> {
     ///
     /// # Panics
     /// When [`Data::try_into_inner`] would return an error: the handle is
-    /// poisoned, another handle to it still exists, or an access to it was
-    /// cancelled before it ran. Like `try_into_inner`, when called inside
-    /// a task that declared this handle, or a node of a graph run that
-    /// declares it (it would wait for itself).
+    /// poisoned, or another handle to it still exists (the message names
+    /// the handle and what commonly holds one). Like `try_into_inner`,
+    /// when called inside a task that declared this handle, or a node of a
+    /// graph run that declares it (it would wait for itself).
+    ///
+    /// `into_inner` takes the handle by value. After a `Data` was moved
+    /// into a closure, the compiler may suggest `d.clone().into_inner()`:
+    /// that clone is a second handle, so it panics, saying so. Clone the
+    /// handle for the closure instead (`let d2 = d.clone();` and move `d2`),
+    /// and keep `d` to take the value back.
     ///
     /// ```
     /// use selvedge::{spawn_with, Data};
@@ -310,9 +328,11 @@ impl<T: Send + Sync> Data<T> {
         }
     }
 
-    /// Waits until every access submitted so far finished (working
+    /// Waits until every access submitted so far is over (working
     /// meanwhile, on a worker), and returns the value; or says why it
-    /// cannot, handing back the value or the handle.
+    /// cannot, handing back the value or the handle. An access cancelled
+    /// before it ran is over once the accesses before it are: it left the
+    /// value as it was.
     ///
     /// # Panics
     /// Inside a task that declared this handle, or inside a node of a
@@ -347,9 +367,7 @@ impl<T: Send + Sync> Data<T> {
             let log = lock(&self.inner.log);
             (log.pending(), log.runtime.clone())
         };
-        if !wait_fulfilled(pending, &runtime) {
-            return Err(DataError::Cancelled(self));
-        }
+        wait_over(pending, &runtime);
         match Arc::try_unwrap(self.inner) {
             Ok(inner) => {
                 let slot = inner.slot.into_inner();
@@ -379,7 +397,7 @@ impl<T: Send + Sync> Data<T> {
     /// ```
     ///
     /// An error is the one a task reading it would get: cancelled, because
-    /// the handle is poisoned or its ordering was broken.
+    /// the handle is poisoned.
     ///
     /// # Panics
     /// Inside a task that declared this handle, or inside a node of a
@@ -387,30 +405,25 @@ impl<T: Send + Sync> Data<T> {
     /// own access.
     pub fn read_now(&self) -> Result<ReadNow<'_, T>, JoinError> {
         self.refuse_self_wait("read_now");
-        let done = Promise::new();
-        let (pending, runtime) = {
+        let mut turn = Turn::new();
+        let runtime = {
             let mut log = lock(&self.inner.log);
-            let pending: Vec<Dep> = log.before(Mode::Read).map(|r| r.done.clone()).collect();
-            log.record(Mode::Read, Recorded::host(done.dep()));
-            (pending, log.runtime.clone())
+            for before in log.before(Mode::Read) {
+                turn.after(before.done.clone());
+            }
+            log.record(Mode::Read, Recorded::host(turn.dep()));
+            log.runtime.clone()
         };
-        if !wait_fulfilled(pending, &runtime) {
-            // Our read breaks with the write it waited for.
-            return Err(cancelled(format!(
-                "{}: {}",
-                self.inner.describe(),
-                CANCELLED_ACCESS
-            )));
-        }
-        // SAFETY: our read has its turn: every earlier write finished and
-        // later ones wait for `done`.
+        wait_over(turn.before().to_vec(), &runtime);
+        // SAFETY: our read has its turn: every earlier write is over and
+        // later ones wait for `turn`.
         if let Some(cause) = unsafe { self.inner.poison() } {
-            done.fulfill();
+            turn.end();
             return Err(cancelled(poisoned_message(&self.inner.describe(), &cause)));
         }
         Ok(ReadNow {
             inner: &self.inner,
-            done,
+            turn: Some(turn),
         })
     }
 }
@@ -433,11 +446,6 @@ impl<T: Send + Sync> Data<T> {
     }
 }
 
-/// Why an access after a cancelled one cannot have its turn.
-pub(crate) const CANCELLED_ACCESS: &str =
-    "an access to it was cancelled before it ran (a dependency that task declared broke, \
-     or its runtime shut down), so the accesses after it are cancelled too";
-
 /// The message of an access cancelled because `handle` is poisoned.
 pub(crate) fn poisoned_message(handle: &str, cause: &str) -> String {
     format!("{handle} is poisoned: {cause}; a recover() access clears it")
@@ -448,20 +456,27 @@ fn cancelled(message: String) -> JoinError {
     JoinError::from_payload(Box::new(CancelledBecause(message)))
 }
 
-/// Waits for `deps` (from any thread, working meanwhile on a worker) and
-/// says whether all were fulfilled (not broken).
-fn wait_fulfilled(deps: Vec<Dep>, runtime: &Weak<Registry>) -> bool {
-    if deps.iter().all(Dep::is_fulfilled) {
-        return true;
+/// Waits until the accesses whose completions are `deps` are over (from
+/// any thread, working meanwhile on a worker). A completion is fulfilled
+/// when its access ended or passed its turn on (see `turn.rs`), never
+/// broken; but the runtime the wait runs on may shut down meanwhile.
+fn wait_over(mut deps: Vec<Dep>, runtime: &Weak<Registry>) {
+    // A task waiting on them, first on the runtime of the latest access:
+    // its handle's join blocks without spinning (or works, on a worker).
+    let mut runtime = runtime.upgrade();
+    loop {
+        deps.retain(|d| !d.is_closed());
+        if deps.is_empty() {
+            return;
+        }
+        let on = runtime
+            .take()
+            .unwrap_or_else(|| crate::core::pool::current_registry().clone());
+        // An error: that runtime shut down while the task waited (then
+        // this thread's own runtime, or the global one, takes the wait
+        // over), or a completion was closed otherwise.
+        let _ = crate::dataflow::delayed::submit_delayed(&on, deps.clone(), || ()).try_join();
     }
-    // A task waiting on them, on the runtime of the latest access: its
-    // handle's join blocks without spinning (or works, on a worker).
-    let runtime = runtime
-        .upgrade()
-        .unwrap_or_else(|| crate::core::pool::current_registry().clone());
-    crate::dataflow::delayed::submit_delayed(&runtime, deps, || ())
-        .try_join()
-        .is_ok()
 }
 
 impl<T> Clone for Data<T> {
@@ -493,20 +508,26 @@ pub enum DataError<T> {
     /// Other handles to the value still exist (clones of the `Data`): the
     /// handle, back.
     Shared(Data<T>),
-    /// An access to the value was cancelled before it ran (a dependency it
-    /// declared broke, or its runtime shut down), so the ordering is broken
-    /// and earlier tasks may still be using it: the handle, back.
-    Cancelled(Data<T>),
 }
 
 impl<T> fmt::Display for DataError<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DataError::Poisoned { cause, .. } => write!(f, "the value is poisoned: {cause}"),
-            DataError::Shared(_) => f.write_str(
-                "other handles to the value still exist (drop the clones of the Data first)",
-            ),
-            DataError::Cancelled(_) => f.write_str(CANCELLED_ACCESS),
+            DataError::Shared(d) => {
+                let others = Arc::strong_count(&d.inner) - 1;
+                write!(
+                    f,
+                    "{} has {others} other handle{} still alive: drop {} first. Handles \
+                     are held by clones of the Data (in closures, in tables such as a \
+                     Vec<Data<_>>), by accesses not yet given to a task (a Vec<Read<_>>), by \
+                     a Graph whose nodes declared it (drop the graph), and by tasks still \
+                     queued or waiting (join them, or wait with Runtime::sync_root)",
+                    d.inner.describe(),
+                    if others == 1 { "" } else { "s" },
+                    if others == 1 { "it" } else { "them" },
+                )
+            }
         }
     }
 }
@@ -529,22 +550,24 @@ impl<T> std::error::Error for DataError<T> {}
 /// ```
 pub struct ReadNow<'a, T> {
     inner: &'a Inner<T>,
-    done: Promise,
+    turn: Option<Turn>,
 }
 
 impl<T> std::ops::Deref for ReadNow<'_, T> {
     type Target = T;
 
     fn deref(&self) -> &T {
-        // SAFETY: the read has its turn until `done` is fulfilled, which
-        // only the guard's drop does.
+        // SAFETY: the read has its turn until it ends, which only the
+        // guard's drop does.
         unsafe { &(*self.inner.slot.get()).value }
     }
 }
 
 impl<T> Drop for ReadNow<'_, T> {
     fn drop(&mut self) {
-        self.done.fulfill();
+        if let Some(turn) = self.turn.take() {
+            turn.end();
+        }
     }
 }
 

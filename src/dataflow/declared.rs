@@ -18,7 +18,7 @@ use crate::dataflow::access::{Accesses, Declared, Mode};
 use crate::dataflow::data::{poisoned_message, Log, Recorded};
 use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
-use crate::dataflow::promise::Promise;
+use crate::dataflow::turn::Turn;
 use std::any::Any;
 use std::fmt;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -27,7 +27,7 @@ use std::sync::Arc;
 /// A submitted task's accesses and its completion, moved into its closure.
 pub(crate) struct Submission<A> {
     accesses: Option<A>,
-    done: Option<Promise>,
+    turn: Option<Turn>,
 }
 
 /// Registers `accesses` in their handles' logs (in one step for all of
@@ -39,22 +39,23 @@ pub(crate) fn submit<A: Accesses>(
     accesses: A,
     runtime: &Arc<Registry>,
 ) -> (Vec<Dep>, Submission<A>) {
-    let done = Promise::new();
+    let mut turn = Turn::new();
     // Its dependencies are a vector: none (no allocation) when every
     // access has its turn already.
     let mut deps = Vec::new();
     with_logs(&accesses, runtime, |after, logs| {
         deps.extend(after.cloned());
-        {
-            for (log, mode) in logs {
-                deps.extend(log.before(mode).map(|r| r.done.clone()));
-                log.record(mode, Recorded::host(done.dep()));
+        for (log, mode) in logs {
+            for before in log.before(mode) {
+                turn.after(before.done.clone());
             }
+            log.record(mode, Recorded::host(turn.dep()));
         }
     });
+    deps.extend(turn.before().iter().cloned());
     let submission = Submission {
         accesses: Some(accesses),
-        done: Some(done),
+        turn: Some(turn),
     };
     (deps, submission)
 }
@@ -187,13 +188,13 @@ impl<A: Accesses> Submission<A> {
     }
 
     /// Lets the next accesses run: drops the task's handles first (so a
-    /// waiting `into_inner` finds the value unshared), then fulfills.
+    /// waiting `into_inner` finds the value unshared), then ends the turn.
     fn finish(&mut self) {
         if let Some(accesses) = self.accesses.take() {
             drop_or_report("a dropped Data value", accesses);
         }
-        if let Some(done) = self.done.take() {
-            done.fulfill();
+        if let Some(turn) = self.turn.take() {
+            turn.end();
         }
     }
 }
@@ -281,13 +282,14 @@ pub(crate) fn set_written_poison<A: Accesses>(
 }
 
 impl<A> Drop for Submission<A> {
-    /// Dropped unrun (the task was cancelled): the completion breaks, and
-    /// with it every later access of the handles, which were not updated.
+    /// Dropped unrun (the task was cancelled): the handles, which it did
+    /// not touch, go on in order: the turn passes to the next accesses
+    /// once the ones before it are over.
     fn drop(&mut self) {
         if let Some(accesses) = self.accesses.take() {
             drop_or_report("a dropped Data value", accesses);
         }
-        drop(self.done.take());
+        drop(self.turn.take());
     }
 }
 

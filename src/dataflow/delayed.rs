@@ -189,7 +189,9 @@ unsafe fn reclaim_node(node: NonNull<ParkedNode>) -> Option<(TaskRef, Arc<Regist
     owned
 }
 
-/// What the protocol calls for each waiter it is done with.
+/// What becomes of a delayed task's waiter the protocol is done with (the
+/// protocol's outcomes go through `settle::settle`, which sends a relay's
+/// elsewhere).
 pub(crate) fn settle(outcome: Outcome) {
     match outcome {
         Outcome::Ready(w) => {

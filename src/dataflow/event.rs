@@ -53,6 +53,15 @@ pub enum Outcome {
     Cancelled(NonNull<Waiter>),
 }
 
+impl Outcome {
+    /// The waiter this outcome hands over.
+    pub fn waiter(&self) -> NonNull<Waiter> {
+        match *self {
+            Outcome::Ready(w) | Outcome::Cancelled(w) => w,
+        }
+    }
+}
+
 /// The result of trying to park a waiter on one event.
 enum Park {
     /// The waiter is in the event's stack; its owner must not touch it.
@@ -80,6 +89,13 @@ impl PromiseCell {
     /// before fulfilling is visible after this returns true.
     pub fn is_fulfilled(&self) -> bool {
         self.head.load(Ordering::Acquire) == marker(FULFILLED)
+    }
+
+    /// Whether the event is closed: fulfilled or broken. Acquire, as
+    /// [`PromiseCell::is_fulfilled`].
+    pub fn is_closed(&self) -> bool {
+        let head = self.head.load(Ordering::Acquire);
+        head == marker(FULFILLED) || head == marker(BROKEN)
     }
 
     /// Pushes `w` unless the event is closed.
@@ -424,6 +440,11 @@ impl Dep {
         self.event().is_fulfilled()
     }
 
+    /// Whether the promise (or bucket) is closed: fulfilled, or broken.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.event().is_closed()
+    }
+
     /// The group this dependency keeps alive.
     #[cfg(not(loom))]
     pub(crate) fn group(&self) -> NonNull<Group> {
@@ -576,6 +597,9 @@ pub struct Waiter {
     next: UnsafeCell<*mut Waiter>,
     cursor: UnsafeCell<usize>,
     deps: DepList,
+    /// A relay's waiter ([`Waiter::relay`]), which its settler moves on
+    /// past a broken dependency.
+    relay: bool,
 }
 
 // SAFETY: a waiter is owned by one party at a time (its creator, the event
@@ -590,7 +614,42 @@ impl Waiter {
             next: UnsafeCell::new(ptr::null_mut()),
             cursor: UnsafeCell::new(0),
             deps: DepList::collect(deps),
+            relay: false,
         }
+    }
+
+    /// A relay's waiter: one that waits for every dependency to close,
+    /// fulfilled or broken. The protocol treats it as any other; its
+    /// settler, handed `Cancelled` for a broken dependency, moves it on
+    /// with [`Waiter::resume_past_broken`], so it is done once its
+    /// outcome is `Ready`. (An access that never ran passes its turn on
+    /// with one, once the accesses before it are over.)
+    pub fn relay(deps: impl IntoIterator<Item = Dep>) -> Self {
+        Self {
+            relay: true,
+            ..Self::new(deps)
+        }
+    }
+
+    /// Whether this is a relay's waiter ([`Waiter::relay`]).
+    pub fn is_relay(&self) -> bool {
+        self.relay
+    }
+
+    /// Moves a relay's waiter past the broken dependency its
+    /// `Outcome::Cancelled` came from, to its next open dependency.
+    /// Returns `None` when it parked there, or its next outcome.
+    ///
+    /// # Safety
+    /// The caller owns `w`, a relay's waiter drained from the broken event
+    /// its cursor points at; after `None` it no longer owns it.
+    pub unsafe fn resume_past_broken(w: NonNull<Waiter>) -> Option<Outcome> {
+        // SAFETY: the caller owns the waiter.
+        debug_assert!(unsafe { w.as_ref() }.relay, "only relays move past broken events");
+        // SAFETY: as above: nobody else touches its cursor.
+        unsafe { w.as_ref().cursor.with_mut(|c| *c += 1) };
+        // SAFETY: the caller's contract.
+        unsafe { Self::advance(w) }
     }
 
     /// Whether every dependency is fulfilled already (a task in this state

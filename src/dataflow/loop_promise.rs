@@ -4,7 +4,7 @@
 
 use crate::core::sync::AtomicUsize;
 use crate::dataflow::bucket_counts::BucketCounts;
-use crate::dataflow::delayed::settle;
+use crate::dataflow::settle::settle;
 use crate::dataflow::event::{Dep, Group};
 use std::ops::Range;
 use std::ptr::NonNull;

@@ -16,4 +16,8 @@ pub(crate) mod loop_promise;
 #[cfg(not(loom))]
 pub(crate) mod promise;
 #[cfg(not(loom))]
+pub(crate) mod settle;
+#[cfg(not(loom))]
 pub(crate) mod task_dep;
+#[cfg(not(loom))]
+pub(crate) mod turn;

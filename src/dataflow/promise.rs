@@ -1,7 +1,7 @@
 //! `Promise`: a one-shot event any thread can fulfill, which delayed
 //! tasks wait on (the protocol underneath is `event.rs`, loom-checked).
 
-use crate::dataflow::delayed::settle;
+use crate::dataflow::settle::settle;
 use crate::dataflow::event::{Dep, Group};
 use std::ptr::NonNull;
 
@@ -93,6 +93,14 @@ impl Promise {
     pub fn dep(&self) -> Dep {
         // SAFETY: our handle keeps the group alive; it has one event.
         unsafe { Group::dep(self.group, 0) }
+    }
+
+    /// The promise's group and this handle's count on it, for a relay
+    /// (`settle::relay`), which gives the handle up when it fires.
+    pub(crate) fn into_group(self) -> NonNull<Group> {
+        let group = self.group;
+        std::mem::forget(self);
+        group
     }
 }
 

@@ -25,10 +25,8 @@ use crate::dataflow::declared::{
     held_here, held_here::RunHeld, in_address_order, lock_logs, set_written_poison, with_turn, Few,
 };
 use crate::dataflow::delayed::submit_delayed;
-use crate::dataflow::event::Dep;
-use crate::dataflow::promise::Promise;
+use crate::dataflow::turn::Turn;
 use crate::graph::chain::StreamWork;
-use crate::graph::error::GraphError;
 use std::collections::{HashMap, HashSet};
 use std::panic::resume_unwind;
 use std::ptr::NonNull;
@@ -259,17 +257,12 @@ impl<'g> DataUses<'g> {
     /// the handles on this thread until then); `None` when the graph
     /// declares nothing (or its runs are part of another graph's).
     ///
-    /// # Errors
-    /// [`GraphError::Cancelled`] when an access before the run was
-    /// cancelled, which breaks the handle's ordering: the run's own access
-    /// is cancelled too (and the accesses after it), and no node runs.
-    ///
     /// # Panics
     /// When a task running on this thread declared one of the handles: the
     /// run would wait for that task, which waits for the run.
-    pub(crate) fn begin_run(&self, w: &Worker) -> Result<Option<RunAccess>, GraphError> {
+    pub(crate) fn begin_run(&self, w: &Worker) -> Option<RunAccess> {
         if self.order.is_empty() || self.nested {
-            return Ok(None);
+            return None;
         }
         if let Some(held) = held_here::find_in(&self.addresses) {
             // SAFETY: live while the graph is (see `declared_by`).
@@ -281,7 +274,7 @@ impl<'g> DataUses<'g> {
                  outside it, or add it to the other graph as a subgraph"
             );
         }
-        let done = Promise::new();
+        let mut turn = Turn::new();
         // From here to the run's end, this thread holds the handles: a task
         // it runs meanwhile, nested under the run, could not wait for them.
         // SAFETY: the set lives in the graph, borrowed for the run; the
@@ -291,34 +284,27 @@ impl<'g> DataUses<'g> {
             // SAFETY: live while the graph is (see `declared_by`).
             (unsafe { h.target.as_ref() }, h.mode)
         });
-        let mut before: Vec<(Dep, usize)> = Vec::new();
         lock_logs(data, &w.shared, |logs| {
-            for (i, (log, mode)) in logs.enumerate() {
-                before.extend(log.before(mode).map(|r| (r.done.clone(), i)));
-                log.record(mode, Recorded::host(done.dep()));
+            for (log, mode) in logs {
+                for before in log.before(mode) {
+                    turn.after(before.done.clone());
+                }
+                log.record(mode, Recorded::host(turn.dep()));
             }
         });
-        if before.is_empty() || settled_fulfilled(&before, w) {
-            return Ok(Some(RunAccess { done, _held: held }));
+        if !turn.before().is_empty() {
+            // Completions are never broken (an access that never ran
+            // passes its turn on), so this returns once they are over.
+            let _ = submit_delayed(&w.shared, turn.before().to_vec(), || ()).try_join();
         }
-        // `done` is dropped unfulfilled: it breaks, and the accesses after
-        // the run see the broken ordering, as after a cancelled task.
-        let broken = before
-            .iter()
-            .find(|(dep, _)| !dep.is_fulfilled())
-            .map(|&(_, i)| {
-                // SAFETY: live while the graph is (see `declared_by`).
-                unsafe { self.order[i].target.as_ref() }.describe()
-            })
-            .unwrap_or_default();
-        Err(GraphError::Cancelled { handle: broken })
+        Some(RunAccess { turn, _held: held })
     }
 }
 
 /// A run's access to the handles its graph declares, from its start to
 /// its end (see [`DataUses::begin_run`]).
 pub(crate) struct RunAccess {
-    done: Promise,
+    turn: Turn,
     /// The handles held on the run's owner thread.
     _held: Option<RunHeld>,
 }
@@ -326,23 +312,6 @@ pub(crate) struct RunAccess {
 impl RunAccess {
     /// Ends the access: the accesses after the run may start.
     pub(crate) fn finish(self) {
-        self.done.fulfill();
+        self.turn.end();
     }
-}
-
-/// Waits until every one of `deps` is fulfilled or broken (working, on
-/// `w`), and says whether all were fulfilled. All, not the first broken:
-/// an access before the broken one may still be running.
-fn settled_fulfilled(deps: &[(Dep, usize)], w: &Worker) -> bool {
-    let all = deps.iter().map(|(d, _)| d.clone());
-    if submit_delayed(&w.shared, all, || ()).try_join().is_ok() {
-        return true;
-    }
-    for (dep, _) in deps {
-        if !dep.is_fulfilled() {
-            // Returns once it settles: fulfilled, or broken.
-            let _ = submit_delayed(&w.shared, [dep.clone()], || ()).try_join();
-        }
-    }
-    false
 }

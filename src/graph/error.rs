@@ -52,14 +52,6 @@ pub enum GraphError {
         /// Their names, in the same order.
         skipped_names: Vec<String>,
     },
-    /// A task outside the graph that uses a [`Data`](crate::Data) handle
-    /// the graph declares was cancelled before it ran, so the handle's
-    /// ordering is broken (see [`DataError::Cancelled`](crate::DataError::Cancelled)):
-    /// no node ran, and the accesses after this run are cancelled too.
-    Cancelled {
-        /// The handle, as messages name it.
-        handle: String,
-    },
 }
 
 /// A node that panicked in a graph's run, with its panic's payload.
@@ -181,11 +173,6 @@ impl fmt::Display for GraphError {
                     }
                 }
             }
-            GraphError::Cancelled { handle } => write!(
-                f,
-                "the graph did not run: {handle}: {}",
-                crate::dataflow::data::CANCELLED_ACCESS
-            ),
         }
     }
 }
@@ -220,9 +207,6 @@ impl fmt::Debug for GraphError {
                 .field("panicked", panicked)
                 .field("skipped", skipped_names)
                 .finish(),
-            GraphError::Cancelled { handle } => {
-                f.debug_struct("Cancelled").field("handle", handle).finish()
-            }
         }
     }
 }

@@ -631,7 +631,7 @@ pub(crate) fn run_on(w: &Worker, graph: &mut Graph<'_>) -> Result<(), GraphError
     } = graph.prepared()?;
     // Ordered with the tasks outside the graph that use its data: started
     // once those before it finished.
-    let access = data.begin_run(w)?;
+    let access = data.begin_run(w);
     let run = Run {
         latch: CountLatch::new(w.index, &w.shared),
         nodes: nodes.as_ptr(),
