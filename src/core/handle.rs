@@ -1,5 +1,6 @@
 //! `JoinHandle`: the owned result slot of a spawned task.
 
+use crate::core::endless;
 use crate::core::error::JoinError;
 use crate::core::join_slot::JoinSlot;
 use crate::core::task::{self, Header, TaskRef};
@@ -140,6 +141,12 @@ impl<T> JoinHandle<T> {
     /// Resumes the task's panic; and panics with a message saying why when
     /// the task was cancelled (a delayed task whose dependency was dropped
     /// unfulfilled). [`JoinHandle::try_join`] returns both as an error.
+    ///
+    /// Panics too, naming the handle, when the wait could never end: the
+    /// task declares a [`Data`](crate::Data) access ordered after one that
+    /// the code calling `join` holds until it returns (a task that declared
+    /// the handle, or a node of a graph run that declares it, joining a task
+    /// it spawned on that handle). `try_join` panics the same way.
     #[inline]
     pub fn join(mut self) -> T {
         let result = if self.pos == NOT_SPAWNED_HERE {
@@ -201,6 +208,11 @@ impl<T> JoinHandle<T> {
                 // slice in a trace, where the arrow from its fulfill ends.
                 return w.traced_in_place(task, run);
             }
+        }
+        if !self.is_finished() {
+            // Before the handle gives up the block: a panic here leaves it
+            // to the handle's drop.
+            endless::refuse_endless_join(self.block());
         }
         let block = self.block.take().expect("JoinHandle used after completion");
         Self::wait_and_take(block, worker)

@@ -12,6 +12,8 @@ pub(crate) mod clock;
 pub(crate) mod config;
 pub(crate) mod deque;
 #[cfg(not(loom))]
+pub(crate) mod endless;
+#[cfg(not(loom))]
 pub(crate) mod error;
 pub(crate) mod gate;
 #[cfg(not(loom))]

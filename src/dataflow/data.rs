@@ -12,6 +12,7 @@ use crate::core::sync::{lock, Mutex};
 use crate::dataflow::access::sealed::{SealedAccess, Target};
 use crate::dataflow::access::{Access, Declared, Mode};
 use crate::dataflow::event::Dep;
+use crate::dataflow::held;
 use crate::dataflow::turn::Turn;
 use crossbeam_utils::CachePadded;
 use std::any::Any;
@@ -433,8 +434,7 @@ impl<T: Send + Sync> Data<T> {
     /// a graph run one of whose nodes runs on it: it would wait for its
     /// own access, forever.
     fn refuse_self_wait(&self, what: &str) {
-        let address = crate::dataflow::declared::address(&*self.inner) as usize;
-        if crate::dataflow::declared::held_here::contains(address) {
+        if held::contains(held::address(&*self.inner)) {
             panic!(
                 "selvedge: Data::{what} on {} inside a task that declared it, or inside a \
                  node of a graph run that declares it: the wait would never end (that \

@@ -17,6 +17,7 @@ use crate::dataflow::access::sealed::Target;
 use crate::dataflow::access::{Accesses, Declared, Mode};
 use crate::dataflow::data::{poisoned_message, Log, Recorded};
 use crate::dataflow::delayed;
+use crate::dataflow::held::{self, Behind, Held};
 use crate::dataflow::event::Dep;
 use crate::dataflow::turn::Turn;
 use std::any::Any;
@@ -28,17 +29,22 @@ use std::sync::Arc;
 pub(crate) struct Submission<A> {
     accesses: Option<A>,
     turn: Option<Turn>,
+    /// For a task that waits for an access held where it was submitted:
+    /// alive while the closure is (see `held::Behind`).
+    _behind: Option<Arc<()>>,
 }
 
 /// Registers `accesses` in their handles' logs (in one step for all of
-/// them) for a task of `runtime`, and returns what the task must wait for.
+/// them) for a task of `runtime`, and returns what the task must wait for,
+/// and whether it waits for an access held on this thread (then a join of
+/// it here could never end: note its block).
 ///
 /// # Panics
 /// When one handle is declared twice.
 pub(crate) fn submit<A: Accesses>(
     accesses: A,
     runtime: &Arc<Registry>,
-) -> (Vec<Dep>, Submission<A>) {
+) -> (Vec<Dep>, Submission<A>, Option<Behind>) {
     let mut turn = Turn::new();
     // Its dependencies are a vector: none (no allocation) when every
     // access has its turn already.
@@ -53,11 +59,13 @@ pub(crate) fn submit<A: Accesses>(
         }
     });
     deps.extend(turn.before().iter().cloned());
+    let (behind, token) = Behind::check(&accesses).unzip();
     let submission = Submission {
         accesses: Some(accesses),
         turn: Some(turn),
+        _behind: token,
     };
-    (deps, submission)
+    (deps, submission, behind)
 }
 
 /// Locks the logs of the handles `accesses` declares, all at once, and
@@ -92,10 +100,10 @@ pub(crate) fn with_logs<'s, A: Accesses>(
 /// recorded at once: no task can end up ordered both before and after
 /// another.
 pub(crate) fn in_address_order(data: &mut [Option<(&dyn Target, Mode)>]) {
-    data.sort_unstable_by_key(|slot| slot.map(|(t, _)| address(t)));
+    data.sort_unstable_by_key(|slot| slot.map(|(t, _)| held::address(t)));
     for pair in data.windows(2) {
         if let [Some((a, mode_a)), Some((b, mode_b))] = pair {
-            if address(*a) == address(*b) {
+            if held::address(*a) == held::address(*b) {
                 panic!(
                     "selvedge: {} is declared twice by one task ({mode_a:?} and \
                      {mode_b:?}): declare each handle once, as a write if the task \
@@ -167,11 +175,6 @@ impl<T> Few<T> {
     }
 }
 
-/// A handle's identity: the address of its data.
-pub(crate) fn address(t: &dyn Target) -> *const () {
-    std::ptr::from_ref(t).cast()
-}
-
 impl<A: Accesses> Submission<A> {
     /// Runs `body` with the declared references, once every access has its
     /// turn (the task's dependencies are fulfilled). `task` names the task
@@ -220,7 +223,7 @@ pub(crate) fn with_turn<A: Accesses, R>(
     // for poison, and see whether any clears it.
     let mut poisoned = None;
     let mut recovers = false;
-    let held = held_here::Held::enter(accesses, |t, mode| {
+    let held = Held::enter(accesses, |t, mode| {
         recovers |= mode == Mode::Recover;
         if poisoned.is_none() && mode != Mode::Recover {
             // SAFETY: every access has its turn (caller).
@@ -339,135 +342,12 @@ where
     F: for<'a> FnOnce(A::Refs<'a>) -> R + Send + 'static,
     R: Send + 'static,
 {
-    let (deps, submission) = submit(accesses, runtime);
-    delayed::submit_delayed_as::<F, _, _, _>(runtime, deps, move || {
+    let (deps, submission, behind) = submit(accesses, runtime);
+    let handle = delayed::submit_delayed_as::<F, _, _, _>(runtime, deps, move || {
         submission.run(std::any::type_name::<F>(), f)
-    })
-}
-
-/// The handles the tasks running on this thread declared (a task that
-/// waits, working meanwhile, may run another one nested on the same
-/// thread): a wait for one of them from inside such a task could never
-/// end, so `Data::into_inner` and `Data::read_now` refuse it.
-pub(crate) mod held_here {
-    use super::{address, Accesses, Declared, Mode, Target};
-    use std::cell::RefCell;
-    use std::collections::HashSet;
-
-    thread_local! {
-        static HELD: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
-        /// The handles of each graph run one of whose nodes runs on this
-        /// thread: a run holds its handles until it ends, so a wait for
-        /// one of them inside any of its nodes could never end either.
-        static RUNS: RefCell<Vec<*const HashSet<usize>>> = const { RefCell::new(Vec::new()) };
+    });
+    if let Some(behind) = behind {
+        behind.note(handle.block());
     }
-
-    /// Whether a task running on this thread declared the handle at
-    /// `address`, or a graph run one of whose nodes runs on it.
-    pub(crate) fn contains(address: usize) -> bool {
-        HELD.try_with(|h| h.borrow().contains(&address))
-            .unwrap_or(false)
-            || RUNS
-                .try_with(|r| {
-                    r.borrow().iter().any(|&set| {
-                        // SAFETY: a run's set stays in place until its
-                        // `RunHeld` guard, on this thread, is dropped.
-                        unsafe { &*set }.contains(&address)
-                    })
-                })
-                .unwrap_or(false)
-    }
-
-    /// A handle of `set` that a task running on this thread declared, or a
-    /// graph run one of whose nodes runs on it.
-    pub(crate) fn find_in(set: &HashSet<usize>) -> Option<usize> {
-        let by_task = HELD
-            .try_with(|h| h.borrow().iter().copied().find(|a| set.contains(a)))
-            .ok()
-            .flatten();
-        by_task.or_else(|| {
-            RUNS.try_with(|r| {
-                r.borrow().iter().find_map(|&run| {
-                    // SAFETY: as in `contains`.
-                    let run = unsafe { &*run };
-                    let (few, many) = if run.len() < set.len() {
-                        (run, set)
-                    } else {
-                        (set, run)
-                    };
-                    few.iter().copied().find(|a| many.contains(a))
-                })
-            })
-            .ok()
-            .flatten()
-        })
-    }
-
-    /// A graph run's handles, on this thread's list while one of its
-    /// nodes runs here.
-    pub(crate) struct RunHeld(());
-
-    impl RunHeld {
-        /// Notes the handles at `set` until the guard is dropped.
-        ///
-        /// # Safety
-        /// `set` stays valid, in place, until the guard is dropped, and
-        /// the guard is dropped on this thread.
-        pub(crate) unsafe fn enter(set: *const HashSet<usize>) -> Option<Self> {
-            RUNS.try_with(|r| r.borrow_mut().push(set))
-                .ok()
-                .map(|()| RunHeld(()))
-        }
-    }
-
-    impl Drop for RunHeld {
-        fn drop(&mut self) {
-            let _ = RUNS.try_with(|r| r.borrow_mut().pop());
-        }
-    }
-
-    /// The running task's handles, on this thread's list until dropped.
-    pub(crate) struct Held {
-        count: usize,
-    }
-
-    impl Held {
-        /// Notes the handles `accesses` declares, handing each to `each`
-        /// with its mode.
-        pub(crate) fn enter<A: Accesses>(
-            accesses: &A,
-            mut each: impl FnMut(&dyn Target, Mode),
-        ) -> Self {
-            let mut count = 0;
-            let noted = HELD.try_with(|h| {
-                let mut h = h.borrow_mut();
-                accesses.declare_all(&mut |d| {
-                    if let Declared::Data(t, mode) = d {
-                        h.push(address(t) as usize);
-                        count += 1;
-                        each(t, mode);
-                    }
-                });
-            });
-            if noted.is_err() {
-                // During thread-local teardown: nothing noted.
-                accesses.declare_all(&mut |d| {
-                    if let Declared::Data(t, mode) = d {
-                        each(t, mode);
-                    }
-                });
-            }
-            Self { count }
-        }
-    }
-
-    impl Drop for Held {
-        fn drop(&mut self) {
-            let _ = HELD.try_with(|h| {
-                let mut h = h.borrow_mut();
-                let keep = h.len().saturating_sub(self.count);
-                h.truncate(keep);
-            });
-        }
-    }
+    handle
 }

@@ -12,6 +12,8 @@ pub(crate) mod declared;
 pub(crate) mod delayed;
 pub(crate) mod event;
 #[cfg(not(loom))]
+pub(crate) mod held;
+#[cfg(not(loom))]
 pub(crate) mod loop_promise;
 #[cfg(not(loom))]
 pub(crate) mod promise;

@@ -21,13 +21,12 @@ use crate::core::worker::Worker;
 use crate::dataflow::access::sealed::Target;
 use crate::dataflow::access::{Accesses, Declared, Mode};
 use crate::dataflow::data::Recorded;
-use crate::dataflow::declared::{
-    held_here, held_here::RunHeld, in_address_order, lock_logs, set_written_poison, with_turn, Few,
-};
+use crate::dataflow::declared::{in_address_order, lock_logs, set_written_poison, with_turn, Few};
+use crate::dataflow::held::{self, RunHandles, RunHeld};
 use crate::dataflow::delayed::submit_delayed;
 use crate::dataflow::turn::Turn;
 use crate::graph::chain::StreamWork;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::panic::resume_unwind;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -151,9 +150,10 @@ pub(crate) struct DataUses<'g> {
     /// their logs are locked in): sorted by [`DataUses::sort`] after a
     /// change, before the next run.
     order: Vec<Handle<'g>>,
-    /// The handles' addresses, which the run notes as held on each thread
-    /// running one of its nodes (see `held_here`); set with `order`.
-    addresses: HashSet<usize>,
+    /// The handles' addresses and how a run holds each, which the run
+    /// notes as held on each thread running one of its nodes (see
+    /// `dataflow/held.rs`); set with `order`.
+    held: RunHandles,
     /// Whether the graph is a node of another graph, whose runs declare
     /// its handles (see [`DataUses::merge_into`]).
     nested: bool,
@@ -213,13 +213,13 @@ impl<'g> DataUses<'g> {
         }));
         self.order
             .sort_unstable_by_key(|h| h.target.cast::<()>().as_ptr() as usize);
-        self.addresses = self.handles.keys().copied().collect();
+        self.held = self.handles.iter().map(|(&a, u)| (a, u.mode)).collect();
     }
 
     /// The handles' addresses, for a run to note as held while its nodes
     /// run; `None` when the graph declares nothing.
-    pub(crate) fn held(&self) -> Option<&HashSet<usize>> {
-        (!self.addresses.is_empty()).then_some(&self.addresses)
+    pub(crate) fn held(&self) -> Option<&RunHandles> {
+        (!self.held.is_empty()).then_some(&self.held)
     }
 
     /// The handles this graph declares, as one node of another graph
@@ -264,7 +264,7 @@ impl<'g> DataUses<'g> {
         if self.order.is_empty() || self.nested {
             return None;
         }
-        if let Some(held) = held_here::find_in(&self.addresses) {
+        if let Some(held) = held::find_in(&self.held) {
             // SAFETY: live while the graph is (see `declared_by`).
             let name = unsafe { self.handles[&held].target.as_ref() }.describe();
             panic!(
@@ -279,7 +279,7 @@ impl<'g> DataUses<'g> {
         // it runs meanwhile, nested under the run, could not wait for them.
         // SAFETY: the set lives in the graph, borrowed for the run; the
         // guard stays on this thread's stack (in the returned access).
-        let held = unsafe { RunHeld::enter(&self.addresses) };
+        let held = unsafe { RunHeld::enter(&self.held) };
         let data = self.order.iter().map(|h| {
             // SAFETY: live while the graph is (see `declared_by`).
             (unsafe { h.target.as_ref() }, h.mode)

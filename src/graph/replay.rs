@@ -39,7 +39,7 @@ use crate::core::sync::{lock, Mutex};
 use crate::core::task::{Header, TaskRef, VTable};
 use crate::core::unwind::AbortIfPanic;
 use crate::core::worker::{Until, Worker};
-use crate::dataflow::declared::held_here::RunHeld;
+use crate::dataflow::held::{RunHandles, RunHeld};
 use crate::graph::build::{Graph, Node, Prepared};
 use crate::graph::chain::{ChainDone, ChainRest, StreamWork};
 use crate::graph::countdown::Countdown;
@@ -47,7 +47,6 @@ use crate::graph::data::NodeWork;
 use crate::graph::error::{GraphError, NodePanic};
 use std::any::Any;
 use std::cell::UnsafeCell;
-use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -235,7 +234,7 @@ pub(crate) struct Run<'g> {
     /// The runtime of the run's owner (its node tasks are queued there).
     runtime: *const Registry,
     /// The addresses of the `Data` handles the graph declares, or null.
-    held: *const HashSet<usize>,
+    held: *const RunHandles,
     /// What went wrong, if anything (only failures take the lock).
     failures: Mutex<Failures>,
 }

@@ -11,6 +11,7 @@ use crate::core::worker::{Until, Worker};
 use crate::dataflow::access::Accesses;
 use crate::dataflow::declared;
 use crate::dataflow::delayed;
+use crate::dataflow::held;
 use crate::dataflow::event::Dep;
 use std::any::Any;
 use std::marker::PhantomData;
@@ -37,6 +38,10 @@ pub struct Scope<'scope> {
     /// scope, which it is running).
     runtime: *const Arc<Registry>,
     panic: FirstPanic,
+    /// The `Data` handles held where the scope was made (by the task that
+    /// made it, or a graph run one of whose nodes made it): the scope waits
+    /// for its tasks, so none may wait for those accesses.
+    owner_holds: Option<Box<held::Snapshot>>,
     /// Invariant in `'scope`, as std's scoped threads.
     _borrows: PhantomData<&'scope mut &'scope ()>,
 }
@@ -83,6 +88,7 @@ where
             latch: CountLatch::new(w.index, &w.shared),
             runtime: &w.shared,
             panic: FirstPanic::new(),
+            owner_holds: held::snapshot(),
             _borrows: PhantomData,
         };
         let body = catch_unwind(AssertUnwindSafe(|| f(&scope)));
@@ -222,12 +228,22 @@ impl<'scope> Scope<'scope> {
     /// });
     /// assert_eq!(acc.into_inner(), [2.0; 8]);
     /// ```
+    ///
+    /// # Panics
+    /// When `accesses` declares one handle twice; and when one of them is
+    /// ordered after an access held by the code that made the scope (a
+    /// task that declared the handle, or a node of a graph run that
+    /// declares it): the scope would wait for this task, which would wait
+    /// for the scope's maker to return. Nothing is submitted then.
     pub fn spawn_with<A, F>(&self, accesses: A, f: F)
     where
         A: Accesses + 'scope,
         F: for<'a> FnOnce(&Scope<'scope>, A::Refs<'a>) + Send + 'scope,
     {
-        let (deps, submission) = declared::submit(accesses, self.runtime());
+        if let Some(conflict) = self.owner_holds.as_ref().and_then(|h| h.conflict(&accesses)) {
+            panic!("{}", conflict.scope_message());
+        }
+        let (deps, submission, _) = declared::submit(accesses, self.runtime());
         let task = self
             .new_task(move |s| submission.run(std::any::type_name::<F>(), move |refs| f(s, refs)));
         delayed::delay(self.runtime(), task, deps);
