@@ -155,7 +155,10 @@ fn a_shared_handle_is_named_in_the_error() {
     let other = d.clone();
     let err = d.try_into_inner().unwrap_err();
     let message = err.to_string();
-    assert!(message.contains("Data \"tile\" has 1 other handle"), "{message}");
+    assert!(
+        message.contains("Data \"tile\" has 1 other handle"),
+        "{message}"
+    );
     assert!(message.contains("Graph"), "{message}");
     let DataError::Shared(d) = err else {
         panic!("expected Shared")

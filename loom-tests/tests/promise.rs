@@ -216,11 +216,18 @@ fn relay_model(fulfilled: usize, broken: usize) {
         start(w, settle.clone());
         fulfiller.join().unwrap();
         breaker.join().unwrap();
-        assert_eq!(fired.load(Ordering::SeqCst), 1, "a relay fires exactly once");
+        assert_eq!(
+            fired.load(Ordering::SeqCst),
+            1,
+            "a relay fires exactly once"
+        );
         // SAFETY: the model's own handle, given up last (event 0 breaks;
         // nothing waits on it).
         unsafe { Group::release_handle(g, settle) };
-        assert!(Group::is_freed(g), "promise not freed after its last reference");
+        assert!(
+            Group::is_freed(g),
+            "promise not freed after its last reference"
+        );
     });
 }
 

@@ -265,7 +265,10 @@ pub(crate) struct Held {
 impl Held {
     /// Notes the handles `accesses` declares, handing each to `each`
     /// with its mode.
-    pub(crate) fn enter<A: Accesses>(accesses: &A, mut each: impl FnMut(&dyn Target, Mode)) -> Self {
+    pub(crate) fn enter<A: Accesses>(
+        accesses: &A,
+        mut each: impl FnMut(&dyn Target, Mode),
+    ) -> Self {
         let mut count = 0;
         let mark = endless::mark();
         let noted = HELD.try_with(|h| {

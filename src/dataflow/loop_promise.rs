@@ -4,8 +4,8 @@
 
 use crate::core::sync::AtomicUsize;
 use crate::dataflow::bucket_counts::BucketCounts;
-use crate::dataflow::settle::settle;
 use crate::dataflow::event::{Dep, Group};
+use crate::dataflow::settle::settle;
 use std::ops::Range;
 use std::ptr::NonNull;
 use std::sync::Arc;

@@ -1,8 +1,8 @@
 //! `Promise`: a one-shot event any thread can fulfill, which delayed
 //! tasks wait on (the protocol underneath is `event.rs`, loom-checked).
 
-use crate::dataflow::settle::settle;
 use crate::dataflow::event::{Dep, Group};
+use crate::dataflow::settle::settle;
 use std::ptr::NonNull;
 
 /// A one-shot dataflow event that tasks can wait for: an ephemeral channel
