@@ -87,6 +87,9 @@
 //!   from `SELVEDGE_NUM_THREADS`, else the available parallelism.
 
 #![warn(missing_docs)]
+// The examples are what users copy: a handle dropped bare in one would warn
+// in their code.
+#![doc(test(attr(deny(unused_must_use))))]
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 

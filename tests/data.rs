@@ -6,7 +6,7 @@
 mod support;
 
 use rand::{RngExt, SeedableRng};
-use selvedge::{scope, spawn_with, Data, DataError, Promise, Runtime};
+use selvedge::{scope, spawn_with, Data, DataError, Graph, Promise, Runtime};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -183,6 +183,42 @@ fn declaring_a_handle_twice_panics_naming_it() {
     assert!(msg.contains("\"tile\" is declared twice"), "{msg}");
     // Nothing was registered: the handle is still free.
     assert_eq!(d.into_inner(), 0);
+}
+
+/// One tile read in two roles (a tiled A·Aᵀ's diagonal block): two reads
+/// of one handle are one access, the closure gets two references to the
+/// same value, and the order around it holds; a write beside a read of
+/// the same handle is still refused.
+#[test]
+fn a_handle_declared_twice_for_reading_is_one_read() {
+    let rt = runtime(2);
+    let a = Data::named("A[0][0]", vec![1.0f64, 2.0, 3.0]);
+    let c = Data::new(0.0f64);
+    rt.submit_with(a.write(), |a| a[0] = 2.0).detach();
+    // Both roles of the same tile, and in a Vec too.
+    let dot = rt.submit_with((a.read(), a.read(), c.write()), |(x, y, c)| {
+        assert!(std::ptr::eq(x, y), "two references to the same value");
+        *c = x.iter().zip(y).map(|(p, q)| p * q).sum();
+        *c
+    });
+    let both = rt.submit_with(vec![a.read(), a.read()], |v| v[0][0] + v[1][0]);
+    rt.submit_with(a.write(), |a| a[0] = 10.0).detach();
+    assert_eq!(dot.join(), 4.0 + 4.0 + 9.0);
+    assert_eq!(both.join(), 4.0, "ordered before the later write");
+    let mut g = Graph::new();
+    g.node_with((a.read(), a.read(), c.write()), |(x, y, c)| {
+        *c = x[0] * y[0]
+    });
+    rt.run_graph(&mut g).unwrap();
+    drop(g);
+    assert_eq!(c.into_inner(), 100.0);
+    let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        spawn_with((a.read(), a.recover()), |_| ()).detach();
+    }))
+    .unwrap_err();
+    let msg = err.downcast_ref::<String>().unwrap();
+    assert!(msg.contains("\"A[0][0]\" is declared twice"), "{msg}");
+    assert_eq!(a.into_inner(), [10.0, 2.0, 3.0]);
 }
 
 #[test]

@@ -229,7 +229,7 @@ impl Runtime {
     /// let rt = Runtime::builder().num_threads(2).build()?;
     /// let total = Data::new(0u64);
     /// for i in 1..=100 {
-    ///     rt.submit_with(total.write(), move |t| *t += i);
+    ///     rt.submit_with(total.write(), move |t| *t += i).detach();
     /// }
     /// assert_eq!(rt.submit_with(total.read(), |t| *t).join(), 5050);
     /// # Ok::<(), selvedge::BuildError>(())

@@ -13,7 +13,8 @@ use std::task::{Context, Poll, Waker};
 
 /// An owned permission to join a task: wait for it and take its result.
 ///
-/// Dropping the handle detaches the task: it still runs, and its result is
+/// Dropping the handle detaches the task ([`JoinHandle::detach`] says so
+/// explicitly, without a warning): it still runs, and its result is
 /// dropped (a panic from the result's destructor is printed and discarded:
 /// nobody waits for it). The handle is also a [`Future`], so async code can
 /// `.await` it; the awaiting task is woken when the result is ready, never
@@ -24,7 +25,7 @@ use std::task::{Context, Poll, Waker};
 /// let h = rt.submit(|| "done");
 /// assert_eq!(h.join(), "done");
 /// ```
-#[must_use = "dropping a JoinHandle detaches the task; join it to get the result"]
+#[must_use = "dropping a JoinHandle detaches the task: join it to get the result, or call .detach() to say that nobody will"]
 pub struct JoinHandle<T> {
     block: Option<NonNull<Header>>,
     /// Where `spawn` pushed the task on the spawning worker's deque, so

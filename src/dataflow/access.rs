@@ -107,8 +107,10 @@ pub trait Access: sealed::SealedAccess + Send {
 /// The accesses one task declares: a single [`Access`]; a `Vec` or an
 /// array of one access type (the closure receives a `Vec` or an array of
 /// references); or a tuple of up to eight of these (the closure receives a
-/// tuple of what each member gives, in the same order). Declaring one handle twice in a set panics at
-/// submission: declare it once, as a write if the task writes it.
+/// tuple of what each member gives, in the same order). Declaring one
+/// handle twice in a set panics at submission, unless both are reads (the
+/// closure gets two references to the same value): declare it once, as a
+/// write if the task writes it.
 ///
 /// ```
 /// use selvedge::{spawn_with, Data};
@@ -118,7 +120,8 @@ pub trait Access: sealed::SealedAccess + Send {
 /// let reads: Vec<_> = parts.iter().map(Data::read).collect();
 /// spawn_with((reads, total.write()), |(parts, total)| {
 ///     *total = parts.iter().copied().sum();
-/// });
+/// })
+/// .detach();
 /// assert_eq!(total.into_inner(), 10);
 /// ```
 pub trait Accesses: sealed::SealedAccesses + Send {

@@ -55,7 +55,7 @@ use std::sync::{Arc, Weak};
 /// let n = 1000;
 /// let a = Data::new(vec![1.0f64; n]);
 /// let b = Data::new(vec![0.0f64; n]);
-/// spawn_with((a.read(), b.write()), |(a, b)| b.copy_from_slice(a));
+/// spawn_with((a.read(), b.write()), |(a, b)| b.copy_from_slice(a)).detach();
 /// // Ordered after the copy: it reads the copied values.
 /// let sum = spawn_with(b.read(), |b| b.iter().sum::<f64>());
 /// assert_eq!(sum.join(), n as f64);
@@ -266,7 +266,7 @@ impl<T: Send + Sync> Data<T> {
     ///
     /// let d = Data::new(0);
     /// for _ in 0..10 {
-    ///     spawn_with(d.write(), |d| *d += 1);
+    ///     spawn_with(d.write(), |d| *d += 1).detach();
     /// }
     /// assert_eq!(d.into_inner(), 10);
     /// ```
@@ -290,7 +290,7 @@ impl<T: Send + Sync> Data<T> {
     /// let err = spawn_with(d.read(), |d| *d).try_join().unwrap_err();
     /// assert!(err.is_cancelled() && err.to_string().contains("\"counter\" is poisoned"), "{err}");
     ///
-    /// spawn_with(d.recover(), |d| *d = 0);
+    /// spawn_with(d.recover(), |d| *d = 0).detach();
     /// assert_eq!(spawn_with(d.read(), |d| *d).join(), 0);
     /// ```
     pub fn recover(&self) -> Recover<T> {
@@ -319,7 +319,7 @@ impl<T: Send + Sync> Data<T> {
     /// use selvedge::{spawn_with, Data};
     ///
     /// let d = Data::new(vec![1, 2, 3]);
-    /// spawn_with(d.write(), |v| v.push(4));
+    /// spawn_with(d.write(), |v| v.push(4)).detach();
     /// assert_eq!(d.into_inner(), [1, 2, 3, 4]);
     /// ```
     pub fn into_inner(self) -> T {
@@ -393,7 +393,7 @@ impl<T: Send + Sync> Data<T> {
     /// use selvedge::{spawn_with, Data};
     ///
     /// let d = Data::new(1);
-    /// spawn_with(d.write(), |d| *d += 41);
+    /// spawn_with(d.write(), |d| *d += 41).detach();
     /// assert_eq!(*d.read_now().unwrap(), 42);
     /// ```
     ///
@@ -640,7 +640,7 @@ access_type!(
     /// ```
     /// let d = selvedge::Data::new(3);
     /// let w: selvedge::Write<i32> = d.write();
-    /// selvedge::spawn_with(w, |v| *v *= 2);
+    /// selvedge::spawn_with(w, |v| *v *= 2).detach();
     /// assert_eq!(d.into_inner(), 6);
     /// ```
     Write,
@@ -656,7 +656,7 @@ access_type!(
     /// ```
     /// let d = selvedge::Data::new(3);
     /// let r: selvedge::Recover<i32> = d.recover();
-    /// selvedge::spawn_with(r, |v| *v = 0);
+    /// selvedge::spawn_with(r, |v| *v = 0).detach();
     /// assert_eq!(d.into_inner(), 0);
     /// ```
     Recover,

@@ -17,8 +17,8 @@ use crate::dataflow::access::sealed::Target;
 use crate::dataflow::access::{Accesses, Declared, Mode};
 use crate::dataflow::data::{poisoned_message, Log, Recorded};
 use crate::dataflow::delayed;
-use crate::dataflow::held::{self, Behind, Held};
 use crate::dataflow::event::Dep;
+use crate::dataflow::held::{self, Behind, Held};
 use crate::dataflow::turn::Turn;
 use std::any::Any;
 use std::fmt;
@@ -40,7 +40,7 @@ pub(crate) struct Submission<A> {
 /// it here could never end: note its block).
 ///
 /// # Panics
-/// When one handle is declared twice.
+/// When one handle is declared twice, other than for two reads.
 pub(crate) fn submit<A: Accesses>(
     accesses: A,
     runtime: &Arc<Registry>,
@@ -73,7 +73,8 @@ pub(crate) fn submit<A: Accesses>(
 /// declares. Notes `runtime` as the handles' latest.
 ///
 /// # Panics
-/// When one handle is declared twice (before anything is recorded).
+/// When one handle is declared twice, other than for two reads (before
+/// anything is recorded).
 pub(crate) fn with_logs<'s, A: Accesses>(
     accesses: &'s A,
     runtime: &Arc<Registry>,
@@ -94,24 +95,35 @@ pub(crate) fn with_logs<'s, A: Accesses>(
     });
 }
 
-/// Sorts declared handles by address, and panics when one is declared
-/// twice. Address order: two submissions lock their common handles in the
-/// same order, so they cannot deadlock, and each one's accesses are
-/// recorded at once: no task can end up ordered both before and after
-/// another.
+/// Sorts declared handles by address, merges a handle declared twice for
+/// reading (both references are to the same value), and panics when a
+/// handle is declared twice otherwise (a `&mut` beside another reference
+/// to the same value). Address order: two submissions lock their common
+/// handles in the same order, so they cannot deadlock, and each one's
+/// accesses are recorded at once: no task can end up ordered both before
+/// and after another.
 pub(crate) fn in_address_order(data: &mut [Option<(&dyn Target, Mode)>]) {
     data.sort_unstable_by_key(|slot| slot.map(|(t, _)| held::address(t)));
-    for pair in data.windows(2) {
-        if let [Some((a, mode_a)), Some((b, mode_b))] = pair {
-            if held::address(*a) == held::address(*b) {
+    let mut kept: Option<(&dyn Target, Mode)> = None;
+    for slot in data.iter_mut() {
+        let Some((t, mode)) = *slot else { continue };
+        if let Some((before, before_mode)) = kept {
+            if held::address(before) == held::address(t) {
+                if before_mode == Mode::Read && mode == Mode::Read {
+                    // One access to the handle, however many reads.
+                    *slot = None;
+                    continue;
+                }
                 panic!(
-                    "selvedge: {} is declared twice by one task ({mode_a:?} and \
-                     {mode_b:?}): declare each handle once, as a write if the task \
-                     writes it",
-                    a.describe(),
+                    "selvedge: {} is declared twice by one task ({before_mode:?} and \
+                     {mode:?}): a write cannot share its handle with another access of the \
+                     same task; declare it once, as a write if the task writes it (two reads \
+                     are fine)",
+                    t.describe(),
                 );
             }
         }
+        kept = Some((t, mode));
     }
 }
 
@@ -309,7 +321,8 @@ impl<A> Drop for Submission<A> {
 /// ordering state; reaching the value takes none.
 ///
 /// # Panics
-/// When `accesses` declares one handle twice (the closure is dropped and
+/// When `accesses` declares one handle twice, other than for two reads
+/// (the closure is dropped and
 /// nothing is registered).
 ///
 /// ```
@@ -317,7 +330,7 @@ impl<A> Drop for Submission<A> {
 ///
 /// let a = Data::new(vec![1.0f64; 4]);
 /// let b = Data::new(vec![0.0f64; 4]);
-/// spawn_with((a.read(), b.write()), |(a, b)| b.copy_from_slice(a));
+/// spawn_with((a.read(), b.write()), |(a, b)| b.copy_from_slice(a)).detach();
 /// let h = spawn_with((a.write(), b.read()), |(a, b)| {
 ///     // Ordered after the copy (it writes what the copy read).
 ///     a.iter_mut().zip(b).for_each(|(x, y)| *x += y);

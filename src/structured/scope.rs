@@ -11,8 +11,8 @@ use crate::core::worker::{Until, Worker};
 use crate::dataflow::access::Accesses;
 use crate::dataflow::declared;
 use crate::dataflow::delayed;
-use crate::dataflow::held;
 use crate::dataflow::event::Dep;
+use crate::dataflow::held;
 use std::any::Any;
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -230,7 +230,8 @@ impl<'scope> Scope<'scope> {
     /// ```
     ///
     /// # Panics
-    /// When `accesses` declares one handle twice; and when one of them is
+    /// When `accesses` declares one handle twice, other than for two
+    /// reads; and when one of them is
     /// ordered after an access held by the code that made the scope (a
     /// task that declared the handle, or a node of a graph run that
     /// declares it): the scope would wait for this task, which would wait
@@ -240,7 +241,11 @@ impl<'scope> Scope<'scope> {
         A: Accesses + 'scope,
         F: for<'a> FnOnce(&Scope<'scope>, A::Refs<'a>) + Send + 'scope,
     {
-        if let Some(conflict) = self.owner_holds.as_ref().and_then(|h| h.conflict(&accesses)) {
+        if let Some(conflict) = self
+            .owner_holds
+            .as_ref()
+            .and_then(|h| h.conflict(&accesses))
+        {
             panic!("{}", conflict.scope_message());
         }
         let (deps, submission, _) = declared::submit(accesses, self.runtime());
