@@ -231,6 +231,70 @@ fn poison_is_kept_by_nodes_as_by_tasks() {
     assert_eq!(rt.submit_with(b.read(), |v| *v).join(), 2);
 }
 
+/// A node that fails once: without `recover` every later run fails the
+/// same way (its written handle, and what the skipped nodes write, stay
+/// poisoned); after `recover` the next run clears that poison and runs
+/// clean, and so do the runs after it. A subgraph's handles are cleared
+/// too; a handle the graph only reads keeps the poison it got outside.
+#[test]
+fn a_graph_recovers_from_a_failed_run() {
+    let _watchdog = Watchdog::new("graph recover", Duration::from_secs(60));
+    let rt = runtime(3);
+    let (input, x, y, z) = (
+        Data::named("input", 1u64),
+        Data::named("x", 0u64),
+        Data::named("y", 0u64),
+        Data::named("z", 0u64),
+    );
+    let fail_once = Arc::new(AtomicBool::new(true));
+    let mut inner = Graph::new();
+    inner.node_with((y.read(), z.write()), |(y, z)| *z = *y * 2);
+    let mut g = Graph::new();
+    {
+        let fail_once = fail_once.clone();
+        g.node_with_named("flaky", (input.read(), x.write()), move |(i, x)| {
+            if fail_once.swap(false, Ordering::Relaxed) {
+                panic!("transient");
+            }
+            *x += *i;
+        });
+    }
+    g.node_with((x.read(), y.write()), |(x, y)| *y = *x + 100);
+    g.subgraph(inner);
+    let first = rt.run_graph(&mut g).unwrap_err();
+    assert!(first.to_string().contains("transient"), "{first}");
+    // Run again as it is: refused, for good.
+    for _ in 0..2 {
+        match rt.run_graph(&mut g) {
+            Err(GraphError::Failed { panicked, .. }) => {
+                let message = panicked[0].message().unwrap_or_default();
+                assert!(message.contains("Data \"x\" is poisoned"), "{message}");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+    g.recover();
+    for run in 1..=3u64 {
+        rt.run_graph(&mut g).unwrap();
+        assert_eq!(*x.read_now().unwrap(), run);
+        assert_eq!(*z.read_now().unwrap(), (run + 100) * 2);
+    }
+    // Poison from outside on a handle the graph only reads stays.
+    rt.submit_with(input.write(), |_| panic!("bad input"))
+        .try_join()
+        .unwrap_err();
+    g.recover();
+    let err = rt.run_graph(&mut g).unwrap_err();
+    assert!(
+        err.to_string().contains("Data \"input\" is poisoned"),
+        "{err}"
+    );
+    rt.submit_with(input.recover(), |i| *i = 5).join();
+    g.recover();
+    rt.run_graph(&mut g).unwrap();
+    assert_eq!(*x.read_now().unwrap(), 3 + 5);
+}
+
 #[test]
 fn a_dep_or_a_handle_declared_twice_is_refused_with_a_message() {
     let d = Data::named("d", 0);

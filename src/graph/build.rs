@@ -207,7 +207,7 @@ impl<'g> Graph<'g> {
     /// # Panics
     /// When `accesses` declares a [`Dep`](crate::Dep) (a graph runs many
     /// times, a `Dep` is fulfilled once: use [`Graph::precede`]), or one
-    /// handle twice.
+    /// handle twice other than for two reads.
     ///
     /// ```
     /// use selvedge::{Data, Graph, Runtime};
@@ -458,6 +458,46 @@ impl<'g> Graph<'g> {
     /// ```
     pub fn run(&mut self) -> Result<(), GraphError> {
         on_worker(|w| replay::run_on(w, self))
+    }
+
+    /// Lets the next run start over after a failed one. A node that
+    /// panicked poisoned the [`Data`](crate::Data) handles it writes, and
+    /// the nodes skipped after it poisoned theirs, so without this every
+    /// later run would fail the same way, refusing them. The next run, once
+    /// it has its turn on the handles the graph's nodes write, clears their
+    /// poison, as a [`Data::recover`](crate::Data::recover) access would:
+    /// its nodes then run on the values as the failed run left them (a
+    /// node that rewrites its output whole repairs it). Handles the graph
+    /// only reads keep their poison. It applies to one run; call it again
+    /// after another failure.
+    ///
+    /// ```
+    /// use selvedge::{Data, Graph, GraphError, Runtime};
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    ///
+    /// let rt = Runtime::builder().num_threads(2).build()?;
+    /// let (x, y) = (Data::new(0u32), Data::new(0u32));
+    /// let flaky = AtomicBool::new(true);
+    /// let mut g = Graph::new();
+    /// g.node_with(x.write(), |x| {
+    ///     if flaky.swap(false, Ordering::Relaxed) {
+    ///         panic!("the sensor did not answer");
+    ///     }
+    ///     *x = 10;
+    /// });
+    /// g.node_with((x.read(), y.write()), |(x, y)| *y = *x + 1);
+    /// assert!(matches!(rt.run_graph(&mut g), Err(GraphError::Failed { .. })));
+    /// // `x` is poisoned: run again as it is, and every run fails.
+    /// assert!(rt.run_graph(&mut g).is_err());
+    /// g.recover();
+    /// rt.run_graph(&mut g)?;
+    /// rt.run_graph(&mut g)?; // and it stays clean
+    /// drop(g);
+    /// assert_eq!(y.into_inner(), 11);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn recover(&mut self) {
+        self.data.recover_next_run();
     }
 
     /// The graph's id, nodes and plan, for a run: the plan resolved first

@@ -22,10 +22,11 @@ use crate::dataflow::access::sealed::Target;
 use crate::dataflow::access::{Accesses, Declared, Mode};
 use crate::dataflow::data::Recorded;
 use crate::dataflow::declared::{in_address_order, lock_logs, set_written_poison, with_turn, Few};
-use crate::dataflow::held::{self, RunHandles, RunHeld};
 use crate::dataflow::delayed::submit_delayed;
+use crate::dataflow::held::{self, RunHandles, RunHeld};
 use crate::dataflow::turn::Turn;
 use crate::graph::chain::StreamWork;
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::panic::resume_unwind;
 use std::ptr::NonNull;
@@ -96,7 +97,7 @@ where
 ///
 /// # Panics
 /// When `accesses` declares a [`Dep`] (a graph runs many times; a `Dep` is
-/// fulfilled once), or one handle twice.
+/// fulfilled once), or one handle twice other than for two reads.
 pub(crate) fn declared_by<'g, A: Accesses + 'g>(accesses: &A) -> Vec<Handle<'g>> {
     let mut data: Few<(&dyn Target, Mode)> = Few::default();
     accesses.declare_all(&mut |d| match d {
@@ -157,6 +158,9 @@ pub(crate) struct DataUses<'g> {
     /// Whether the graph is a node of another graph, whose runs declare
     /// its handles (see [`DataUses::merge_into`]).
     nested: bool,
+    /// Whether the next run clears the poison of the handles its nodes
+    /// write, once it has their turn ([`DataUses::recover_next_run`]).
+    recover_next: Cell<bool>,
 }
 
 /// The nodes that use one handle, for the edges the next one implies.
@@ -238,6 +242,12 @@ impl<'g> DataUses<'g> {
             .collect()
     }
 
+    /// Has the next run clear the poison of every handle a node of the
+    /// graph writes, once it has their turn, as a recover access would.
+    pub(crate) fn recover_next_run(&mut self) {
+        self.recover_next.set(true);
+    }
+
     /// Poisons every handle a node of this graph writes, with `cause`.
     ///
     /// # Safety
@@ -296,6 +306,13 @@ impl<'g> DataUses<'g> {
             // Completions are never broken (an access that never ran
             // passes its turn on), so this returns once they are over.
             let _ = submit_delayed(&w.shared, turn.before().to_vec(), || ()).try_join();
+        }
+        if self.recover_next.take() {
+            for h in self.order.iter().filter(|h| h.mode.writes()) {
+                // SAFETY: live while the graph is (see `declared_by`); the
+                // run holds a write to the handle, whose turn it has now.
+                unsafe { h.target.as_ref().set_poison(None) };
+            }
         }
         Some(RunAccess { turn, _held: held })
     }

@@ -40,7 +40,10 @@ pub enum GraphError {
     /// Nodes panicked (or, should a runtime cancel a run's queued nodes,
     /// the run was cut short). Every node that follows one of them,
     /// directly or not, was skipped for this run; every other node ran.
-    /// The graph may be run again.
+    /// The graph may be run again; if the failed nodes, or those skipped,
+    /// write [`Data`](crate::Data) handles, those are poisoned, and
+    /// [`Graph::recover`](crate::Graph::recover) lets the next run clear
+    /// that poison (else its nodes refuse them).
     Failed {
         /// Each node that panicked, with its panic, in the order they
         /// panicked; a node that refused to run because a
