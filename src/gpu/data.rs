@@ -8,12 +8,17 @@
 
 use crate::dataflow::access::Accesses;
 use crate::dataflow::data::Recorded;
-use crate::dataflow::declared::with_logs;
+use crate::dataflow::declared::{set_written_poison, with_logs, with_turn};
+use crate::dataflow::event::Dep;
+use crate::dataflow::held::Behind;
 use crate::gpu::device::Device;
 use crate::gpu::error::GpuError;
+use crate::gpu::raw::RawEvent;
 use crate::gpu::stream::GpuStream;
-use crate::gpu::task::{GpuHandle, Link};
-use std::sync::Arc;
+use crate::gpu::task::GpuHandle;
+use crate::gpu::turns::GpuTurns;
+use std::panic::resume_unwind;
+use std::sync::{Arc, OnceLock};
 
 impl Device {
     /// Runs `f` as a GPU task (see [`Device::spawn`]) that declares the
@@ -48,7 +53,8 @@ impl Device {
     /// ```
     ///
     /// # Panics
-    /// When `accesses` declares one handle twice (nothing is submitted).
+    /// When `accesses` declares one handle twice, other than for two reads
+    /// (nothing is submitted).
     pub fn spawn_with<A, T, F>(&self, accesses: A, f: F) -> GpuHandle<T>
     where
         A: Accesses + 'static,
@@ -57,9 +63,14 @@ impl Device {
     {
         let me = self.id();
         let (link, promises) = self.new_link();
+        let mut turns = GpuTurns::new();
         let recorded = Recorded {
-            done: link.done().clone(),
-            device: Some(Arc::new(link.clone())),
+            done: turns.done().dep(),
+            device: Some(Arc::new(DataLink {
+                enqueued: turns.enqueued().dep(),
+                event: link.event().clone(),
+                device: me,
+            })),
         };
         let mut host_deps = Vec::new();
         let mut device_waits = Vec::new();
@@ -70,25 +81,57 @@ impl Device {
                     match before
                         .device
                         .as_ref()
-                        .and_then(|d| d.downcast_ref::<Link>())
+                        .and_then(|d| d.downcast_ref::<DataLink>())
                     {
-                        Some(gpu) => gpu.wait_from(me, &mut host_deps, &mut device_waits),
-                        None => host_deps.push(before.done.clone()),
+                        Some(gpu) if gpu.device == me => {
+                            host_deps.push(gpu.enqueued.clone());
+                            device_waits.push(gpu.event.clone());
+                        }
+                        _ => host_deps.push(before.done.clone()),
                     }
+                    // Passed on, a turn waits until the accesses before it
+                    // are complete: it has no event to be waited for.
+                    turns.enqueued().after(before.done.clone());
+                    turns.done().after(before.done.clone());
                 }
                 log.record(mode, recorded.clone());
             }
         });
-        self.spawn_linked(host_deps, device_waits, link, promises, move |s| {
-            // SAFETY: every access has its turn on the host: the tasks
-            // before it on this device have enqueued their work (and the
-            // stream waits for it on the device), every other one
-            // finished. The references end with `f`, which returns owned
-            // values.
-            let value = f(s, unsafe { accesses.refs() });
+        let (behind, token) = Behind::check(&accesses).unzip();
+        let task = move |s: &GpuStream| {
+            let _alive = token;
+            let who = format_args!("GPU task `{}`", std::any::type_name::<F>());
+            // As a CPU task's: poison refused, held on this thread, a panic
+            // poisoning what it writes, a recover clearing it.
+            let ran = with_turn(&accesses, &who, |refs| f(s, refs));
+            if let Ok(Err(e)) = &ran {
+                // The work it enqueued before failing may have written part
+                // of what it writes.
+                let cause: Arc<str> =
+                    format!("{who} failed while it held a write to it: {e}").into();
+                set_written_poison(&accesses, Some(&cause), Some(&cause));
+            }
             // What the device still uses lives until its work is complete.
             s.keep_alive(accesses);
-            value
-        })
+            ran.unwrap_or_else(|payload| resume_unwind(payload))
+        };
+        let handle = self.spawn_linked(host_deps, device_waits, link, promises, Some(turns), task);
+        if let Some(behind) = behind {
+            behind.note(handle.join_block());
+        }
+        handle
     }
+}
+
+/// What a declared GPU access records for the same device's later GPU
+/// accesses: unlike a task's `Link`, never broken.
+pub(super) struct DataLink {
+    /// Fulfilled once the task's work and `event` are enqueued; or, when it
+    /// failed or never ran (`event` is then never set), once what it
+    /// enqueued and the accesses before it are complete.
+    enqueued: Dep,
+    /// The task's own event, recorded after its work.
+    event: Arc<OnceLock<Arc<RawEvent>>>,
+    /// Identifies the device (its `DeviceInner`'s address).
+    device: usize,
 }

@@ -124,12 +124,14 @@ mod completion;
 mod data;
 mod device;
 mod error;
+mod finish;
 mod graph_node;
 mod libraries;
 mod pinned;
 mod raw;
 mod stream;
 mod task;
+mod turns;
 
 pub use blas::{gemm, BatchedGemm, GemmElement};
 pub use device::Device;
