@@ -12,6 +12,7 @@
 //! closure owns. Once the closure is gone (the task ran or was cancelled,
 //! and only then can its block be reused), the entry no longer matches.
 
+use crate::core::sync::{AtomicUsize, Ordering};
 use crate::core::task::Header;
 use std::cell::RefCell;
 use std::ptr::NonNull;
@@ -29,6 +30,18 @@ thread_local! {
     static ENDLESS: RefCell<Vec<Endless>> = const { RefCell::new(Vec::new()) };
 }
 
+/// How many threads' lists are not empty: while none is (the usual case),
+/// joins and the holders of accesses skip the thread-local. A hint: read
+/// Relaxed, since a thread only ever looks for its own entries, which it
+/// counted itself.
+static LISTS_IN_USE: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether this thread's list may hold entries.
+#[inline]
+fn maybe_in_use() -> bool {
+    LISTS_IN_USE.load(Ordering::Relaxed) != 0
+}
+
 /// A token for [`note`], and what the entry keeps of it: the noted task's
 /// closure owns the token.
 pub(crate) fn token() -> (Arc<()>, Weak<()>) {
@@ -42,7 +55,11 @@ pub(crate) fn token() -> (Arc<()>, Weak<()>) {
 /// join's panic message).
 pub(crate) fn note(block: NonNull<Header>, alive: Weak<()>, why: String) {
     let _ = ENDLESS.try_with(|e| {
-        e.borrow_mut().push(Endless {
+        let mut e = e.borrow_mut();
+        if e.is_empty() {
+            LISTS_IN_USE.fetch_add(1, Ordering::Relaxed);
+        }
+        e.push(Endless {
             block: block.as_ptr() as usize,
             alive,
             why: why.into_boxed_str(),
@@ -51,24 +68,39 @@ pub(crate) fn note(block: NonNull<Header>, alive: Weak<()>, why: String) {
 }
 
 /// The list's length now, for [`forget_since`].
+#[inline]
 pub(crate) fn mark() -> usize {
+    if !maybe_in_use() {
+        return 0;
+    }
     ENDLESS.try_with(|e| e.borrow().len()).unwrap_or(0)
 }
 
 /// Drops the entries noted since `mark` was taken.
+#[inline]
 pub(crate) fn forget_since(mark: usize) {
-    let _ = ENDLESS.try_with(|e| e.borrow_mut().truncate(mark));
+    if !maybe_in_use() {
+        return;
+    }
+    let _ = ENDLESS.try_with(|e| {
+        let mut e = e.borrow_mut();
+        if e.len() > mark {
+            e.truncate(mark);
+            if e.is_empty() {
+                LISTS_IN_USE.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    });
 }
 
-/// Panics with the noted reason when a join of the task at `block` on
-/// this thread could never end.
-///
-/// # Panics
-/// As said: when the task was noted, and its closure is still alive.
-#[inline]
-pub(crate) fn refuse_endless_join(block: NonNull<Header>) {
+/// Why a join of the task at `block` on this thread could never end, if
+/// it was noted so (and its closure is still alive).
+pub(crate) fn endless_join(block: NonNull<Header>) -> Option<String> {
+    if !maybe_in_use() {
+        return None;
+    }
     let address = block.as_ptr() as usize;
-    let why = ENDLESS
+    ENDLESS
         .try_with(|e| {
             let e = e.borrow();
             // Newest first: a block reused while an old entry lingers.
@@ -78,8 +110,5 @@ pub(crate) fn refuse_endless_join(block: NonNull<Header>) {
                 .map(|n| n.why.to_string())
         })
         .ok()
-        .flatten();
-    if let Some(why) = why {
-        panic!("{why}");
-    }
+        .flatten()
 }

@@ -210,11 +210,6 @@ impl<T> JoinHandle<T> {
                 return w.traced_in_place(task, run);
             }
         }
-        if !self.is_finished() {
-            // Before the handle gives up the block: a panic here leaves it
-            // to the handle's drop.
-            endless::refuse_endless_join(self.block());
-        }
         let block = self.block.take().expect("JoinHandle used after completion");
         Self::wait_and_take(block, worker)
     }
@@ -252,6 +247,20 @@ impl<T> JoinHandle<T> {
     /// it). Wait for its completion, then take the result.
     #[cold]
     fn wait_and_take(block: NonNull<Header>, worker: Option<&Worker>) -> std::thread::Result<T> {
+        // SAFETY: the block lives until we release it.
+        if !unsafe { task::join_slot(block) }.is_complete() {
+            if let Some(why) = endless::endless_join(block) {
+                // The wait could never end. The handle lets go of the
+                // task first, as its drop would, then panics.
+                // SAFETY: the handle held the block until here; after the
+                // release it is freed by whichever side is last.
+                unsafe {
+                    let release = task::join_slot(block).release_handle(false);
+                    task::finish_release::<T>(block, release);
+                }
+                panic!("{why}");
+            }
+        }
         if let Some(w) = worker {
             // SAFETY: the block lives until we release it.
             w.wait_until(Until::Complete(unsafe { task::join_slot(block) }));

@@ -415,7 +415,7 @@ impl<T: Send + Sync> Data<T> {
             log.record(Mode::Read, Recorded::host(turn.dep()));
             log.runtime.clone()
         };
-        wait_over(turn.before().to_vec(), &runtime);
+        wait_over(turn.before().cloned().collect(), &runtime);
         // SAFETY: our read has its turn: every earlier write is over and
         // later ones wait for `turn`.
         if let Some(cause) = unsafe { self.inner.poison() } {

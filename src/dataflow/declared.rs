@@ -53,12 +53,12 @@ pub(crate) fn submit<A: Accesses>(
         deps.extend(after.cloned());
         for (log, mode) in logs {
             for before in log.before(mode) {
+                deps.push(before.done.clone());
                 turn.after(before.done.clone());
             }
             log.record(mode, Recorded::host(turn.dep()));
         }
     });
-    deps.extend(turn.before().iter().cloned());
     let (behind, token) = Behind::check(&accesses).unzip();
     let submission = Submission {
         accesses: Some(accesses),

@@ -15,7 +15,7 @@ use crate::core::endless;
 use crate::core::task::Header;
 use crate::dataflow::access::sealed::Target;
 use crate::dataflow::access::{Accesses, Declared, Mode};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ptr::NonNull;
 use std::sync::{Arc, Weak};
@@ -24,7 +24,6 @@ use std::sync::{Arc, Weak};
 pub(crate) type RunHandles = HashMap<usize, Mode>;
 
 /// What this thread holds.
-#[derive(Default)]
 struct HeldHere {
     /// The handles of the tasks running on this thread (nested ones
     /// last), and how each task declared them.
@@ -34,7 +33,22 @@ struct HeldHere {
 }
 
 thread_local! {
-    static HELD: RefCell<HeldHere> = RefCell::new(HeldHere::default());
+    /// How many tasks and runs hold handles on this thread: what a
+    /// submission reads to see that nothing is held (no destructor, so
+    /// reading it costs next to nothing).
+    static HOLDERS: Cell<usize> = const { Cell::new(0) };
+    // Const-initialized: every declared task's run reaches it twice.
+    static HELD: RefCell<HeldHere> = const {
+        RefCell::new(HeldHere {
+            tasks: Vec::new(),
+            runs: Vec::new(),
+        })
+    };
+}
+
+/// Counts holders on this thread in or out.
+fn add_holders(n: isize) {
+    let _ = HOLDERS.try_with(|c| c.set(c.get().wrapping_add_signed(n)));
 }
 
 /// A handle's identity: the address of its data.
@@ -156,6 +170,9 @@ fn first_conflict<A: Accesses>(
 /// thread: a task declaring them, submitted here, could never finish
 /// while the holder runs.
 pub(crate) fn conflict_here<A: Accesses>(accesses: &A) -> Option<Conflict> {
+    if HOLDERS.try_with(Cell::get).unwrap_or(0) == 0 {
+        return None;
+    }
     HELD.try_with(|h| {
         let h = h.borrow();
         if h.is_empty() {
@@ -244,13 +261,17 @@ impl RunHeld {
         let mark = endless::mark();
         HELD.try_with(|h| h.borrow_mut().runs.push(run))
             .ok()
-            .map(|()| RunHeld { mark })
+            .map(|()| {
+                add_holders(1);
+                RunHeld { mark }
+            })
     }
 }
 
 impl Drop for RunHeld {
     fn drop(&mut self) {
         let _ = HELD.try_with(|h| h.borrow_mut().runs.pop());
+        add_holders(-1);
         endless::forget_since(self.mark);
     }
 }
@@ -258,6 +279,8 @@ impl Drop for RunHeld {
 /// The running task's handles, on this thread's list until dropped.
 pub(crate) struct Held {
     count: usize,
+    /// Whether it is counted in `HOLDERS`.
+    noted: bool,
     /// Where the list of endless joins stood.
     mark: usize,
 }
@@ -281,7 +304,9 @@ impl Held {
                 }
             });
         });
-        if noted.is_err() {
+        if noted.is_ok() {
+            add_holders(1);
+        } else {
             // During thread-local teardown: nothing noted.
             accesses.declare_all(&mut |d| {
                 if let Declared::Data(t, mode) = d {
@@ -289,7 +314,11 @@ impl Held {
                 }
             });
         }
-        Self { count, mark }
+        Self {
+            count,
+            noted: noted.is_ok(),
+            mark,
+        }
     }
 }
 
@@ -300,6 +329,9 @@ impl Drop for Held {
             let keep = h.tasks.len().saturating_sub(self.count);
             h.tasks.truncate(keep);
         });
+        if self.noted {
+            add_holders(-1);
+        }
         endless::forget_since(self.mark);
     }
 }

@@ -19,7 +19,52 @@ pub(crate) struct Turn {
     done: Option<Promise>,
     /// The completions of the accesses before it that were not over yet
     /// when it was recorded: what a turn passed on waits for.
-    before: Vec<Dep>,
+    before: Before,
+}
+
+/// Completions a turn comes after: a few inline (a task declares a few
+/// handles, each after one or two accesses), more on the heap.
+enum Before {
+    Inline(usize, [Option<Dep>; INLINE]),
+    Heap(Vec<Dep>),
+}
+
+/// Completions kept inline by a [`Turn`]: every access made is one, so its
+/// list allocates nothing in the common case.
+const INLINE: usize = 3;
+
+impl Before {
+    fn push(&mut self, dep: Dep) {
+        match self {
+            Before::Inline(len, deps) if *len < INLINE => {
+                deps[*len] = Some(dep);
+                *len += 1;
+            }
+            Before::Inline(_, deps) => {
+                let mut heap: Vec<Dep> = deps.iter_mut().filter_map(Option::take).collect();
+                heap.push(dep);
+                *self = Before::Heap(heap);
+            }
+            Before::Heap(heap) => heap.push(dep),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Dep> {
+        let (inline, heap): (&[Option<Dep>], &[Dep]) = match self {
+            Before::Inline(len, deps) => (&deps[..*len], &[]),
+            Before::Heap(heap) => (&[], heap),
+        };
+        inline.iter().flatten().chain(heap)
+    }
+
+    fn take(&mut self) -> impl Iterator<Item = Dep> {
+        let taken = std::mem::replace(self, Before::Inline(0, Default::default()));
+        let (inline, heap) = match taken {
+            Before::Inline(_, deps) => (Some(deps), Vec::new()),
+            Before::Heap(heap) => (None, heap),
+        };
+        inline.into_iter().flatten().flatten().chain(heap)
+    }
 }
 
 impl Turn {
@@ -27,7 +72,7 @@ impl Turn {
     pub(crate) fn new() -> Self {
         Self {
             done: Some(Promise::new()),
-            before: Vec::new(),
+            before: Before::Inline(0, Default::default()),
         }
     }
 
@@ -43,17 +88,22 @@ impl Turn {
     }
 
     /// The completions it comes after.
-    pub(crate) fn before(&self) -> &[Dep] {
-        &self.before
+    pub(crate) fn before(&self) -> impl Iterator<Item = &Dep> {
+        self.before.iter()
     }
 
     /// Ends the turn of an access that had it: the accesses after it may
     /// start.
     pub(crate) fn end(mut self) {
-        self.before.clear();
         if let Some(done) = self.done.take() {
             done.fulfill();
         }
+        if matches!(self.before, Before::Inline(0, _)) {
+            // Nothing left to drop: skip the drop glue (a declared task's
+            // hot path; most of its accesses come after nothing pending).
+            std::mem::forget(self);
+        }
+        // Otherwise `before` drops with `self`.
     }
 }
 
@@ -62,7 +112,7 @@ impl Drop for Turn {
     /// before it are over.
     fn drop(&mut self) {
         if let Some(done) = self.done.take() {
-            relay(std::mem::take(&mut self.before), done.into_group());
+            relay(self.before.take(), done.into_group());
         }
     }
 }

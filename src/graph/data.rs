@@ -23,6 +23,7 @@ use crate::dataflow::access::{Accesses, Declared, Mode};
 use crate::dataflow::data::Recorded;
 use crate::dataflow::declared::{in_address_order, lock_logs, set_written_poison, with_turn, Few};
 use crate::dataflow::delayed::submit_delayed;
+use crate::dataflow::event::Dep;
 use crate::dataflow::held::{self, RunHandles, RunHeld};
 use crate::dataflow::turn::Turn;
 use crate::graph::chain::StreamWork;
@@ -302,10 +303,11 @@ impl<'g> DataUses<'g> {
                 log.record(mode, Recorded::host(turn.dep()));
             }
         });
-        if !turn.before().is_empty() {
+        let before: Vec<Dep> = turn.before().cloned().collect();
+        if !before.is_empty() {
             // Completions are never broken (an access that never ran
             // passes its turn on), so this returns once they are over.
-            let _ = submit_delayed(&w.shared, turn.before().to_vec(), || ()).try_join();
+            let _ = submit_delayed(&w.shared, before, || ()).try_join();
         }
         if self.recover_next.take() {
             for h in self.order.iter().filter(|h| h.mode.writes()) {
