@@ -645,10 +645,8 @@ impl Waiter {
     /// its cursor points at; after `None` it no longer owns it.
     pub unsafe fn resume_past_broken(w: NonNull<Waiter>) -> Option<Outcome> {
         // SAFETY: the caller owns the waiter.
-        debug_assert!(
-            unsafe { w.as_ref() }.relay,
-            "only relays move past broken events"
-        );
+        let relay = unsafe { w.as_ref() }.relay;
+        debug_assert!(relay, "only relays move past broken events");
         // SAFETY: as above: nobody else touches its cursor.
         unsafe { w.as_ref().cursor.with_mut(|c| *c += 1) };
         // SAFETY: the caller's contract.
