@@ -10,26 +10,38 @@
 mod support;
 
 use selvedge::mpi::{Cluster, MpiError, RankGraph, RankNode, Reduce};
-use selvedge::{spawn_delayed, sync_root, GraphError, Promise};
+use selvedge::{spawn_delayed, sync_root, GraphError, Promise, Runtime};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use support::panic_text;
+use support::{panic_text, Watchdog};
 
 /// Set for the ranks: the test they run.
 const RANK_OF: &str = "SELVEDGE_MPI_RANK_OF";
+/// Set for the ranks: a folder of the test's own, through which ranks on
+/// this machine can tell each other what they reached without MPI.
+const SHARED_DIR: &str = "SELVEDGE_MPI_TEST_DIR";
 
 /// Runs `body` on each of `n` ranks: as the parent, starts them under
-/// `mpirun` and checks they all passed; as a rank, starts the cluster and
-/// runs `body`.
-fn on_ranks(test: &str, n: usize, body: impl FnOnce(Cluster)) {
-    if std::env::var(RANK_OF).is_ok_and(|t| t == test) {
+/// `mpirun`, checks they all passed and returns their output (see
+/// [`on_ranks_starting`]); as a rank, starts the cluster and runs `body`.
+fn on_ranks(test: &str, n: usize, body: impl FnOnce(Cluster)) -> Option<String> {
+    on_ranks_starting(test, n, || {
         let cluster = Cluster::start().expect("MPI starts under mpirun");
         assert_eq!(cluster.size(), n, "{test}: started with {n} ranks");
         body(cluster);
-        return;
+    })
+}
+
+/// [`on_ranks`] whose body starts MPI itself (on a runtime of its own,
+/// say). The parent returns the ranks' output, stdout then stderr (`None`
+/// in a rank, or when skipped without `mpirun`).
+fn on_ranks_starting(test: &str, n: usize, body: impl FnOnce()) -> Option<String> {
+    if std::env::var(RANK_OF).is_ok_and(|t| t == test) {
+        body();
+        return None;
     }
     let Some(mpirun) = mpirun() else {
         assert!(
@@ -37,15 +49,18 @@ fn on_ranks(test: &str, n: usize, body: impl FnOnce(Cluster)) {
             "{test}: SELVEDGE_REQUIRE_MPI=1 but there is no mpirun on the PATH"
         );
         eprintln!("{test}: skipped: no mpirun on the PATH (install MPICH or Open MPI)");
-        return;
+        return None;
     };
     let exe = std::env::current_exe().unwrap();
+    let dir = std::env::temp_dir().join(format!("selvedge-mpi-{}-{test}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
     let mut child = Command::new(mpirun)
         .arg("-n")
         .arg(n.to_string())
         .arg(&exe)
         .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(RANK_OF, test)
+        .env(SHARED_DIR, &dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -65,6 +80,7 @@ fn on_ranks(test: &str, n: usize, body: impl FnOnce(Cluster)) {
         std::thread::sleep(Duration::from_millis(20));
     }
     let out = child.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     // Every rank ran the test and passed: mpirun's status is the ranks'
@@ -75,6 +91,39 @@ fn on_ranks(test: &str, n: usize, body: impl FnOnce(Cluster)) {
         "{test}: mpirun -n {n} exited with {}:\n{stdout}{stderr}",
         out.status
     );
+    Some(format!("{stdout}{stderr}"))
+}
+
+/// In a rank: says `what` to the other ranks (a file in the test's
+/// folder).
+fn tell_the_ranks(what: &str) {
+    let dir = std::env::var_os(SHARED_DIR).expect("set for the ranks");
+    std::fs::write(std::path::Path::new(&dir).join(what), b"").unwrap();
+}
+
+/// In a rank: waits until another rank said `what`; panics, naming `why`,
+/// after 30 s.
+fn wait_for_a_rank(what: &str, why: &str) {
+    let dir = std::env::var_os(SHARED_DIR).expect("set for the ranks");
+    let path = std::path::Path::new(&dir).join(what);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !path.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "no rank said {what:?} within 30 s: {why}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether MPI was finalized in this process (callable from any thread,
+/// before and after MPI).
+fn mpi_finalized() -> bool {
+    let mut flag = 0;
+    // SAFETY: MPI_Finalized may be called at any time, from any thread;
+    // `flag` is a valid out-pointer.
+    unsafe { selvedge::mpi::mpi_sys::MPI_Finalized(&mut flag) };
+    flag != 0
 }
 
 fn mpirun() -> Option<std::path::PathBuf> {
@@ -256,6 +305,128 @@ fn dropping_the_cluster_abandons_what_is_in_flight() {
             assert!(again.to_string().contains("once per process"), "{again}");
         },
     );
+}
+
+/// A cluster whose runtime was dropped: what is posted from outside the
+/// runtime then is refused at once (`RuntimeShutDown`, the dependency
+/// broken), so a task of another runtime waiting on it is cancelled
+/// instead of waiting for a completion no worker would run; a `RankGraph`
+/// on it panics saying why. Both ranks post to each other, so that the
+/// messages would flow if they were posted.
+#[test]
+fn posting_after_the_runtime_was_dropped_is_refused_at_once() {
+    let test = "posting_after_the_runtime_was_dropped_is_refused_at_once";
+    on_ranks_starting(test, 2, || {
+        let rt = Runtime::builder().num_threads(2).build().unwrap();
+        let cluster = Cluster::start_in(&rt).expect("MPI starts under mpirun");
+        let peer = 1 - cluster.rank();
+        drop(rt);
+        let _watchdog = Watchdog::new(
+            format!("{test} (rank {})", cluster.rank()),
+            Duration::from_secs(30),
+        );
+        let sent = cluster.isend(vec![7u32; 4], peer, 3);
+        let got = cluster.irecv::<u32>(4, peer, 3);
+        let sum = cluster.iallreduce(vec![1u64], Reduce::Sum);
+        let later = cluster.send_after(Vec::new(), || vec![1u8], peer, 4);
+        // A task of the global runtime behind the receive.
+        let behind = spawn_delayed([got.dep()], || ());
+        let cancelled = behind
+            .try_join()
+            .expect_err("the task behind it is cancelled");
+        assert!(cancelled.is_cancelled(), "{cancelled}");
+        assert!(got.is_finished() && sent.is_finished() && sum.is_finished());
+        assert_eq!(got.join(), Err(MpiError::RuntimeShutDown));
+        assert_eq!(sent.join(), Err(MpiError::RuntimeShutDown));
+        assert_eq!(sum.join(), Err(MpiError::RuntimeShutDown));
+        assert_eq!(later.join(), Err(MpiError::RuntimeShutDown));
+        let mut g = RankGraph::<u8>::new(&cluster);
+        g.node(0, |_| vec![1]);
+        let ran = catch_unwind(AssertUnwindSafe(|| g.run()));
+        let text = panic_text(&*ran.expect_err("a RankGraph on it panics"));
+        assert!(text.contains("runtime was dropped"), "{text}");
+    });
+}
+
+/// Dropping the cluster finalizes MPI only once its send and its
+/// collective completed (rank 1 takes part in them two seconds after rank
+/// 0 dropped it: the drop waits, and says on stderr what for), and cancels
+/// its receive; each handle says how its operation ended.
+#[test]
+fn dropping_the_cluster_lets_its_sends_and_collectives_complete() {
+    let test = "dropping_the_cluster_lets_its_sends_and_collectives_complete";
+    const LEN: usize = 1 << 20; // beyond an eager send: the receiver must take part
+    let output = on_ranks(test, 2, |cluster| {
+        let _watchdog = Watchdog::new(
+            format!("{test} (rank {})", cluster.rank()),
+            Duration::from_secs(30),
+        );
+        if cluster.rank() == 0 {
+            let sent = cluster.isend((0..LEN as u32).collect(), 1, 21);
+            let sum = cluster.iallreduce(vec![5u64], Reduce::Sum);
+            let never = cluster.irecv::<u8>(1, 1, 22);
+            tell_the_ranks("dropping");
+            drop(cluster);
+            assert_eq!(sent.join().map(|buf| buf.len()), Ok(LEN));
+            assert_eq!(sum.join(), Ok(vec![12]));
+            assert_eq!(never.join(), Err(MpiError::Abandoned));
+        } else {
+            wait_for_a_rank("dropping", "rank 0 never reached its drop");
+            std::thread::sleep(Duration::from_secs(2));
+            let got = cluster.irecv::<u32>(LEN, 0, 21).join().unwrap();
+            assert!(got.iter().enumerate().all(|(i, &v)| v == i as u32));
+            assert_eq!(
+                cluster.iallreduce(vec![7u64], Reduce::Sum).join(),
+                Ok(vec![12])
+            );
+        }
+    });
+    let Some(output) = output else { return };
+    for said in [
+        "rank 0 dropped its MPI cluster",
+        "MPI_Isend of 1048576 elements to rank 1 (tag 21)",
+        "MPI_Iallreduce of 1 element:",
+    ] {
+        assert!(
+            output.contains(said),
+            "the drop's wait did not say {said:?}:\n{output}"
+        );
+    }
+}
+
+/// A cluster dropped inside a task does not block the worker: rank 0's
+/// only worker drops it while a collective is in flight that rank 1 joins
+/// only once rank 0 says the task returned. The runtime's drop then waits
+/// until MPI is finalized.
+#[test]
+fn a_cluster_dropped_in_a_task_leaves_its_worker_free() {
+    let test = "a_cluster_dropped_in_a_task_leaves_its_worker_free";
+    on_ranks_starting(test, 2, || {
+        let rt = Runtime::builder().num_threads(1).build().unwrap();
+        let cluster = Cluster::start_in(&rt).expect("MPI starts under mpirun");
+        let rank = cluster.rank();
+        let _watchdog = Watchdog::new(format!("{test} (rank {rank})"), Duration::from_secs(30));
+        if rank == 0 {
+            let sum = cluster.iallreduce(vec![1u64], Reduce::Sum);
+            rt.run(move || drop(cluster));
+            tell_the_ranks("dropped");
+            assert_eq!(sum.join(), Ok(vec![3]));
+            drop(rt);
+            assert!(
+                mpi_finalized(),
+                "the runtime's drop returned before the cluster dropped on its worker finalized MPI"
+            );
+        } else {
+            wait_for_a_rank(
+                "dropped",
+                "rank 0's drop of its cluster in a task blocked its only worker",
+            );
+            assert_eq!(
+                cluster.iallreduce(vec![2u64], Reduce::Sum).join(),
+                Ok(vec![3])
+            );
+        }
+    });
 }
 
 /// Node `index`'s value in run `run`, from its inputs: the same function

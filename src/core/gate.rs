@@ -45,6 +45,13 @@ impl Gate {
         self.inside.fetch_sub(1, Ordering::SeqCst);
     }
 
+    /// Whether the gate was shut (a hint: it may shut right after a
+    /// `false`; only [`Gate::enter`] decides whether something gets in).
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
     /// Shuts the gate and waits until every queuer inside has left.
     pub fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);

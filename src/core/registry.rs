@@ -110,6 +110,43 @@ impl Registry {
         self.inbox.signal(action, (self as *const Registry).cast())
     }
 
+    /// [`Registry::signal`] for a maker that holds the registry but not
+    /// the runtime (an MPI cluster posting from any thread): `Err` gives the
+    /// action back, unmade, once the runtime's drop has begun, when no
+    /// worker may be left to run it. On one of this runtime's workers the
+    /// signal is always made: a worker running a task holds quiescence
+    /// off, so the drop waits for the signal. From elsewhere the gate
+    /// decides, as for `inject_ready`: either the drop's `close` waits for
+    /// this `pending` increment (and its quiescence check then waits for
+    /// the signal to run), or the gate is seen shut and nothing is made.
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    pub(crate) fn signal_unless_shut_down(&self, action: Action) -> Result<SignalRef, Action> {
+        if self.is_current_worker() {
+            return Ok(self.signal(action));
+        }
+        if !self.ready_gate.enter() {
+            return Err(action);
+        }
+        let signal = self.signal(action);
+        self.ready_gate.leave();
+        Ok(signal)
+    }
+
+    /// Whether the runtime's drop has begun and the calling thread is not
+    /// one of its workers: new work from here would be refused (see
+    /// [`Registry::signal_unless_shut_down`]). A hint for a clear error
+    /// up front; the gate alone decides.
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    pub(crate) fn is_shut_down_for_caller(&self) -> bool {
+        self.ready_gate.is_closed() && !self.is_current_worker()
+    }
+
+    /// Whether the calling thread is one of this runtime's workers.
+    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
+    fn is_current_worker(&self) -> bool {
+        Worker::current().is_some_and(|w| std::ptr::eq(&*w.shared, self))
+    }
+
     /// Queues a task from anywhere and wakes a parked worker for it.
     pub(crate) fn inject(&self, task: TaskRef) {
         self.injector.push(task);
@@ -242,4 +279,88 @@ pub(crate) unsafe fn fire_signal(signal: SignalRef) {
     // SAFETY: per the caller.
     unsafe { shared.inbox.fire(signal) };
     shared.sleep.wake_any();
+}
+
+/// Signals made on behalf of something that holds the registry but not the
+/// runtime (an MPI cluster), against the runtime's drop.
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::fire_signal;
+    use crate::Runtime;
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
+
+    /// Once the runtime was dropped no worker is left to run an action: a
+    /// signal made from outside is refused (the action comes back), and
+    /// nothing counts as pending.
+    #[test]
+    fn a_signal_is_refused_once_its_runtime_was_dropped() {
+        let rt = Runtime::builder().num_threads(2).build().unwrap();
+        let registry = Arc::clone(rt.registry());
+        // While the runtime lives: made, fired, run.
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&ran);
+        let signal = registry
+            .signal_unless_shut_down(Box::new(move || flag.store(true, SeqCst)))
+            .unwrap_or_else(|_| panic!("refused while the runtime runs"));
+        assert!(!registry.is_shut_down_for_caller());
+        // SAFETY: fired once; the runtime outlives the call.
+        unsafe { fire_signal(signal) };
+        rt.sync_root();
+        assert!(ran.load(SeqCst));
+        drop(rt);
+        assert!(registry.is_shut_down_for_caller());
+        let refused = registry.signal_unless_shut_down(Box::new(|| ()));
+        assert!(
+            refused.is_err(),
+            "a signal made after the runtime was dropped: its action would never run"
+        );
+        assert!(!registry.inbox.has_pending());
+    }
+
+    /// A task still running while its runtime's drop waits makes its
+    /// signal all the same (a worker holds quiescence off), and the drop
+    /// waits until the signal fired and its action ran.
+    #[test]
+    fn a_worker_makes_its_signal_while_its_runtime_drops_and_the_drop_waits_for_it() {
+        let rt = Runtime::builder().num_threads(1).build().unwrap();
+        let registry = Arc::clone(rt.registry());
+        let ran = Arc::new(AtomicBool::new(false));
+        let (made_tx, made_rx) = mpsc::channel();
+        let flag = Arc::clone(&ran);
+        let in_task = Arc::clone(&registry);
+        drop(rt.submit(move || {
+            // Until the drop (on the main thread) shut the gate.
+            while !in_task.ready_gate.is_closed() {
+                std::thread::yield_now();
+            }
+            let made = in_task.signal_unless_shut_down(Box::new(move || flag.store(true, SeqCst)));
+            made_tx.send(made.ok()).unwrap();
+        }));
+        // Fires the signal a while after it was made, from a thread of its
+        // own (as the MPI progress thread would).
+        let firer = std::thread::spawn(move || {
+            let signal = made_rx.recv().unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            if let Some(signal) = signal {
+                // SAFETY: fired once; the registry is held by the test
+                // until this thread is joined.
+                unsafe { fire_signal(signal) };
+                true
+            } else {
+                false
+            }
+        });
+        drop(rt);
+        let made = firer.join().unwrap();
+        assert!(
+            made,
+            "a worker's signal was refused while its runtime's drop waited"
+        );
+        assert!(
+            ran.load(SeqCst),
+            "the runtime's drop returned before the signal made on its worker ran"
+        );
+    }
 }

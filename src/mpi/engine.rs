@@ -13,107 +13,46 @@
 //! the operation's promise, or breaks it if the operation failed.
 //!
 //! A signal made and not yet fired counts as pending work of the runtime:
-//! `sync_root` and the runtime's drop wait for messages in flight. When the
-//! cluster is dropped, the thread abandons what is still in flight (a
-//! receive is cancelled and waited for; a send's request is freed and its
-//! buffer leaked rather than freed under MPI; a collective can be neither,
-//! and is left, with its buffers), breaking those promises, frees its
-//! communicator and finalizes MPI.
+//! `sync_root` and the runtime's drop wait for messages in flight.
+//!
+//! When the cluster is dropped, the thread stops taking operations (later
+//! ones fail unstarted) and finalizes MPI only once no request is active,
+//! as MPI requires: each receive in flight is cancelled (`MPI_Cancel`,
+//! which MPI guarantees to end locally); sends and collectives are left to
+//! complete, since MPI cannot cancel a collective at all and does not
+//! reliably cancel a send (MPI 4.0 deprecates it; MPICH accepts the call on
+//! a large send and never ends it), and a send that completes delivers the
+//! data its rank meant to send. Each one that ends fires its signal as
+//! usual (a cancelled receive breaks its promise: `MpiError::Abandoned`).
+//! If some are still active a second after the drop, the thread says on
+//! stderr which, and again each time the wait doubles. Then it frees its
+//! communicator, finalizes MPI and fires the stop's own signal, if the
+//! cluster was dropped on a worker (which does not wait for the thread:
+//! the runtime's `sync_root` and drop wait for that signal instead).
+//!
+//! Should MPI fail as a whole (`MPI_Testsome` returns an error), nothing
+//! in flight will end: every operation is abandoned at once, its buffers
+//! leaked rather than freed under MPI, its promise broken.
 //!
 //! Between operations the thread backs off: with operations in flight it
 //! tests them busily for 20 µs, then yielding for up to 1 ms, then every
 //! 100 µs; with none it sleeps until a command wakes it, so that an idle
 //! cluster costs no core.
 
+use super::calls::{self, Tester};
+use super::op::{Described, Kind, Op, Outcome, Started};
 use super::MpiError;
 use crate::core::registry::{fire_signal, Registry};
 use crate::core::signal::SignalRef;
 use crate::core::sync::{lock, Mutex};
-use mpi_sys::{MPI_Comm, MPI_Datatype, MPI_Op, MPI_Request, MPI_Status};
-use std::ffi::{c_int, c_void};
+use mpi_sys::{MPI_Datatype, MPI_Request};
 use std::sync::{mpsc, Arc};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-/// An operation for the progress thread to start.
-pub(super) struct Op {
-    pub(super) kind: Kind,
-    /// Owns the operation's buffers; run once, with how it ended.
-    pub(super) finish: Box<dyn FnOnce(Outcome) + Send>,
-    /// Fired once `finish` ran (its action fulfills or breaks the
-    /// operation's promise).
-    pub(super) signal: SignalRef,
-}
-
-// SAFETY: the raw pointers in `kind` point into buffers `finish` owns
-// (heap memory, which moving the closure does not move); only the progress
-// thread uses them, until `finish` runs.
-unsafe impl Send for Op {}
-
-/// What an operation does, with its buffers' addresses.
-pub(super) enum Kind {
-    Send {
-        buf: *const c_void,
-        count: c_int,
-        datatype: MPI_Datatype,
-        dest: c_int,
-        tag: c_int,
-    },
-    Recv {
-        buf: *mut c_void,
-        count: c_int,
-        datatype: MPI_Datatype,
-        source: c_int,
-        tag: c_int,
-    },
-    Bcast {
-        buf: *mut c_void,
-        count: c_int,
-        datatype: MPI_Datatype,
-        root: c_int,
-    },
-    Allreduce {
-        send: *const c_void,
-        recv: *mut c_void,
-        count: c_int,
-        datatype: MPI_Datatype,
-        op: MPI_Op,
-    },
-}
-
-impl Kind {
-    fn call(&self) -> &'static str {
-        match self {
-            Kind::Send { .. } => "MPI_Isend",
-            Kind::Recv { .. } => "MPI_Irecv",
-            Kind::Bcast { .. } => "MPI_Ibcast",
-            Kind::Allreduce { .. } => "MPI_Iallreduce",
-        }
-    }
-}
-
-/// How an operation ended, for its `finish`.
-pub(super) enum Outcome {
-    /// Complete: `count` elements arrived (a receive), from `source` with
-    /// `tag`.
-    Done {
-        count: usize,
-        source: usize,
-        tag: i32,
-    },
-    /// Failed; MPI no longer uses the buffers.
-    Failed(MpiError),
-    /// Abandoned while MPI may still use the buffers: `finish` must leak
-    /// them, not free them.
-    Leaked,
-}
-
-/// What the cluster learns when MPI started.
-pub(super) struct Started {
-    pub(super) rank: usize,
-    pub(super) size: usize,
-    pub(super) tag_ub: i32,
-}
+/// How long a stop waits for operations MPI cannot cancel before it says
+/// so; then again each time the wait doubled.
+const FIRST_NOTICE: Duration = Duration::from_secs(1);
 
 /// Shared between the cluster's handles and its progress thread.
 pub(super) struct Engine {
@@ -125,7 +64,9 @@ pub(super) struct Engine {
 
 enum Command {
     Post(Op),
-    Stop,
+    /// The cluster was dropped; the signal, if any, is fired once MPI is
+    /// finalized.
+    Stop(Option<SignalRef>),
 }
 
 impl Engine {
@@ -186,12 +127,24 @@ impl Engine {
         }
     }
 
-    /// Asks the progress thread to abandon what is in flight, free its
-    /// communicator and finalize MPI.
-    pub(super) fn stop(&self) {
-        if let Some(commands) = &mut *lock(&self.queue) {
-            commands.push(Command::Stop);
+    /// Asks the progress thread to end what is in flight (see the module
+    /// docs), free its communicator and finalize MPI, and then to fire
+    /// `finalized`. If the thread already stopped (MPI failed), `finalized`
+    /// is discarded here.
+    pub(super) fn stop(&self, finalized: Option<SignalRef>) {
+        let mut queue = lock(&self.queue);
+        match &mut *queue {
+            Some(commands) => commands.push(Command::Stop(finalized)),
+            None => {
+                drop(queue);
+                if let Some(signal) = finalized {
+                    // SAFETY: never handed to the thread: nobody fires it.
+                    drop(unsafe { self.registry.inbox.discard(signal) });
+                }
+                return;
+            }
         }
+        drop(queue);
         self.thread.unpark();
     }
 
@@ -221,32 +174,29 @@ impl Engine {
 struct InFlight {
     finish: Box<dyn FnOnce(Outcome) + Send>,
     signal: SignalRef,
-    call: &'static str,
+    /// What it is, for its outcome and a shutdown notice.
+    described: Described,
     /// For a receive: its datatype and the elements asked for.
     receive: Option<(MPI_Datatype, usize)>,
-    /// What shutdown may do with it.
-    on_stop: OnStop,
+    /// Whether a stop asked MPI to cancel it (receives only).
+    cancel_asked: bool,
 }
 
-/// How an operation in flight is abandoned at shutdown.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum OnStop {
-    /// A receive: cancelled, then waited for.
-    Cancel,
-    /// A send: its request freed (it completes on its own); its buffer
-    /// leaked.
-    Free,
-    /// A collective: MPI allows neither: the request and the buffers are
-    /// leaked.
-    Leave,
+/// A stop under way: since when, when it next speaks, and the signal to
+/// fire once MPI is finalized.
+struct Stopping {
+    since: Instant,
+    next_notice: Duration,
+    finalized: Option<SignalRef>,
 }
 
 /// The progress thread's body.
 fn progress(engine: &Engine, started: mpsc::Sender<Result<Started, MpiError>>) {
-    let comm = match init() {
+    let (comm, rank) = match calls::init() {
         Ok((comm, info)) => {
+            let rank = info.rank;
             let _ = started.send(Ok(info));
-            comm
+            (comm, rank)
         }
         Err(e) => {
             *lock(&engine.queue) = None;
@@ -255,58 +205,36 @@ fn progress(engine: &Engine, started: mpsc::Sender<Result<Started, MpiError>>) {
         }
     };
     drop(started);
-    let mut comm = comm;
     let mut flights: Vec<InFlight> = Vec::new();
     let mut requests: Vec<MPI_Request> = Vec::new();
     let mut last_progress = Instant::now();
-    let mut stopping = false;
+    let mut stopping: Option<Stopping> = None;
+    let mut mpi_failed = false;
     // Reused round after round: a round that finds nothing allocates
     // nothing (the commands' vector is swapped with the queue's, and the
     // test arrays only grow).
     let mut commands: Vec<Command> = Vec::new();
     let mut tester = Tester::default();
-    while !stopping {
+    loop {
         let mut progressed = false;
         if let Some(queued) = lock(&engine.queue).as_mut() {
             std::mem::swap(queued, &mut commands);
         }
         for command in commands.drain(..) {
             match command {
-                Command::Stop => stopping = true,
-                Command::Post(op) if stopping => engine.abandon_unstarted(op),
+                Command::Stop(finalized) => {
+                    progressed = true;
+                    stopping = Some(Stopping {
+                        since: Instant::now(),
+                        next_notice: FIRST_NOTICE,
+                        finalized,
+                    });
+                    cancel_receives(&mut flights, &mut requests);
+                }
+                Command::Post(op) if stopping.is_some() => engine.abandon_unstarted(op),
                 Command::Post(op) => {
                     progressed = true;
-                    let call = op.kind.call();
-                    match begin(&op.kind, comm) {
-                        Ok(request) => {
-                            let receive = match op.kind {
-                                Kind::Recv {
-                                    datatype, count, ..
-                                } => Some((datatype, count as usize)),
-                                _ => None,
-                            };
-                            requests.push(request);
-                            flights.push(InFlight {
-                                finish: op.finish,
-                                signal: op.signal,
-                                call,
-                                receive,
-                                on_stop: match op.kind {
-                                    Kind::Recv { .. } => OnStop::Cancel,
-                                    Kind::Send { .. } => OnStop::Free,
-                                    Kind::Bcast { .. } | Kind::Allreduce { .. } => OnStop::Leave,
-                                },
-                            });
-                        }
-                        Err(code) => engine.complete(
-                            op.finish,
-                            op.signal,
-                            Outcome::Failed(MpiError::Call {
-                                call,
-                                text: error_text(code),
-                            }),
-                        ),
-                    }
+                    start(engine, comm, op, &mut flights, &mut requests);
                 }
             }
         }
@@ -319,7 +247,13 @@ fn progress(engine: &Engine, started: mpsc::Sender<Result<Started, MpiError>>) {
                     for &(index, status, error) in done.iter().rev() {
                         requests.swap_remove(index);
                         let flight = flights.swap_remove(index);
-                        let outcome = outcome(&flight, &status, error);
+                        let outcome = calls::outcome(
+                            flight.described.call,
+                            flight.receive,
+                            flight.cancel_asked,
+                            &status,
+                            error,
+                        );
                         engine.complete(flight.finish, flight.signal, outcome);
                     }
                 }
@@ -327,22 +261,24 @@ fn progress(engine: &Engine, started: mpsc::Sender<Result<Started, MpiError>>) {
                     // MPI failed as a whole: nothing in flight will end.
                     eprintln!(
                         "selvedge: MPI_Testsome failed ({}); abandoning every operation in flight",
-                        error_text(code)
+                        calls::error_text(code)
                     );
-                    stopping = true;
+                    mpi_failed = true;
                 }
             }
         }
-        if stopping {
-            // Posts that came after this round took the commands (on an
-            // MPI failure there may be some) are abandoned unstarted.
-            let late = lock(&engine.queue).take().unwrap_or_default();
-            for command in late {
-                if let Command::Post(op) = command {
-                    engine.abandon_unstarted(op);
-                }
-            }
+        if mpi_failed {
             abandon_in_flight(engine, flights.drain(..), requests.drain(..));
+        }
+        if let Some(stop) = &mut stopping {
+            if requests.is_empty() {
+                break;
+            }
+            if stop.since.elapsed() >= stop.next_notice {
+                say_what_is_left(rank, stop.since.elapsed(), &flights);
+                stop.next_notice *= 2;
+            }
+        } else if mpi_failed {
             break;
         }
         if progressed {
@@ -351,264 +287,106 @@ fn progress(engine: &Engine, started: mpsc::Sender<Result<Started, MpiError>>) {
             back_off(last_progress.elapsed(), !requests.is_empty());
         }
     }
+    // Posts that came after the last round took the commands are
+    // abandoned unstarted; later ones never reach the thread. A stop among
+    // them (the cluster dropped as MPI failed) is fired below too.
+    let mut late_stop = None;
+    for command in lock(&engine.queue).take().unwrap_or_default() {
+        match command {
+            Command::Post(op) => engine.abandon_unstarted(op),
+            Command::Stop(finalized) => late_stop = finalized,
+        }
+    }
     // SAFETY: MPI was started on this thread, and this is its last use of
-    // MPI; nothing uses the communicator after.
-    unsafe {
-        mpi_sys::MPI_Comm_free(&mut comm);
-        mpi_sys::MPI_Finalize();
+    // MPI: every request ended (or MPI failed and they were abandoned);
+    // nothing uses the communicator after.
+    unsafe { calls::finalize(comm) };
+    if let Some(signal) = stopping.and_then(|s| s.finalized).or(late_stop) {
+        // SAFETY: fired once, here; the engine holds the registry.
+        unsafe { fire_signal(signal) };
     }
 }
 
-/// Starts MPI on this thread and makes the cluster's communicator.
-fn init() -> Result<(MPI_Comm, Started), MpiError> {
-    let unavailable = |reason: String| MpiError::Unavailable { reason };
-    let mut provided: c_int = 0;
-    // SAFETY: null argc/argv are allowed; `provided` is a valid
-    // out-pointer. MPI is started once per process (the cluster checks).
-    let rc = unsafe {
-        mpi_sys::MPI_Init_thread(
-            std::ptr::null_mut(),
-            std::ptr::null_mut(),
-            mpi_sys::RSMPI_THREAD_FUNNELED,
-            &mut provided,
-        )
-    };
-    if rc != 0 {
-        return Err(unavailable(format!(
-            "MPI_Init_thread failed: {}",
-            error_text(rc)
-        )));
-    }
-    // SAFETY: constants of the library, read only.
-    let (funneled, world, null) = unsafe {
-        (
-            mpi_sys::RSMPI_THREAD_FUNNELED,
-            mpi_sys::RSMPI_COMM_WORLD,
-            mpi_sys::RSMPI_COMM_NULL,
-        )
-    };
-    if provided < funneled {
-        // SAFETY: started above, on this thread.
-        unsafe { mpi_sys::MPI_Finalize() };
-        return Err(unavailable(format!(
-            "the MPI library gives thread support level {provided}; the progress thread needs MPI_THREAD_FUNNELED ({funneled})"
-        )));
-    }
-    let mut comm = null;
-    let (mut rank, mut size) = (0, 0);
-    let mut tag_ub: *mut c_int = std::ptr::null_mut();
-    let mut has_tag_ub: c_int = 0;
-    // SAFETY: MPI is started on this thread; every pointer is a valid
-    // out-pointer; errors return instead of aborting once the handler is
-    // set.
-    let rc = unsafe {
-        mpi_sys::MPI_Comm_set_errhandler(world, mpi_sys::RSMPI_ERRORS_RETURN);
-        // Errors tied to no object are raised on MPI_COMM_SELF (MPI-4).
-        mpi_sys::MPI_Comm_set_errhandler(mpi_sys::RSMPI_COMM_SELF, mpi_sys::RSMPI_ERRORS_RETURN);
-        let mut rc = mpi_sys::MPI_Comm_dup(world, &mut comm);
-        if rc == 0 {
-            mpi_sys::MPI_Comm_set_errhandler(comm, mpi_sys::RSMPI_ERRORS_RETURN);
-            rc = mpi_sys::MPI_Comm_rank(comm, &mut rank);
+/// Starts `op` on `comm` and keeps it in flight, or completes it as failed
+/// if MPI refused it.
+fn start(
+    engine: &Engine,
+    comm: mpi_sys::MPI_Comm,
+    op: Op,
+    flights: &mut Vec<InFlight>,
+    requests: &mut Vec<MPI_Request>,
+) {
+    let described = op.kind.describe();
+    match calls::begin(&op.kind, comm) {
+        Ok(request) => {
+            let receive = match op.kind {
+                Kind::Recv {
+                    datatype, count, ..
+                } => Some((datatype, count as usize)),
+                _ => None,
+            };
+            requests.push(request);
+            flights.push(InFlight {
+                finish: op.finish,
+                signal: op.signal,
+                described,
+                receive,
+                cancel_asked: false,
+            });
         }
-        if rc == 0 {
-            rc = mpi_sys::MPI_Comm_size(comm, &mut size);
-        }
-        if rc == 0 {
-            rc = mpi_sys::MPI_Comm_get_attr(
-                comm,
-                mpi_sys::MPI_TAG_UB as c_int,
-                (&mut tag_ub as *mut *mut c_int).cast::<c_void>(),
-                &mut has_tag_ub,
-            );
-        }
-        rc
-    };
-    if rc != 0 {
-        // SAFETY: as above; the last MPI call of this thread.
-        unsafe { mpi_sys::MPI_Finalize() };
-        return Err(unavailable(format!(
-            "setting up the communicator failed: {}",
-            error_text(rc)
-        )));
-    }
-    // MPI guarantees at least 32767.
-    let tag_ub = if has_tag_ub != 0 && !tag_ub.is_null() {
-        // SAFETY: MPI returned a pointer to the attribute's value.
-        unsafe { *tag_ub }
-    } else {
-        32767
-    };
-    Ok((
-        comm,
-        Started {
-            rank: rank as usize,
-            size: size as usize,
-            tag_ub,
-        },
-    ))
-}
-
-/// Starts `kind` nonblocking on `comm`; its request, or MPI's error code.
-fn begin(kind: &Kind, comm: MPI_Comm) -> Result<MPI_Request, c_int> {
-    // SAFETY: a constant of the library, read only.
-    let mut request = unsafe { mpi_sys::RSMPI_REQUEST_NULL };
-    // SAFETY: MPI was started on this thread; the buffers are live and
-    // hold `count` elements of `datatype` each, and stay put until the
-    // operation ends (their owner, `finish`, runs only then).
-    let rc = unsafe {
-        match *kind {
-            Kind::Send {
-                buf,
-                count,
-                datatype,
-                dest,
-                tag,
-            } => mpi_sys::MPI_Isend(buf, count, datatype, dest, tag, comm, &mut request),
-            Kind::Recv {
-                buf,
-                count,
-                datatype,
-                source,
-                tag,
-            } => mpi_sys::MPI_Irecv(buf, count, datatype, source, tag, comm, &mut request),
-            Kind::Bcast {
-                buf,
-                count,
-                datatype,
-                root,
-            } => mpi_sys::MPI_Ibcast(buf, count, datatype, root, comm, &mut request),
-            Kind::Allreduce {
-                send,
-                recv,
-                count,
-                datatype,
-                op,
-            } => mpi_sys::MPI_Iallreduce(send, recv, count, datatype, op, comm, &mut request),
-        }
-    };
-    if rc == 0 {
-        Ok(request)
-    } else {
-        Err(rc)
+        Err(code) => engine.complete(
+            op.finish,
+            op.signal,
+            Outcome::Failed(MpiError::Call {
+                call: described.call,
+                text: calls::error_text(code),
+            }),
+        ),
     }
 }
 
-/// `MPI_Testsome`'s arrays, kept from round to round.
-#[derive(Default)]
-struct Tester {
-    indices: Vec<c_int>,
-    statuses: Vec<MPI_Status>,
-    done: Vec<(usize, MPI_Status, c_int)>,
-}
-
-impl Tester {
-    /// The requests that completed, by index: (index, status, error code
-    /// or 0).
-    fn test_some(
-        &mut self,
-        requests: &mut [MPI_Request],
-    ) -> Result<&[(usize, MPI_Status, c_int)], c_int> {
-        let n = requests.len();
-        if self.indices.len() < n {
-            self.indices.resize(n, 0);
-            // SAFETY: a plain C struct of integers: all zeros is a valid
-            // value.
-            self.statuses.resize(n, unsafe { std::mem::zeroed() });
-        }
-        let mut outcount: c_int = 0;
-        // SAFETY: MPI was started on this thread; the arrays hold at least
-        // `n` entries.
-        let rc = unsafe {
-            mpi_sys::MPI_Testsome(
-                n as c_int,
-                requests.as_mut_ptr(),
-                &mut outcount,
-                self.indices.as_mut_ptr(),
-                self.statuses.as_mut_ptr(),
-            )
-        };
-        let in_status = rc != 0 && error_class(rc) == mpi_sys::MPI_ERR_IN_STATUS as c_int;
-        if rc != 0 && !in_status {
-            return Err(rc);
-        }
-        self.done.clear();
-        // A negative count is MPI_UNDEFINED: no active request (cannot
-        // happen: every one is).
-        for k in 0..outcount.max(0) as usize {
-            let status = self.statuses[k];
-            let error = if in_status { status.MPI_ERROR } else { 0 };
-            self.done.push((self.indices[k] as usize, status, error));
-        }
-        self.done.sort_unstable_by_key(|&(index, _, _)| index);
-        Ok(&self.done)
-    }
-}
-
-/// How a completed operation ended.
-fn outcome(flight: &InFlight, status: &MPI_Status, error: c_int) -> Outcome {
-    let source = status.MPI_SOURCE.max(0) as usize;
-    let tag = status.MPI_TAG;
-    if error != 0 {
-        return Outcome::Failed(match flight.receive {
-            Some((_, expected)) if error_class(error) == mpi_sys::MPI_ERR_TRUNCATE as c_int => {
-                MpiError::Truncated {
-                    expected,
-                    source,
-                    tag,
-                }
+/// Asks MPI to cancel every receive in flight: each then completes (as a
+/// local matter), cancelled or received, and is tested like any other.
+fn cancel_receives(flights: &mut [InFlight], requests: &mut [MPI_Request]) {
+    for (flight, request) in flights.iter_mut().zip(requests.iter_mut()) {
+        if flight.receive.is_some() && !flight.cancel_asked {
+            flight.cancel_asked = true;
+            if let Err(text) = calls::cancel(request) {
+                // It stays in flight: it may still complete.
+                eprintln!(
+                    "selvedge: cancelling {} at the cluster's drop failed ({text}); waiting for it to complete",
+                    flight.described
+                );
             }
-            _ => MpiError::Call {
-                call: flight.call,
-                text: error_text(error),
-            },
-        });
-    }
-    let count = match flight.receive {
-        Some((datatype, _)) => {
-            let mut count: c_int = 0;
-            // SAFETY: MPI was started on this thread; the status is the
-            // completed receive's.
-            unsafe { mpi_sys::MPI_Get_count(status, datatype, &mut count) };
-            count.max(0) as usize
         }
-        None => 0,
-    };
-    Outcome::Done { count, source, tag }
+    }
 }
 
-/// Abandons every operation in flight: receives are cancelled and waited
-/// for (then their buffers may go); sends and collectives cannot be, and
-/// their buffers are leaked. Every one's promise breaks.
+/// Says on stderr which operations a stop still waits for.
+fn say_what_is_left(rank: usize, waited: Duration, flights: &[InFlight]) {
+    let list: Vec<String> = flights.iter().map(|f| f.described.to_string()).collect();
+    let operations = match list.len() {
+        1 => "1 operation".to_string(),
+        n => format!("{n} operations"),
+    };
+    eprintln!(
+        "selvedge: rank {rank} dropped its MPI cluster {:.1} s ago and waits for {operations} to end before it finalizes MPI (MPI cannot cancel a collective, and a send is left to complete rather than lose its data): {}",
+        waited.as_secs_f64(),
+        list.join("; ")
+    );
+}
+
+/// Abandons every operation in flight after MPI failed: MPI may still use
+/// the buffers, so they are leaked (no request is freed or cancelled: MPI
+/// allows neither for a collective, and a failed MPI may not answer);
+/// every promise breaks.
 fn abandon_in_flight(
     engine: &Engine,
     flights: impl Iterator<Item = InFlight>,
     requests: impl Iterator<Item = MPI_Request>,
 ) {
-    for (flight, mut request) in flights.zip(requests) {
-        let outcome = match flight.on_stop {
-            OnStop::Cancel => {
-                // SAFETY: MPI was started on this thread; the request is
-                // active.
-                let waited = unsafe {
-                    mpi_sys::MPI_Cancel(&mut request);
-                    mpi_sys::MPI_Wait(&mut request, mpi_sys::RSMPI_STATUS_IGNORE)
-                };
-                if waited == 0 {
-                    // Cancelled, or complete: MPI is done with the buffer.
-                    Outcome::Failed(MpiError::Abandoned)
-                } else {
-                    Outcome::Leaked
-                }
-            }
-            OnStop::Free => {
-                // SAFETY: as above; freeing an active send's request lets it
-                // complete on its own, with its buffer (leaked) in place.
-                unsafe { mpi_sys::MPI_Request_free(&mut request) };
-                Outcome::Leaked
-            }
-            OnStop::Leave => Outcome::Leaked,
-        };
-        (flight.finish)(outcome);
+    for (flight, _request) in flights.zip(requests) {
+        (flight.finish)(Outcome::Leaked);
         // SAFETY: the signal was never fired (its operation never
         // completed here) and never will be: this thread alone fires them.
         drop(unsafe { engine.registry.inbox.discard(flight.signal) });
@@ -631,30 +409,4 @@ fn back_off(since_progress: Duration, in_flight: bool) {
     } else {
         std::thread::park_timeout(Duration::from_micros(100));
     }
-}
-
-/// The error class of an MPI error code (MPI libraries return codes that
-/// carry more than the class: compare classes).
-fn error_class(code: c_int) -> c_int {
-    let mut class: c_int = code;
-    // SAFETY: a valid out-pointer; callable on the thread that started MPI.
-    unsafe { mpi_sys::MPI_Error_class(code, &mut class) };
-    class
-}
-
-/// MPI's text for an error code.
-fn error_text(code: c_int) -> String {
-    let mut text = vec![0 as std::ffi::c_char; mpi_sys::MPI_MAX_ERROR_STRING as usize + 1];
-    let mut len: c_int = 0;
-    // SAFETY: the buffer holds MPI_MAX_ERROR_STRING characters and more;
-    // MPI_Error_string may be called before MPI starts and after it ends.
-    let rc = unsafe { mpi_sys::MPI_Error_string(code, text.as_mut_ptr(), &mut len) };
-    if rc != 0 {
-        return format!("MPI error {code}");
-    }
-    let bytes: Vec<u8> = text[..len.max(0) as usize]
-        .iter()
-        .map(|&c| c as u8)
-        .collect();
-    format!("{} (MPI error {code})", String::from_utf8_lossy(&bytes))
 }

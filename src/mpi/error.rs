@@ -47,9 +47,16 @@ pub enum MpiError {
         /// The message's tag.
         tag: i32,
     },
-    /// The operation was abandoned before it completed: the cluster was
-    /// dropped (or MPI failed) while it was in flight.
+    /// The operation was abandoned before it completed: a receive in
+    /// flight when the cluster was dropped (cancelled), an operation
+    /// posted after that, or one in flight when MPI failed.
     Abandoned,
+    /// The operation was posted after the drop of the cluster's runtime
+    /// had begun, from a thread that is not one of its workers: no worker
+    /// would be left to complete it, so it was refused before MPI saw it.
+    /// Drop the cluster before its runtime (or start it on the global
+    /// runtime, which lives as long as the process).
+    RuntimeShutDown,
     /// A [`send_after`](super::Cluster::send_after) whose dependency broke,
     /// or whose `produce` panicked: nothing was sent.
     Cancelled,
@@ -84,6 +91,10 @@ impl fmt::Display for MpiError {
             MpiError::Abandoned => write!(
                 f,
                 "the operation was abandoned before it completed (its cluster was dropped, or MPI failed)"
+            ),
+            MpiError::RuntimeShutDown => write!(
+                f,
+                "the operation was refused: the cluster's runtime was dropped (or its drop had begun), so no worker is left to complete it; drop the cluster before its runtime"
             ),
         }
     }

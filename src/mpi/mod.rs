@@ -12,9 +12,12 @@
 //! and when one completes fires a signal that a worker picks up to fulfill
 //! the operation's promise; no worker ever blocks in MPI. The operations
 //! in flight count as the runtime's pending work, so `sync_root` waits for
-//! them. Dropping the cluster abandons what is still in flight (their
-//! promises break, their handles say [`MpiError::Abandoned`]) and
-//! finalizes MPI.
+//! them. Once the runtime's drop has begun, operations posted from outside
+//! its workers are refused at once ([`MpiError::RuntimeShutDown`]).
+//! Dropping the cluster cancels the receives in flight (their promises
+//! break, their handles say [`MpiError::Abandoned`]), lets the sends and
+//! collectives complete, and then finalizes MPI; dropped on a worker, it
+//! leaves that to the progress thread, and the runtime waits for it.
 //!
 //! Messages are `Vec`s of [`Element`]s (the integer and float types), moved
 //! in and handed back: no borrowed buffer outlives its call. Programmer
@@ -27,19 +30,27 @@
 //! the edges between ranks into sends and receives, then runs its part as a
 //! [`Graph`](crate::Graph), replayed on every later run.
 //!
-//! The files: `cluster.rs` (the cluster and its operations), `engine.rs`
-//! (the progress thread), `rank_graph.rs` (graphs split by rank),
-//! `element.rs` (the element types), `error.rs`.
+//! The files: `cluster.rs` (the cluster and its operations),
+//! `message.rs` (the handle an operation returns), `link.rs` (posting an
+//! operation), `op.rs` (an operation as the progress thread gets it),
+//! `engine.rs` (the progress thread), `calls.rs` (the MPI calls it makes),
+//! `rank_graph.rs` (graphs split by rank), `element.rs` (the element
+//! types), `error.rs`.
 
+mod calls;
 mod cluster;
 mod element;
 mod engine;
 mod error;
+mod link;
+mod message;
+mod op;
 mod rank_graph;
 
-pub use cluster::{Cluster, Message, Reduce};
+pub use cluster::{Cluster, Reduce};
 pub use element::Element;
 pub use error::MpiError;
+pub use message::Message;
 /// The raw MPI bindings this module is built on, for baselines that call
 /// MPI directly in a process without a cluster. Not part of the API.
 #[doc(hidden)]

@@ -14,7 +14,7 @@
 //! the tags `tag_ub - 2t` and `tag_ub - 2t - 1`, from the top of the tag
 //! space down.
 
-use super::cluster::Link;
+use super::link::Link;
 use super::{Cluster, Element, MpiError, Reduce};
 use crate::core::pool::current_registry;
 use crate::core::sync::{lock, Mutex};
@@ -230,8 +230,14 @@ impl<'g, T: Element> RankGraph<'g, T> {
     ///
     /// # Panics
     /// On the first run, if the ranks did not all build the same graph
-    /// (the same nodes on the same ranks, the same edges).
+    /// (the same nodes on the same ranks, the same edges); if called
+    /// on a runtime other than the cluster's, or once the cluster's
+    /// runtime was dropped.
     pub fn run(&mut self) -> Result<(), GraphError> {
+        assert!(
+            !self.cluster.link().registry().is_shut_down_for_caller(),
+            "selvedge::mpi: RankGraph::run after the cluster's runtime was dropped: its messages' completions need that runtime's workers; drop the graph and the cluster before the runtime"
+        );
         assert!(
             Arc::ptr_eq(current_registry(), self.cluster.link().registry()),
             "selvedge::mpi: RankGraph::run on a runtime other than its cluster's: the messages' completions run on the cluster's runtime; run the graph there (inside its Runtime::run, or from outside every runtime for the global one)"
