@@ -63,6 +63,41 @@ fn a_try_join_behind_a_held_access_panics_too() {
     assert_eq!(d.into_inner(), 1, "the write still ran, after the read");
 }
 
+/// A read under a held read waits for it only through a write submitted
+/// in between: then the join could never end, and is refused; without
+/// such a write, it runs (see `waits_that_can_end_are_left_alone`).
+#[test]
+fn a_read_behind_a_write_behind_the_held_read_is_refused() {
+    let _watchdog = Watchdog::new("read behind a write", Duration::from_secs(60));
+    let rt = runtime(2);
+    let x = Data::named("x", 1u64);
+    let (x2, x3) = (x.clone(), x.clone());
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let writer = std::thread::spawn(move || {
+        go_rx.recv().unwrap();
+        // From outside the pool, while the read below holds `x`.
+        selvedge::global_runtime().submit_with(x3.write(), |x: &mut u64| *x += 1)
+    });
+    let err = rt
+        .submit_with(x.read(), move |_: &u64| {
+            go_tx.send(()).unwrap();
+            let write = writer.join().unwrap();
+            // This read comes after that write, which waits for this task.
+            let read = spawn_with(x2.read(), |x: &u64| *x);
+            write.detach();
+            read.join()
+        })
+        .try_join()
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("join of a task that declares Data \"x\" (Read)")
+            && message.contains("holds Data \"x\" (Read"),
+        "{message}"
+    );
+    assert_eq!(x.into_inner(), 2, "the write ran after the read that held it");
+}
+
 /// (b) A scope inside a task holding a write spawns a read of the same
 /// handle: the scope would wait for it forever. Refused at submission.
 #[test]

@@ -99,7 +99,8 @@ pub struct Log {
 #[derive(Clone)]
 pub(crate) struct Recorded {
     /// Fulfilled once the access is over (for a GPU task: its work is
-    /// complete on the device); broken if it never ran.
+    /// complete on the device), or, if it never ran, once the accesses
+    /// before it are (see `turn.rs`): never broken.
     pub(crate) done: Dep,
     /// Read by GPU tasks only (feature `cuda`).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -368,7 +369,7 @@ impl<T: Send + Sync> Data<T> {
             let log = lock(&self.inner.log);
             (log.pending(), log.runtime.clone())
         };
-        wait_over(pending, &runtime);
+        wait_over(pending, runtime.upgrade());
         match Arc::try_unwrap(self.inner) {
             Ok(inner) => {
                 let slot = inner.slot.into_inner();
@@ -415,7 +416,7 @@ impl<T: Send + Sync> Data<T> {
             log.record(Mode::Read, Recorded::host(turn.dep()));
             log.runtime.clone()
         };
-        wait_over(turn.before().cloned().collect(), &runtime);
+        wait_over(turn.before().cloned().collect(), runtime.upgrade());
         // SAFETY: our read has its turn: every earlier write is over and
         // later ones wait for `turn`.
         if let Some(cause) = unsafe { self.inner.poison() } {
@@ -460,10 +461,10 @@ fn cancelled(message: String) -> JoinError {
 /// any thread, working meanwhile on a worker). A completion is fulfilled
 /// when its access ended or passed its turn on (see `turn.rs`), never
 /// broken; but the runtime the wait runs on may shut down meanwhile.
-fn wait_over(mut deps: Vec<Dep>, runtime: &Weak<Registry>) {
-    // A task waiting on them, first on the runtime of the latest access:
-    // its handle's join blocks without spinning (or works, on a worker).
-    let mut runtime = runtime.upgrade();
+pub(crate) fn wait_over(mut deps: Vec<Dep>, mut runtime: Option<Arc<Registry>>) {
+    // A task waiting on them, first on `runtime` (the runtime of the latest
+    // access, or the caller's): its handle's join blocks without spinning
+    // (or works, on a worker).
     loop {
         deps.retain(|d| !d.is_closed());
         if deps.is_empty() {

@@ -4,8 +4,9 @@
 //! completion is recorded there; when it runs, it checks for poison, hands
 //! the closure its references, and then fulfills its completion, which is
 //! what lets the next accesses run. Its completion is fulfilled whether the
-//! closure returned or panicked (a panic poisons what it wrote); only a
-//! task dropped unrun breaks it.
+//! closure returned or panicked (a panic poisons what it wrote); a task
+//! dropped unrun passes its turn on once the accesses before it are over
+//! (`turn.rs`).
 
 use crate::core::error::CancelledBecause;
 use crate::core::handle::JoinHandle;
@@ -18,7 +19,7 @@ use crate::dataflow::access::{Accesses, Declared, Mode};
 use crate::dataflow::data::{poisoned_message, Log, Recorded};
 use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
-use crate::dataflow::held::{self, Behind, Held};
+use crate::dataflow::held::{self, Behind, Conflict, Held, Snapshot};
 use crate::dataflow::turn::Turn;
 use std::any::Any;
 use std::fmt;
@@ -39,38 +40,107 @@ pub(crate) struct Submission<A> {
 /// and whether it waits for an access held on this thread (then a join of
 /// it here could never end: note its block).
 ///
+/// With `refuse`, what the maker of a scope held: a task ordered after one
+/// of those accesses is not submitted, and the conflict is returned
+/// (nothing is recorded).
+///
 /// # Panics
 /// When one handle is declared twice, other than for two reads.
 pub(crate) fn submit<A: Accesses>(
     accesses: A,
     runtime: &Arc<Registry>,
-) -> (Vec<Dep>, Submission<A>, Option<Behind>) {
+    refuse: Option<&Snapshot>,
+) -> Result<Submitted<A>, Conflict> {
     let mut turn = Turn::new();
     // Its dependencies are a vector: none (no allocation) when every
     // access has its turn already.
     let mut deps = Vec::new();
+    let mut behind = None;
+    let mut refused = None;
+    // Whether this thread holds anything: then each access is checked
+    // against what it holds, under the log's lock (a read waits for a held
+    // read only through a write submitted since).
+    let holding = held::anything_here();
     with_logs(&accesses, runtime, |after, logs| {
-        deps.extend(after.cloned());
-        for (log, mode) in logs {
-            for before in log.before(mode) {
-                deps.push(before.done.clone());
-                turn.after(before.done.clone());
+        if let Some(maker) = refuse {
+            let mut logs: Few<(&mut Log, Mode, &dyn Target)> =
+                logs.fold(Few::default(), |mut f, l| {
+                    f.push(l);
+                    f
+                });
+            refused =
+                logs.slots().iter().flatten().find_map(|(log, mode, t)| {
+                    maker.conflict(*t, *mode, write_pending(log, *mode))
+                });
+            if refused.is_none() {
+                for (log, mode, t) in logs.slots().iter_mut().flatten() {
+                    record(log, *mode, *t, &mut turn, &mut deps, holding, &mut behind);
+                }
             }
-            log.record(mode, Recorded::host(turn.dep()));
+        } else {
+            for (log, mode, t) in logs {
+                record(log, mode, t, &mut turn, &mut deps, holding, &mut behind);
+            }
+        }
+        if refused.is_none() {
+            deps.extend(after.cloned());
         }
     });
-    let (behind, token) = Behind::check(&accesses).unzip();
+    if let Some(conflict) = refused {
+        return Err(conflict);
+    }
+    let (behind, token) = behind.map(|c| Behind::new(&c)).unzip();
     let submission = Submission {
         accesses: Some(accesses),
         turn: Some(turn),
         _behind: token,
     };
-    (deps, submission, behind)
+    Ok(Submitted {
+        deps,
+        submission,
+        behind,
+    })
+}
+
+/// What [`submit`] registered: what the task waits for, what its closure
+/// runs, and whether a join of it on this thread could never end.
+pub(crate) struct Submitted<A> {
+    pub(crate) deps: Vec<Dep>,
+    pub(crate) submission: Submission<A>,
+    pub(crate) behind: Option<Behind>,
+}
+
+/// Whether a new access in `mode` to a handle whose log is `log` would
+/// wait for a write not over yet.
+pub(crate) fn write_pending(log: &Log, mode: Mode) -> bool {
+    !mode.writes() && log.before(Mode::Read).next().is_some()
+}
+
+/// Records one access of a task being submitted: its dependencies on the
+/// accesses before it (in `deps`, and in its turn), its completion, and
+/// (when this thread holds anything) whether it waits for a held access.
+fn record(
+    log: &mut Log,
+    mode: Mode,
+    target: &dyn Target,
+    turn: &mut Turn,
+    deps: &mut Vec<Dep>,
+    holding: bool,
+    behind: &mut Option<Conflict>,
+) {
+    if holding && behind.is_none() {
+        *behind = held::conflict_here(target, mode, write_pending(log, mode));
+    }
+    for before in log.before(mode) {
+        deps.push(before.done.clone());
+        turn.after(before.done.clone());
+    }
+    log.record(mode, Recorded::host(turn.dep()));
 }
 
 /// Locks the logs of the handles `accesses` declares, all at once, and
-/// hands them to `record` with each one's mode, and the plain `Dep`s it
-/// declares. Notes `runtime` as the handles' latest.
+/// hands them to `record` with each one's mode and handle, and the plain
+/// `Dep`s it declares. Notes `runtime` as the handles' latest.
 ///
 /// # Panics
 /// When one handle is declared twice, other than for two reads (before
@@ -78,7 +148,10 @@ pub(crate) fn submit<A: Accesses>(
 pub(crate) fn with_logs<'s, A: Accesses>(
     accesses: &'s A,
     runtime: &Arc<Registry>,
-    record: impl FnOnce(&mut dyn Iterator<Item = &'s Dep>, &mut dyn Iterator<Item = (&mut Log, Mode)>),
+    record: impl FnOnce(
+        &mut dyn Iterator<Item = &'s Dep>,
+        &mut dyn Iterator<Item = (&mut Log, Mode, &dyn Target)>,
+    ),
 ) {
     // A task declares a few accesses: they and their locks stay on the
     // stack (no allocation below nine).
@@ -128,12 +201,12 @@ pub(crate) fn in_address_order(data: &mut [Option<(&dyn Target, Mode)>]) {
 }
 
 /// Locks the logs of the handles in `data` (distinct, in address order),
-/// all at once, and hands them to `record` with each one's mode. Notes
-/// `runtime` as the handles' latest.
+/// all at once, and hands them to `record` with each one's mode and
+/// handle. Notes `runtime` as the handles' latest.
 pub(crate) fn lock_logs<'t>(
     data: impl Iterator<Item = (&'t dyn Target, Mode)> + Clone,
     runtime: &Arc<Registry>,
-    record: impl FnOnce(&mut dyn Iterator<Item = (&mut Log, Mode)>),
+    record: impl FnOnce(&mut dyn Iterator<Item = (&mut Log, Mode, &dyn Target)>),
 ) {
     let mut logs: Few<MutexGuard<'_, Log>> = Few::default();
     for (t, _) in data.clone() {
@@ -141,13 +214,14 @@ pub(crate) fn lock_logs<'t>(
         log.note_runtime(runtime);
         logs.push(log);
     }
-    let mut pairs = logs
+    let mut each = logs
         .slots()
         .iter_mut()
         .flatten()
         .map(|g| &mut **g)
-        .zip(data.map(|(_, mode)| mode));
-    record(&mut pairs);
+        .zip(data)
+        .map(|(log, (t, mode))| (log, mode, t));
+    record(&mut each);
 }
 
 /// Up to eight values on the stack, more on the heap.
@@ -355,8 +429,18 @@ where
     F: for<'a> FnOnce(A::Refs<'a>) -> R + Send + 'static,
     R: Send + 'static,
 {
-    let (deps, submission, behind) = submit(accesses, runtime);
+    let Ok(Submitted {
+        deps,
+        submission,
+        behind,
+    }) = submit(accesses, runtime, None)
+    else {
+        unreachable!("only a scope's submission is refused")
+    };
     let handle = delayed::submit_delayed_as::<F, _, _, _>(runtime, deps, move || {
+        // `f` first: a task cancelled unrun drops the user's closure (and
+        // the handles it captured) before its submission passes the turn.
+        let f = f;
         submission.run(std::any::type_name::<F>(), f)
     });
     if let Some(behind) = behind {

@@ -56,10 +56,13 @@ pub(crate) fn address(t: &dyn Target) -> usize {
     std::ptr::from_ref(t).cast::<()>() as usize
 }
 
-/// Whether an access in `wanted` mode must wait for one held in `held`
-/// mode: unless both only read.
-fn conflicts(held: Mode, wanted: Mode) -> bool {
-    held.writes() || wanted.writes()
+/// Whether a new access in `wanted` mode waits for one held in `held`
+/// mode: a write waits for every access before it, and anything waits for
+/// a write. A read after a held read waits for it only through a write
+/// submitted since (`write_pending`: the handle's last write is not over,
+/// so it came after the held read, which has its turn, and waits for it).
+fn conflicts(held: Mode, wanted: Mode, write_pending: bool) -> bool {
+    held.writes() || wanted.writes() || write_pending
 }
 
 impl HeldHere {
@@ -73,7 +76,9 @@ impl HeldHere {
             .map(|&(_, m)| m);
         let by_runs = self.runs.iter().filter_map(|&run| {
             // SAFETY: a run's handles stay in place until its `RunHeld`
-            // guard, on this thread, is dropped.
+            // guard is dropped: on this thread's list until then, and in a
+            // scope's snapshot (read from any thread) for the scope's life,
+            // which ends before the node that made it, and so the run.
             unsafe { &*run }.get(&address).copied()
         });
         by_tasks
@@ -120,9 +125,10 @@ impl Conflict {
         format!(
             "selvedge: join of a task that declares {h} ({wanted:?}) inside code that holds \
              {h} ({held:?}: a task that declared it, or a node of a graph run that declares \
-             it): the awaited task is ordered after the access held here, which ends only \
-             when the holding code returns, so the join could never end. Use the reference \
-             the holding task was given, or join the task outside the holding code",
+             it; or a task suspended beneath this one on this worker, while it waits): the \
+             awaited task is ordered after the access held here, which ends only when the \
+             holding code returns, so the join could never end. Use the reference the \
+             holding task was given, or join the task outside the holding code",
             h = self.handle,
             wanted = self.wanted,
             held = self.held,
@@ -145,40 +151,39 @@ impl Conflict {
     }
 }
 
-/// The first access of `accesses` ordered after a handle that `mode_of`
-/// says is held.
-fn first_conflict<A: Accesses>(
-    accesses: &A,
+/// Whether a new access to `target` in `wanted` mode waits for an access
+/// that `mode_of` says is held (see [`conflicts`]); `write_pending` says
+/// whether the handle's last write is not over yet.
+fn conflict_with(
+    target: &dyn Target,
+    wanted: Mode,
+    write_pending: bool,
     mode_of: impl Fn(usize) -> Option<Mode>,
 ) -> Option<Conflict> {
-    let mut found = None;
-    accesses.declare_all(&mut |d| {
-        if let (None, Declared::Data(t, wanted)) = (&found, d) {
-            if let Some(held) = mode_of(address(t)).filter(|&h| conflicts(h, wanted)) {
-                found = Some(Conflict {
-                    handle: t.describe(),
-                    held,
-                    wanted,
-                });
-            }
-        }
-    });
-    found
+    let held = mode_of(address(target)).filter(|&h| conflicts(h, wanted, write_pending))?;
+    Some(Conflict {
+        handle: target.describe(),
+        held,
+        wanted,
+    })
 }
 
-/// The first access of `accesses` that would wait for one held on this
-/// thread: a task declaring them, submitted here, could never finish
-/// while the holder runs.
-pub(crate) fn conflict_here<A: Accesses>(accesses: &A) -> Option<Conflict> {
-    if HOLDERS.try_with(Cell::get).unwrap_or(0) == 0 {
-        return None;
-    }
+/// Whether anything is held on this thread (a cheap look first).
+#[inline]
+pub(crate) fn anything_here() -> bool {
+    HOLDERS.try_with(Cell::get).unwrap_or(0) != 0
+}
+
+/// Whether a new access to `target` in `wanted` mode, submitted on this
+/// thread, waits for an access held here (see [`conflicts`]).
+pub(crate) fn conflict_here(
+    target: &dyn Target,
+    wanted: Mode,
+    write_pending: bool,
+) -> Option<Conflict> {
     HELD.try_with(|h| {
         let h = h.borrow();
-        if h.is_empty() {
-            return None;
-        }
-        first_conflict(accesses, |a| h.mode_of(a))
+        conflict_with(target, wanted, write_pending, |a| h.mode_of(a))
     })
     .ok()
     .flatten()
@@ -211,10 +216,15 @@ pub(crate) fn snapshot() -> Option<Box<Snapshot>> {
 }
 
 impl Snapshot {
-    /// The first access of `accesses` that would wait for one held when
-    /// the snapshot was taken.
-    pub(crate) fn conflict<A: Accesses>(&self, accesses: &A) -> Option<Conflict> {
-        first_conflict(accesses, |a| self.0.mode_of(a))
+    /// Whether a new access to `target` in `wanted` mode waits for one held
+    /// when the snapshot was taken (see [`conflicts`]).
+    pub(crate) fn conflict(
+        &self,
+        target: &dyn Target,
+        wanted: Mode,
+        write_pending: bool,
+    ) -> Option<Conflict> {
+        conflict_with(target, wanted, write_pending, |a| self.0.mode_of(a))
     }
 }
 
@@ -228,13 +238,12 @@ pub(crate) struct Behind {
 }
 
 impl Behind {
-    /// Whether a task declaring `accesses`, submitted on this thread, waits
-    /// for an access held here; if so, also the token its closure must own.
-    pub(crate) fn check<A: Accesses>(accesses: &A) -> Option<(Self, Arc<()>)> {
-        let conflict = conflict_here(accesses)?;
+    /// The note for a task with `conflict`, and the token its closure must
+    /// own.
+    pub(crate) fn new(conflict: &Conflict) -> (Self, Arc<()>) {
         let (token, alive) = endless::token();
         let why = conflict.join_message();
-        Some((Behind { alive, why }, token))
+        (Behind { alive, why }, token)
     }
 
     /// Notes the task at `block` as one a join on this thread could never

@@ -8,9 +8,9 @@
 
 use crate::dataflow::access::Accesses;
 use crate::dataflow::data::Recorded;
-use crate::dataflow::declared::{set_written_poison, with_logs, with_turn};
+use crate::dataflow::declared::{set_written_poison, with_logs, with_turn, write_pending};
 use crate::dataflow::event::Dep;
-use crate::dataflow::held::Behind;
+use crate::dataflow::held::{self, Behind};
 use crate::gpu::device::Device;
 use crate::gpu::error::GpuError;
 use crate::gpu::raw::RawEvent;
@@ -32,9 +32,13 @@ impl Device {
     /// [`Data::into_inner`](crate::Data::into_inner)) after a GPU task
     /// waits until the GPU task's work is complete.
     ///
-    /// The accesses are kept alive until the task's work is complete. A
-    /// task that fails or panics breaks the order after it: the later
-    /// accesses of its handles are cancelled.
+    /// The accesses are kept alive until the task's work is complete. The
+    /// rules are a CPU task's: a poisoned handle is refused (a
+    /// [`Data::recover`](crate::Data::recover) access is granted and clears
+    /// the poison when `f` returns `Ok`); an `f` that panics or returns an
+    /// error poisons what it writes (the work it enqueued may have written
+    /// part of it); a task cancelled before it ran gives up its place, and
+    /// the accesses after it run once those before it are complete.
     ///
     /// ```no_run
     /// use selvedge::gpu::{cudarc::driver::CudaSlice, Device};
@@ -74,9 +78,14 @@ impl Device {
         };
         let mut host_deps = Vec::new();
         let mut device_waits = Vec::new();
+        let holding = held::anything_here();
+        let mut behind = None;
         with_logs(&accesses, self.inner.runtime(), |after, logs| {
             host_deps.extend(after.cloned());
-            for (log, mode) in logs {
+            for (log, mode, target) in logs {
+                if holding && behind.is_none() {
+                    behind = held::conflict_here(target, mode, write_pending(log, mode));
+                }
                 for before in log.before(mode) {
                     match before
                         .device
@@ -97,7 +106,7 @@ impl Device {
                 log.record(mode, recorded.clone());
             }
         });
-        let (behind, token) = Behind::check(&accesses).unzip();
+        let (behind, token) = behind.map(|c| Behind::new(&c)).unzip();
         let task = move |s: &GpuStream| {
             let _alive = token;
             let who = format_args!("GPU task `{}`", std::any::type_name::<F>());

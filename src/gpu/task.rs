@@ -248,6 +248,10 @@ impl Device {
         let finished_dep = finished.dep();
         let runtime = inner.runtime().clone();
         let work = delayed::submit_delayed_as::<F, _, _, _>(&runtime, host_deps, move || {
+            // First, so that a task dropped unrun, or returning early,
+            // drops `f` (the handles a declared task holds) before its
+            // turns pass on (fields drop in order).
+            let mut unrun = Unrun { f: Some(f), turns };
             let finish = FulfillOnDrop(Some(finished.clone()));
             inner.check_failed()?;
             // The device's context current on this worker, for whatever
@@ -263,10 +267,12 @@ impl Device {
                     e.wait_on(stream)?;
                 }
             }
-            let kept = KeptSince::mark(&inner, lane);
             // From here the task runs: if it fails, its data turns end once
-            // what it enqueued is complete.
-            let ran = RanTurns::new(turns, &inner, lane);
+            // what it enqueued is complete, and after what it kept alive
+            // (dropped before them: `kept` is made after `ran`).
+            let ran = RanTurns::new(unrun.turns.take(), &inner, lane);
+            let kept = KeptSince::mark(&inner, lane);
+            let f = unrun.f.take().expect("a task runs once");
             let value = f(lane);
             let kept = kept.take();
             let value = match value {
@@ -291,6 +297,14 @@ impl Device {
         let join = delayed::submit_delayed(&runtime, [finished_dep], move || work.join());
         GpuHandle { join, link }
     }
+}
+
+/// What a GPU task has not run yet: its closure, dropped before its data
+/// turns (declared first), so that a declared task that never runs lets go
+/// of its handles before the accesses after it may start.
+struct Unrun<F> {
+    f: Option<F>,
+    turns: Option<GpuTurns>,
 }
 
 /// The promises of a task's [`Link`], kept by the task until it fulfills

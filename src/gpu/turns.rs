@@ -43,8 +43,16 @@ impl GpuTurns {
         self.done.as_mut().expect("a turn not over")
     }
 
+    /// Takes what is left of them, to end outside any lock.
+    fn take(&mut self) -> GpuTurns {
+        GpuTurns {
+            enqueued: self.enqueued.take(),
+            done: self.done.take(),
+        }
+    }
+
     /// Ends what is left of them.
-    fn end(&mut self) {
+    fn end(mut self) {
         if let Some(t) = self.enqueued.take() {
             t.end();
         }
@@ -84,7 +92,9 @@ impl<'a> RanTurns<'a> {
         let turns = self.turns.clone();
         move || {
             if let Some(turns) = turns {
-                if let Some(t) = lock(&turns).done.take() {
+                // Taken out first: the lock is not held while it ends.
+                let done = lock(&turns).done.take();
+                if let Some(t) = done {
                     t.end();
                 }
             }
@@ -97,7 +107,8 @@ impl<'a> RanTurns<'a> {
     pub(super) fn enqueued(mut self) {
         self.succeeded = true;
         if let Some(turns) = &self.turns {
-            if let Some(t) = lock(turns).enqueued.take() {
+            let enqueued = lock(turns).enqueued.take();
+            if let Some(t) = enqueued {
                 t.end();
             }
         }
@@ -116,7 +127,9 @@ impl Drop for RanTurns<'_> {
         };
         let in_completion = Arc::clone(&turns);
         let queued = finish_work(self.inner, self.lane, Vec::new(), Record::Lane, move || {
-            lock(&in_completion).end()
+            // Taken out first: the lock is not held while they end.
+            let left = lock(&in_completion).take();
+            left.end();
         });
         if queued.is_err() {
             // No completion will come: wait for the stream here (a lost
@@ -124,7 +137,8 @@ impl Drop for RanTurns<'_> {
             // SAFETY: the stream is live (the lane holds it).
             let _ =
                 unsafe { cudarc::driver::sys::cuStreamSynchronize(self.lane.stream.cu_stream()) };
-            lock(&turns).end();
+            let left = lock(&turns).take();
+            left.end();
         }
     }
 }

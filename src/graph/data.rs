@@ -20,10 +20,9 @@ use crate::core::error::CancelledBecause;
 use crate::core::worker::Worker;
 use crate::dataflow::access::sealed::Target;
 use crate::dataflow::access::{Accesses, Declared, Mode};
+use crate::dataflow::data::wait_over;
 use crate::dataflow::data::Recorded;
 use crate::dataflow::declared::{in_address_order, lock_logs, set_written_poison, with_turn, Few};
-use crate::dataflow::delayed::submit_delayed;
-use crate::dataflow::event::Dep;
 use crate::dataflow::held::{self, RunHandles, RunHeld};
 use crate::dataflow::turn::Turn;
 use crate::graph::chain::StreamWork;
@@ -296,19 +295,16 @@ impl<'g> DataUses<'g> {
             (unsafe { h.target.as_ref() }, h.mode)
         });
         lock_logs(data, &w.shared, |logs| {
-            for (log, mode) in logs {
+            for (log, mode, _) in logs {
                 for before in log.before(mode) {
                     turn.after(before.done.clone());
                 }
                 log.record(mode, Recorded::host(turn.dep()));
             }
         });
-        let before: Vec<Dep> = turn.before().cloned().collect();
-        if !before.is_empty() {
-            // Completions are never broken (an access that never ran
-            // passes its turn on), so this returns once they are over.
-            let _ = submit_delayed(&w.shared, before, || ()).try_join();
-        }
+        // Until the accesses before the run are over: the run has the turn
+        // of its handles from here.
+        wait_over(turn.before().cloned().collect(), Some(w.shared.clone()));
         if self.recover_next.take() {
             for h in self.order.iter().filter(|h| h.mode.writes()) {
                 // SAFETY: live while the graph is (see `declared_by`); the

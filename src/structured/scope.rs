@@ -9,7 +9,7 @@ use crate::core::task;
 use crate::core::unwind::{self, FirstPanic};
 use crate::core::worker::{Until, Worker};
 use crate::dataflow::access::Accesses;
-use crate::dataflow::declared;
+use crate::dataflow::declared::{self, Submitted};
 use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
 use crate::dataflow::held;
@@ -241,16 +241,17 @@ impl<'scope> Scope<'scope> {
         A: Accesses + 'scope,
         F: for<'a> FnOnce(&Scope<'scope>, A::Refs<'a>) + Send + 'scope,
     {
-        if let Some(conflict) = self
-            .owner_holds
-            .as_ref()
-            .and_then(|h| h.conflict(&accesses))
-        {
-            panic!("{}", conflict.scope_message());
-        }
-        let (deps, submission, _) = declared::submit(accesses, self.runtime());
-        let task = self
-            .new_task(move |s| submission.run(std::any::type_name::<F>(), move |refs| f(s, refs)));
+        let submitted = declared::submit(accesses, self.runtime(), self.owner_holds.as_deref());
+        let Submitted {
+            deps, submission, ..
+        } = submitted.unwrap_or_else(|conflict| panic!("{}", conflict.scope_message()));
+        let task = self.new_task(move |s| {
+            // `f` first: a task cancelled unrun drops the user's closure
+            // (and the handles it captured) before its submission passes
+            // the turn.
+            let f = f;
+            submission.run(std::any::type_name::<F>(), move |refs| f(s, refs))
+        });
         delayed::delay(self.runtime(), task, deps);
     }
 
