@@ -2,6 +2,7 @@
 
 use crate::core::error::JoinError;
 use crate::core::join_slot::JoinSlot;
+use crate::core::stall::{self, Awaited};
 use crate::core::task::{self, Header, TaskRef};
 use crate::core::worker::{thread_waker, Until, Worker};
 use std::future::Future;
@@ -239,10 +240,14 @@ impl<T> JoinHandle<T> {
     /// it). Wait for its completion, then take the result.
     #[cold]
     fn wait_and_take(block: NonNull<Header>, worker: Option<&Worker>) -> std::thread::Result<T> {
+        // SAFETY: the block lives until we release it.
+        let awaited = Awaited::Task(unsafe { task::name(block) });
         if let Some(w) = worker {
-            // SAFETY: the block lives until we release it.
+            let _noted = stall::worker_waits(w, awaited);
+            // SAFETY: as above.
             w.wait_until(Until::Complete(unsafe { task::join_slot(block) }));
         } else {
+            let _noted = stall::outside_waits(awaited);
             // SAFETY: as above.
             let c = unsafe { task::join_slot(block) };
             let wait = |waker: &Waker| {

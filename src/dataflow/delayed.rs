@@ -20,6 +20,7 @@ use crate::core::pool::current_registry;
 use crate::core::registry::{Arrival, Registry};
 use crate::core::sync::UnsafeCell;
 use crate::core::task::{self, TaskRef};
+use crate::core::trace::names::TaskName;
 use crate::dataflow::event::{Claim, Dep, Outcome, Waiter};
 use std::cell::{Cell, RefCell};
 use std::mem::{ManuallyDrop, MaybeUninit};
@@ -98,8 +99,14 @@ impl Node {
 }
 
 /// Makes `task` (of `runtime`) wait for `deps`, or schedules it at once
-/// when there are none left to wait for.
-pub(crate) fn delay(runtime: &Arc<Registry>, task: TaskRef, deps: impl IntoIterator<Item = Dep>) {
+/// when there are none left to wait for. `N` is the closure the task's
+/// maker was given, after which a parked task is named (see
+/// [`Parked::census`]).
+pub(crate) fn delay<N>(
+    runtime: &Arc<Registry>,
+    task: TaskRef,
+    deps: impl IntoIterator<Item = Dep>,
+) {
     let waiter = Waiter::new(deps);
     if waiter.all_fulfilled() {
         drop(waiter);
@@ -119,7 +126,12 @@ pub(crate) fn delay(runtime: &Arc<Registry>, task: TaskRef, deps: impl IntoItera
     };
     let here = Parked::worker_here(runtime);
     // SAFETY: `here` is `worker_here` of this thread for `runtime`.
-    let slot = unsafe { runtime.parked.register(here, node.cast(), reclaim_node) };
+    let slot = unsafe {
+        let name = TaskName::of::<N>();
+        runtime
+            .parked
+            .register(here, node.cast(), name, reclaim_node)
+    };
     // SAFETY: the node is ours alone until `Waiter::start` below (the
     // registry only stores its address before then).
     unsafe { ptr::addr_of_mut!((*node.as_ptr()).slot).write(slot) };
@@ -347,7 +359,7 @@ where
         // Nothing to wait for (known without looking): a plain spawn.
         runtime.schedule(task, Arrival::Delayed);
     } else {
-        delay(runtime, task, deps);
+        delay::<N>(runtime, task, deps);
     }
     // Where the task was queued, if it was, the block says (see
     // `Worker::push_delayed`): its handle looks there.

@@ -5,6 +5,7 @@ use crate::core::latch::CountLatch;
 use crate::core::pool::on_worker;
 use crate::core::registry::{Arrival, Registry};
 use crate::core::send_ptr::SendPtr;
+use crate::core::stall::{self, Awaited};
 use crate::core::task;
 use crate::core::unwind::{self, FirstPanic};
 use crate::core::worker::{Until, Worker};
@@ -87,6 +88,7 @@ where
         };
         let body = catch_unwind(AssertUnwindSafe(|| f(&scope)));
         if !scope.latch.release_own() {
+            let _noted = stall::worker_waits(w, Awaited::Scope);
             w.wait_until(Until::Latch(&scope.latch));
         }
         let recorded = scope.take_panic();
@@ -198,7 +200,7 @@ impl<'scope> Scope<'scope> {
         F: FnOnce(&Scope<'scope>) + Send + 'scope,
     {
         let task = self.new_task(f);
-        delayed::delay(self.runtime(), task, deps);
+        delayed::delay::<F>(self.runtime(), task, deps);
     }
 
     /// Spawns `f` in this scope as a task that declares the accesses
@@ -230,7 +232,7 @@ impl<'scope> Scope<'scope> {
         let (deps, submission) = declared::submit(accesses, self.runtime());
         let task = self
             .new_task(move |s| submission.run(std::any::type_name::<F>(), move |refs| f(s, refs)));
-        delayed::delay(self.runtime(), task, deps);
+        delayed::delay::<F>(self.runtime(), task, deps);
     }
 
     fn runtime(&self) -> &Arc<Registry> {
