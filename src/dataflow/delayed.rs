@@ -276,7 +276,9 @@ fn cancel_now(w: NonNull<Waiter>) {
 /// handle of `p1` in its closure, and task B waiting on `p1` with a
 /// handle of `p2`, wait for each other forever. The promises cannot break
 /// either, because the handles that would break them live in the parked
-/// closures. Such a cycle is a user error; the runtime does not detect it.
+/// closures. Such a cycle is a user error; the runtime cannot prove it (a
+/// thread outside it might still fulfil one of the promises), but it warns
+/// once nothing has run for a while (see below).
 ///
 /// - **What happens**: the tasks never run, and joining them waits
 ///   forever. When their runtime is dropped, the tasks of that runtime
@@ -284,10 +286,13 @@ fn cancel_now(w: NonNull<Waiter>) {
 ///   are dropped, so the memory is freed and every handle reports
 ///   cancellation because the runtime shut down. The global runtime is
 ///   never dropped, so there the cycle lives until the process exits.
-/// - **How to see it**: [`crate::RuntimeStats::tasks_waiting_on_dependencies`]
-///   counts the tasks parked on promises; a program that hangs with this
-///   count above zero once nothing else runs is waiting on promises nobody
-///   will fulfill. Print [`crate::Runtime::stats`] from a watchdog thread.
+/// - **How to see it**: when a join or a scope waits while no task of the
+///   runtime has run for a while (10 s by default, see
+///   [`crate::Builder::stall_warning`]) and tasks sit parked on promises,
+///   the runtime says so on standard error, once, with the number of
+///   parked tasks, a few of their names and what each waiting thread waits
+///   for. [`crate::RuntimeStats::tasks_waiting_on_dependencies`] counts the
+///   tasks parked on promises at any time.
 /// - **How to avoid it**: fulfill (or drop) each promise from a task that
 ///   does not depend on it, or keep its handle outside the tasks that
 ///   wait on it, in code that fulfills or drops it when done.

@@ -1,4 +1,6 @@
-//! Names for the tasks a piece of code makes, shown in the trace.
+//! Names for the tasks a piece of code makes, shown in the trace, and
+//! [`TaskName`], a task's name as another thread may read it (the stall
+//! warning names the tasks parked on promises).
 //!
 //! [`named`] sets a thread-local name for the duration of its closure; a
 //! task made meanwhile by the closure (any kind: spawned, delayed,
