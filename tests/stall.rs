@@ -268,7 +268,7 @@ fn a_scope_waiting_on_a_promise_of_its_frame_is_reported() {
         &warning,
         &[
             "2 threads wait and 1 task sits parked",
-            "waits for its scope's tasks",
+            "waits for tasks it started (a scope's",
             &format!("parked: 1 × `stall::{NAME}::{{{{closure}}}}"),
             "fulfilled only after the scope ends",
         ],
@@ -346,7 +346,7 @@ fn a_promise_fulfilled_from_outside_after_the_warning_completes_everything() {
         let warning = child.warning();
         assert_contains(
             &warning,
-            &["11 tasks sit parked", "waits for its scope's tasks"],
+            &["11 tasks sit parked", "waits for tasks it started"],
         );
         // Three more delays without a second warning for this stall.
         std::thread::sleep(3 * DELAY);

@@ -241,13 +241,13 @@ impl<T> JoinHandle<T> {
     #[cold]
     fn wait_and_take(block: NonNull<Header>, worker: Option<&Worker>) -> std::thread::Result<T> {
         // SAFETY: the block lives until we release it.
-        let awaited = Awaited::Task(unsafe { task::name(block) });
+        let name = unsafe { task::name(block) };
         if let Some(w) = worker {
-            let _noted = stall::worker_waits(w, awaited);
+            let _noted = stall::worker_joins(w, name);
             // SAFETY: as above.
             w.wait_until(Until::Complete(unsafe { task::join_slot(block) }));
         } else {
-            let _noted = stall::outside_waits(awaited);
+            let _noted = stall::outside_waits(Awaited::Task(Some(name)));
             // SAFETY: as above.
             let c = unsafe { task::join_slot(block) };
             let wait = |waker: &Waker| {

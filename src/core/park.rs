@@ -234,10 +234,11 @@ impl Sleep {
     }
 
     /// Whether `worker` is parked in a join or latch wait (a hint, for the
-    /// stall warning).
+    /// stall warning). Acquire: what the worker noted before it parked
+    /// (`stall::note_park`) is seen with it.
     #[cfg_attr(loom, allow(dead_code))]
     pub fn is_join_waiting(&self, worker: usize) -> bool {
-        self.states[worker].load(Ordering::Relaxed) == JOIN_WAITING
+        self.states[worker].load(Ordering::Acquire) == JOIN_WAITING
     }
 
     /// Worker `worker`'s thread.

@@ -18,12 +18,13 @@
 //!   `RuntimeStats::tasks_waiting_on_dependencies`, and, for the message,
 //!   their names (`Parked::census`, read under the shards' chunk locks);
 //! - what waits: a worker parked in a join or latch wait (its parking
-//!   state), and what it waits for, which the wait noted in a per-worker
-//!   slot before it started ([`worker_waits`]); threads outside every
+//!   state), and what it waits for: the kind of wait, which its park notes
+//!   ([`note_park`]: a store, as the worker goes to sleep), and for a join
+//!   the task's name, which the join notes when it leaves its fast path
+//!   ([`worker_joins`]: the task left this worker); threads outside every
 //!   runtime blocked in a join, which note themselves in a process-wide
-//!   list ([`outside_waits`]). Both notes are taken on the slow path of a
-//!   wait (the task left, or the scope has tasks out), never on spawn's or
-//!   join's fast path.
+//!   list ([`outside_waits`]). Nothing is noted on spawn's or join's fast
+//!   path, nor by a scope or a loop that waits without parking.
 //!
 //! A runtime is reported when, at every sample for the whole delay, no
 //! task of it ran, every worker was parked, nothing was queued outside the
@@ -39,8 +40,8 @@
 
 use crate::core::error::BuildError;
 use crate::core::registry::Registry;
-use crate::core::sync::{lock, Condvar, Mutex};
-use crate::core::worker::Worker;
+use crate::core::sync::{lock, AtomicU8, Condvar, Mutex, Ordering};
+use crate::core::worker::{Until, Worker};
 use crossbeam_utils::CachePadded;
 use std::fmt::{self, Write as _};
 use std::io::Write as _;
@@ -50,63 +51,107 @@ use std::time::{Duration, Instant};
 /// What a waiting thread waits for.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Awaited {
-    /// A task, by name (`JoinHandle::join`, `try_join`, `Runtime::run`).
-    Task(&'static str),
-    /// The tasks of its scope.
-    Scope,
-    /// The parts of its blocking parallel loop.
-    Loop,
-    /// The second closure of its `join`, which another worker took.
-    Join,
-    /// The nodes of its graph run.
-    Graph,
+    /// A task, by name (`JoinHandle::join`, `try_join`, `Runtime::run`),
+    /// or unnamed.
+    Task(Option<&'static str>),
+    /// The tasks it started and waits for in a latch: a scope's, a blocking
+    /// loop's parts, a stolen `join`'s second closure, a graph run's nodes.
+    Started,
 }
 
 impl fmt::Display for Awaited {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Task(name) => write!(f, "joins `{name}`"),
-            Self::Scope => f.write_str("waits for its scope's tasks"),
-            Self::Loop => f.write_str("waits for its parallel loop's iterations"),
-            Self::Join => f.write_str("waits for the second closure of its `join`"),
-            Self::Graph => f.write_str("waits for its graph run's nodes"),
+            Self::Task(Some(name)) => write!(f, "joins `{name}`"),
+            Self::Task(None) => f.write_str("joins a task"),
+            Self::Started => f.write_str(
+                "waits for tasks it started (a scope's, a parallel loop's, the second \
+                 closure of a `join`, or a graph run's nodes)",
+            ),
         }
     }
 }
 
-/// What each worker of a runtime waits for, noted by the wait before it
-/// starts (the innermost wait of a worker that nests them).
-pub(crate) struct WaitNotes(Box<[CachePadded<Mutex<Option<Awaited>>>]>);
+/// What each worker of a runtime waits for when it parks in a wait.
+pub(crate) struct WaitNotes(Box<[CachePadded<WaitNote>]>);
+
+/// What one worker waits for.
+struct WaitNote {
+    /// What its last park in a wait waited on ([`TASK`] or [`STARTED`]),
+    /// written by [`note_park`] only, before the worker parks.
+    kind: AtomicU8,
+    /// The task its innermost join that left the fast path waits for
+    /// (written by [`worker_joins`], on that slow path only; read by a
+    /// report).
+    task: Mutex<Option<&'static str>>,
+}
+
+/// [`WaitNote::kind`]: nothing yet, a join of a task, a latch.
+const NONE: u8 = 0;
+const TASK: u8 = 1;
+const STARTED: u8 = 2;
 
 impl WaitNotes {
     pub(crate) fn new(workers: usize) -> Self {
         Self(
             (0..workers)
-                .map(|_| CachePadded::new(Mutex::new(None)))
+                .map(|_| {
+                    CachePadded::new(WaitNote {
+                        kind: AtomicU8::new(NONE),
+                        task: Mutex::new(None),
+                    })
+                })
                 .collect(),
         )
     }
+
+    /// What worker `worker` waited for when it last parked in a wait.
+    fn awaited(&self, worker: usize) -> Option<Awaited> {
+        let note = &self.0[worker];
+        match note.kind.load(Ordering::Relaxed) {
+            TASK => Some(Awaited::Task(*lock(&note.task))),
+            STARTED => Some(Awaited::Started),
+            _ => None,
+        }
+    }
 }
 
-/// A worker's note, put back as it was when the wait ends.
+/// Notes what worker `me` of `shared` waits for as it parks in `until`
+/// (the worker's park, which is about to sleep: its only cost is a
+/// store). A waiting worker runs other tasks between its parks, whose own
+/// waits park too: noting at each park keeps the note of the innermost
+/// wait that parked.
+#[inline]
+pub(crate) fn note_park(shared: &Registry, me: usize, until: &Until<'_>) {
+    let kind = match until {
+        Until::Complete(_) => TASK,
+        Until::Latch(_) => STARTED,
+        Until::Shutdown | Until::Quiescent => return,
+    };
+    shared.waits.0[me].kind.store(kind, Ordering::Relaxed);
+}
+
+/// The task name of a worker's note, put back as it was when its join
+/// ends.
 pub(crate) struct Noted<'a> {
-    note: &'a Mutex<Option<Awaited>>,
-    outer: Option<Awaited>,
+    task: &'a Mutex<Option<&'static str>>,
+    outer: Option<&'static str>,
 }
 
 impl Drop for Noted<'_> {
     fn drop(&mut self) {
-        *lock(self.note) = self.outer.take();
+        *lock(self.task) = self.outer.take();
     }
 }
 
-/// Notes that worker `w` waits for `what` until the returned guard goes.
-/// For the slow path of a wait only: it takes the worker's own note lock
-/// (nobody else takes it but a report).
-pub(crate) fn worker_waits(w: &Worker, what: Awaited) -> Noted<'_> {
-    let note = &*w.shared.waits.0[w.index];
-    let outer = lock(note).replace(what);
-    Noted { note, outer }
+/// Notes that worker `w` joins the task named `name` until the returned
+/// guard goes: on the slow path of a join only (the task left the
+/// worker), which is about to wait. The lock is the worker's own; only a
+/// report shares it.
+pub(crate) fn worker_joins<'w>(w: &'w Worker, name: &'static str) -> Noted<'w> {
+    let task = &w.shared.waits.0[w.index].task;
+    let outer = lock(task).replace(name);
+    Noted { task, outer }
 }
 
 /// Threads outside every runtime blocked in a join, and what they wait
@@ -295,8 +340,7 @@ impl Watch {
         for i in 0..r.num_threads() {
             if r.sleep.is_join_waiting(i) {
                 let thread = r.sleep.thread(i).name().unwrap_or("?").to_owned();
-                let what = *lock(&r.waits.0[i]);
-                waits.push(match what {
+                waits.push(match r.waits.awaited(i) {
                     Some(what) => format!("worker `{thread}` {what}"),
                     None => format!("worker `{thread}` waits"),
                 });

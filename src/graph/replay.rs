@@ -35,7 +35,6 @@
 use crate::core::error::Cancellation;
 use crate::core::latch::CountLatch;
 use crate::core::registry::Registry;
-use crate::core::stall::{self, Awaited};
 use crate::core::sync::{lock, Mutex};
 use crate::core::task::{Header, TaskRef, VTable};
 use crate::core::unwind::AbortIfPanic;
@@ -654,7 +653,6 @@ pub(crate) fn run_on(w: &Worker, graph: &mut Graph<'_>) -> Result<(), GraphError
         unsafe { run.queue(w, run.nodes.add(root as usize)) };
     }
     if !run.latch.release_own() {
-        let _noted = stall::worker_waits(w, Awaited::Graph);
         w.wait_until(Until::Latch(&run.latch));
     }
     guard.disarm();

@@ -8,7 +8,6 @@ use super::part_task::Part;
 use crate::core::handle::JoinHandle;
 use crate::core::latch::CountLatch;
 use crate::core::pool::{current_registry, on_worker};
-use crate::core::stall::{self, Awaited};
 use crate::core::sync::{AtomicUsize, UnsafeCell};
 use crate::core::unwind::{self, FirstPanic};
 use crate::core::worker::Until;
@@ -380,13 +379,11 @@ impl<'p> ParallelFor<'p> {
                     || run_part(&job, w, 0, count, Out::ROOT),
                 );
                 if !latch.release_own() {
-                    let _noted = stall::worker_waits(w, Awaited::Loop);
                     w.wait_until(Until::Latch(latch));
                 }
             } else {
                 let part = Part::new(&job, 0, count, Out::ROOT).into_task();
                 delayed::delay::<B>(&w.shared, part, deps);
-                let _noted = stall::worker_waits(w, Awaited::Loop);
                 w.wait_until(Until::Latch(latch));
             }
             // SAFETY: every part finished (the latch is set, read with

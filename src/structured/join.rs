@@ -2,7 +2,6 @@
 //! thieves as a stack job (no allocation) while the caller runs the first.
 
 use crate::core::pool::on_worker;
-use crate::core::stall::{self, Awaited};
 use crate::core::task::StackJob;
 use crate::core::unwind;
 use crate::core::worker::Until;
@@ -61,7 +60,6 @@ where
             // SAFETY: taken back: nobody else runs it.
             w.nested(|| unsafe { job_b.run_here() })
         } else {
-            let _noted = stall::worker_waits(w, Awaited::Join);
             w.wait_until(Until::Latch(job_b.latch()));
             // SAFETY: the latch is set.
             unsafe { job_b.take_result() }

@@ -5,7 +5,6 @@ use crate::core::latch::CountLatch;
 use crate::core::pool::on_worker;
 use crate::core::registry::{Arrival, Registry};
 use crate::core::send_ptr::SendPtr;
-use crate::core::stall::{self, Awaited};
 use crate::core::task;
 use crate::core::unwind::{self, FirstPanic};
 use crate::core::worker::{Until, Worker};
@@ -88,7 +87,6 @@ where
         };
         let body = catch_unwind(AssertUnwindSafe(|| f(&scope)));
         if !scope.latch.release_own() {
-            let _noted = stall::worker_waits(w, Awaited::Scope);
             w.wait_until(Until::Latch(&scope.latch));
         }
         let recorded = scope.take_panic();
