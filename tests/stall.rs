@@ -275,6 +275,32 @@ fn a_scope_waiting_on_a_promise_of_its_frame_is_reported() {
     );
 }
 
+/// A runtime's drop waits for a scope whose delayed task waits on a
+/// promise that the dropping thread holds: the runtime is still watched
+/// while its drop waits for its tasks.
+#[test]
+fn a_drop_waiting_on_a_stalled_scope_is_reported() {
+    const NAME: &str = "a_drop_waiting_on_a_stalled_scope_is_reported";
+    if is_child(NAME) {
+        let rt = runtime("dropped");
+        let p = Promise::new();
+        let dep = p.dep();
+        let _scope = rt.submit(move || selvedge::scope(|s| s.spawn_delayed([dep], |_| ())));
+        drop(rt);
+        p.fulfill();
+        unreachable!("the drop returned");
+    }
+    let warning = Child::start(NAME, &[]).warning();
+    assert_contains(
+        &warning,
+        &[
+            "1 thread waits and 1 task sits parked",
+            "worker `dropped-",
+            "waits for tasks it started",
+        ],
+    );
+}
+
 /// A delayed task whose producer panicked while the waiting thread keeps
 /// a clone of the promise: on the global runtime, which takes its delay
 /// from `SELVEDGE_STALL_WARN`.
