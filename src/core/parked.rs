@@ -436,3 +436,48 @@ impl Drop for Parked {
         unsafe { self.each_slot(give_up) };
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{Promise, Runtime};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    /// A census reads every shard while the workers park and release tasks
+    /// (and grow their shards): it sees only names of tasks parked here,
+    /// and, once they are all parked, each of them. Run under
+    /// AddressSanitizer in CI, it also checks that reading a shard whose
+    /// chunks grow meanwhile touches no freed memory.
+    #[test]
+    fn a_census_reads_the_shards_while_the_workers_park_tasks() {
+        let rt = Runtime::builder().num_threads(3).build().unwrap();
+        let parked = move || ();
+        let expected = std::any::type_name_of_val(&parked);
+        let stop = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !stop.load(Ordering::Relaxed) {
+                    for (name, _) in rt.registry().parked.census() {
+                        assert_eq!(name, expected);
+                    }
+                }
+            });
+            for _ in 0..20 {
+                let p = Promise::new();
+                rt.run(|| {
+                    let handles: Vec<_> = (0..2000)
+                        .map(|_| {
+                            let dep = p.dep();
+                            crate::spawn(move || crate::spawn_delayed([dep], parked))
+                        })
+                        .collect();
+                    let delayed: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
+                    let census = rt.registry().parked.census();
+                    assert_eq!(census, [(expected, 2000)]);
+                    p.fulfill();
+                    delayed.into_iter().for_each(|h| h.join());
+                });
+            }
+            stop.store(true, Ordering::Relaxed);
+        });
+    }
+}
