@@ -453,6 +453,13 @@ mod tests {
         let parked = move || ();
         let expected = std::any::type_name_of_val(&parked);
         let stop = AtomicBool::new(false);
+        /// Stops the reader however the test ends.
+        struct Stop<'a>(&'a AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
         std::thread::scope(|s| {
             s.spawn(|| {
                 while !stop.load(Ordering::Relaxed) {
@@ -461,6 +468,7 @@ mod tests {
                     }
                 }
             });
+            let _stop = Stop(&stop);
             for _ in 0..20 {
                 let p = Promise::new();
                 rt.run(|| {
@@ -477,7 +485,6 @@ mod tests {
                     delayed.into_iter().for_each(|h| h.join());
                 });
             }
-            stop.store(true, Ordering::Relaxed);
         });
     }
 }
