@@ -1,4 +1,5 @@
-//! Configuration from environment variables (`SELVEDGE_NUM_THREADS`).
+//! Configuration from environment variables (`SELVEDGE_NUM_THREADS`,
+//! `SELVEDGE_STALL_WARN`).
 //!
 //! Environment variables are process-wide, so these tests live in a binary
 //! of their own and take `ENV` while they set one: nothing else here builds
@@ -102,4 +103,41 @@ fn an_empty_thread_count_variable_counts_as_unset() {
         let n = Runtime::new().map(|rt| rt.num_threads());
         assert_eq!(n, Ok(default_count()), "SELVEDGE_NUM_THREADS={value:?}");
     }
+}
+
+/// An unreadable `SELVEDGE_STALL_WARN` is a build error naming the
+/// variable, unless the builder sets the stall warning itself.
+#[test]
+fn an_unreadable_stall_warning_variable_is_a_build_error() {
+    let _lock = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    let old = std::env::var("SELVEDGE_STALL_WARN").ok();
+    std::env::set_var("SELVEDGE_STALL_WARN", "soon");
+    let bad = Runtime::builder().num_threads(1).build().unwrap_err();
+    let set = Runtime::builder()
+        .num_threads(1)
+        .stall_warning(Some(std::time::Duration::from_secs(5)))
+        .build()
+        .map(|rt| rt.num_threads());
+    std::env::set_var("SELVEDGE_STALL_WARN", "0");
+    let off = Runtime::builder()
+        .num_threads(1)
+        .build()
+        .map(|rt| rt.num_threads());
+    match old {
+        Some(v) => std::env::set_var("SELVEDGE_STALL_WARN", v),
+        None => std::env::remove_var("SELVEDGE_STALL_WARN"),
+    }
+    assert_eq!(
+        bad,
+        BuildError::InvalidStallWarnVar {
+            value: "soon".into()
+        }
+    );
+    let msg = bad.to_string();
+    assert!(
+        msg.contains("SELVEDGE_STALL_WARN") && msg.contains("\"soon\""),
+        "{msg}"
+    );
+    assert_eq!(set, Ok(1));
+    assert_eq!(off, Ok(1));
 }

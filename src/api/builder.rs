@@ -89,6 +89,47 @@ impl Builder {
         self
     }
 
+    /// How long no task may run, while a join or a scope waits and tasks sit
+    /// parked on promises nobody has fulfilled, before the runtime says so
+    /// on standard error; `None` (or zero) never. Default: the
+    /// `SELVEDGE_STALL_WARN` environment variable, in seconds (fractions
+    /// allowed, `0` for never), else 10 seconds.
+    ///
+    /// Such a program may never finish: a promise cycle, a task waiting on
+    /// a promise whose last handle it holds itself, a scope waiting on a
+    /// task whose promise is fulfilled only after the scope, a producer
+    /// that panicked while another handle of its promise lives on. The
+    /// runtime cannot tell this from a promise that a thread outside it
+    /// will fulfil later, so it warns and changes nothing: the message
+    /// (once per stall, until a task runs again) counts the parked tasks,
+    /// names a few (after their closure's type, or the name
+    /// [`named`](crate::named) gave them with the `trace` feature), and says
+    /// what each waiting thread waits for. A wait counts when it blocks in
+    /// `join`, `try_join`, `Runtime::run`, a scope, a blocking loop or a
+    /// graph run; an `.await` on a handle does not. While any worker runs
+    /// code, or device work is in flight, nothing is reported.
+    ///
+    /// One thread, `selvedge-watch`, watches every runtime of the process:
+    /// it starts with the first runtime that warns, reads a few counters a
+    /// few times per delay, and stays for the rest of the process. A
+    /// runtime stops being watched when its drop has waited for its tasks.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let rt = selvedge::Runtime::builder()
+    ///     .num_threads(2)
+    ///     .stall_warning(Some(Duration::from_secs(30)))
+    ///     .build()?;
+    /// assert_eq!(rt.run(|| 1 + 1), 2);
+    /// let quiet = selvedge::Runtime::builder().stall_warning(None).build()?;
+    /// # Ok::<(), selvedge::BuildError>(())
+    /// ```
+    pub fn stall_warning(mut self, after: Option<std::time::Duration>) -> Self {
+        self.config.stall_warning = Some(after);
+        self
+    }
+
     /// Records a timeline of the runtime's schedule and writes it to `path`
     /// as Chrome trace-event JSON, which [Perfetto](https://ui.perfetto.dev)
     /// and `chrome://tracing` open (feature `trace`). Written when the
@@ -146,9 +187,9 @@ impl Builder {
     /// Starts the worker threads.
     ///
     /// Fails when the thread count is 0, above the maximum, or unreadable
-    /// from `SELVEDGE_NUM_THREADS`, when `SELVEDGE_PIN_THREADS` is
-    /// unreadable, when the thread name contains a NUL byte, or when the OS
-    /// refuses a thread or (with
+    /// from `SELVEDGE_NUM_THREADS`, when `SELVEDGE_PIN_THREADS` or
+    /// `SELVEDGE_STALL_WARN` is unreadable, when the thread name contains
+    /// a NUL byte, or when the OS refuses a thread or (with
     /// [`pin_threads`](Builder::pin_threads)) an affinity (then the threads
     /// already started are stopped and joined).
     ///

@@ -2,6 +2,11 @@
 
 use crate::core::error::BuildError;
 use crate::core::steal::MAX_WORKERS;
+use std::time::Duration;
+
+/// The stall warning's delay when neither the builder nor
+/// `SELVEDGE_STALL_WARN` sets one.
+pub(crate) const DEFAULT_STALL_WARNING: Duration = Duration::from_secs(10);
 
 /// What a runtime is built with; `None` means "the default" (see
 /// `Builder`, whose setters fill this in, for what each default is).
@@ -11,6 +16,9 @@ pub(crate) struct RuntimeConfig {
     pub(crate) thread_name: Option<String>,
     pub(crate) stack_size: Option<usize>,
     pub(crate) pin_threads: Option<bool>,
+    /// How long nothing runs, while something waits, before the runtime
+    /// says so (`Builder::stall_warning`; `Some(None)`: never).
+    pub(crate) stall_warning: Option<Option<Duration>>,
     /// Where the trace goes (`Builder::trace_to`).
     #[cfg(feature = "trace")]
     pub(crate) trace_path: Option<std::path::PathBuf>,
@@ -69,6 +77,17 @@ impl RuntimeConfig {
         }
     }
 
+    /// How long nothing may run, while something waits, before the
+    /// runtime warns (`None`: never): the builder's setting, else
+    /// `SELVEDGE_STALL_WARN`, else [`DEFAULT_STALL_WARNING`].
+    pub(crate) fn resolve_stall_warning(&self) -> Result<Option<Duration>, BuildError> {
+        let after = match self.stall_warning {
+            Some(after) => after,
+            None => resolve_stall_var(std::env::var("SELVEDGE_STALL_WARN").ok())?,
+        };
+        Ok(after.filter(|d| !d.is_zero()))
+    }
+
     pub(crate) fn resolve_num_threads(&self) -> Result<usize, BuildError> {
         resolve_num_threads(
             self.num_threads,
@@ -110,6 +129,25 @@ fn resolve_num_threads(
     Ok(n)
 }
 
+/// The stall warning's delay from `SELVEDGE_STALL_WARN`'s value `var`:
+/// seconds, fractions allowed, `0` for never; unset, empty or only
+/// whitespace gives the default.
+fn resolve_stall_var(var: Option<String>) -> Result<Option<Duration>, BuildError> {
+    let Some(v) = var.filter(|v| !v.trim().is_empty()) else {
+        return Ok(Some(DEFAULT_STALL_WARNING));
+    };
+    match v
+        .trim()
+        .parse::<f64>()
+        .ok()
+        .map(Duration::try_from_secs_f64)
+    {
+        Some(Ok(d)) if d.is_zero() => Ok(None),
+        Some(Ok(d)) => Ok(Some(d)),
+        _ => Err(BuildError::InvalidStallWarnVar { value: v }),
+    }
+}
+
 /// `path` for the `n`th runtime traced through the variable: the path
 /// itself for the first, `stem-n.ext` for the others.
 #[cfg(feature = "trace")]
@@ -146,6 +184,29 @@ mod tests {
         assert_eq!(numbered("t/a.json".into(), 1), PathBuf::from("t/a.json"));
         assert_eq!(numbered("t/a.json".into(), 3), PathBuf::from("t/a-3.json"));
         assert_eq!(numbered("trace".into(), 2), PathBuf::from("trace-2"));
+    }
+
+    #[test]
+    fn the_stall_warning_variable_is_seconds_and_zero_is_never() {
+        let var = |v: &str| resolve_stall_var(Some(v.into()));
+        assert_eq!(resolve_stall_var(None), Ok(Some(DEFAULT_STALL_WARNING)));
+        assert_eq!(var(" "), Ok(Some(DEFAULT_STALL_WARNING)));
+        assert_eq!(var("3"), Ok(Some(Duration::from_secs(3))));
+        assert_eq!(var(" 0.25 "), Ok(Some(Duration::from_millis(250))));
+        assert_eq!(var("0"), Ok(None));
+        assert_eq!(var("0.0"), Ok(None));
+        for bad in ["-1", "ten", "1s", "inf", "NaN"] {
+            assert_eq!(
+                var(bad),
+                Err(BuildError::InvalidStallWarnVar { value: bad.into() }),
+                "{bad}"
+            );
+        }
+        let msg = var("ten").unwrap_err().to_string();
+        assert!(
+            msg.contains("SELVEDGE_STALL_WARN") && msg.contains("\"ten\""),
+            "{msg}"
+        );
     }
 
     #[test]

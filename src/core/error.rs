@@ -48,6 +48,20 @@ pub enum BuildError {
         /// The variable's value.
         value: String,
     },
+    /// `SELVEDGE_STALL_WARN` is set but is not a number of seconds (`0`
+    /// turns the stall warning off). Set to nothing but whitespace, it
+    /// counts as unset.
+    InvalidStallWarnVar {
+        /// The variable's value.
+        value: String,
+    },
+    /// The operating system refused to start the thread that watches for
+    /// stalls (see [`crate::Builder::stall_warning`], which can turn the
+    /// warning off).
+    StallWatchSpawn {
+        /// The OS error.
+        message: String,
+    },
     /// Pinning was asked for (`pin_threads(true)` or
     /// `SELVEDGE_PIN_THREADS=1`) and a worker could not be pinned: the OS
     /// refused, or the platform is not Linux.
@@ -88,6 +102,16 @@ impl fmt::Display for BuildError {
             Self::InvalidPinVar { value } => write!(
                 f,
                 "SELVEDGE_PIN_THREADS must be 0, 1, false or true, found {value:?}"
+            ),
+            Self::InvalidStallWarnVar { value } => write!(
+                f,
+                "SELVEDGE_STALL_WARN must be a number of seconds (0 turns the warning off), \
+                 found {value:?}"
+            ),
+            Self::StallWatchSpawn { message } => write!(
+                f,
+                "could not start the thread that watches for stalls: {message} \
+                 (Builder::stall_warning(None) builds a runtime without it)"
             ),
             Self::Pin {
                 index,

@@ -3,6 +3,7 @@
 use crate::core::endless;
 use crate::core::error::JoinError;
 use crate::core::join_slot::JoinSlot;
+use crate::core::stall::{self, Awaited};
 use crate::core::task::{self, Header, TaskRef};
 use crate::core::worker::{thread_waker, Until, Worker};
 use std::future::Future;
@@ -261,10 +262,14 @@ impl<T> JoinHandle<T> {
                 panic!("{why}");
             }
         }
+        // SAFETY: the block lives until we release it.
+        let name = unsafe { task::name(block) };
         if let Some(w) = worker {
-            // SAFETY: the block lives until we release it.
+            let _noted = stall::worker_joins(w, name);
+            // SAFETY: as above.
             w.wait_until(Until::Complete(unsafe { task::join_slot(block) }));
         } else {
+            let _noted = stall::outside_waits(Awaited::Task(Some(name)));
             // SAFETY: as above.
             let c = unsafe { task::join_slot(block) };
             let wait = |waker: &Waker| {

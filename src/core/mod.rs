@@ -38,6 +38,8 @@ pub(crate) mod spare_blocks;
 pub(crate) mod split;
 pub(crate) mod stack_list;
 #[cfg(not(loom))]
+pub(crate) mod stall;
+#[cfg(not(loom))]
 pub(crate) mod stats;
 pub(crate) mod steal;
 pub(crate) mod sync;

@@ -224,6 +224,29 @@ impl Sleep {
         self.states[worker].load(Ordering::Relaxed) == SLEEPING
     }
 
+    /// Whether every worker is parked or about to park, idle or in a join:
+    /// none is running code (a hint, for the stall warning).
+    #[cfg_attr(loom, allow(dead_code))]
+    pub fn all_parked(&self) -> bool {
+        self.states
+            .iter()
+            .all(|s| s.load(Ordering::Relaxed) != AWAKE)
+    }
+
+    /// Whether `worker` is parked in a join or latch wait (a hint, for the
+    /// stall warning). Acquire: what the worker noted before it parked
+    /// (`stall::note_park`) is seen with it.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub fn is_join_waiting(&self, worker: usize) -> bool {
+        self.states[worker].load(Ordering::Acquire) == JOIN_WAITING
+    }
+
+    /// Worker `worker`'s thread.
+    #[cfg_attr(loom, allow(dead_code))]
+    pub fn thread(&self, worker: usize) -> &thread::Thread {
+        &self.threads[worker]
+    }
+
     /// A cheap hint that some worker is idle-parked.
     #[inline]
     pub fn has_sleepers(&self) -> bool {

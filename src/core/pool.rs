@@ -7,6 +7,7 @@ use crate::core::config::RuntimeConfig;
 use crate::core::error::{BuildError, JoinError};
 use crate::core::handle::JoinHandle;
 use crate::core::registry::Registry;
+use crate::core::stall;
 use crate::core::sync::Ordering;
 use crate::core::task::{self, BlockPool};
 use crate::core::worker::Worker;
@@ -50,10 +51,14 @@ impl Runtime {
     pub(crate) fn start(config: &RuntimeConfig) -> Result<Runtime, BuildError> {
         let n = config.resolve_num_threads()?;
         let pin = config.resolve_pin_threads()?;
+        let stall_after = config.resolve_stall_warning()?;
         let name = config.thread_name.as_deref().unwrap_or("selvedge");
         // std panics on a thread name with a NUL byte: refuse it first.
         if name.contains('\0') {
             return Err(BuildError::InvalidThreadName { name: name.into() });
+        }
+        if stall_after.is_some() {
+            stall::start_watchdog()?;
         }
         let mut threads = Vec::with_capacity(n);
         let mut senders = Vec::with_capacity(n);
@@ -114,6 +119,9 @@ impl Runtime {
             // waits on this channel.
             let _ = tx.send(shared.clone());
         }
+        if let Some(after) = stall_after {
+            stall::watch(&shared, after, name);
+        }
         Ok(Runtime { shared, threads })
     }
 
@@ -172,6 +180,8 @@ fn stop_unstarted(
 fn shut_down(shared: Arc<Registry>, threads: Vec<std::thread::JoinHandle<()>>) {
     shared.close_ready_gate();
     shared.sleep.wait_quiescent(|| shared.outside_idle());
+    // Watched until here: a drop waiting forever on a stalled scope says so.
+    stall::unwatch(&shared);
     shared.shutdown.store(true, Ordering::SeqCst);
     shared.sleep.wake_all();
     for t in threads {

@@ -9,6 +9,7 @@ use crate::core::park::Sleep;
 use crate::core::parked::Parked;
 use crate::core::rescue::Guarded;
 use crate::core::signal::{Action, SignalInbox, SignalRef};
+use crate::core::stall::WaitNotes;
 use crate::core::stats::{Counters, WorkerCounters};
 use crate::core::steal::{Mailbox, ReplySlot};
 use crate::core::sync::{AtomicBool, AtomicUsize};
@@ -41,6 +42,8 @@ pub(crate) struct Registry {
     /// Delayed tasks parked on promises: counted, and cancelled by the
     /// runtime's drop once its workers left.
     pub(crate) parked: Parked,
+    /// What each worker waits for, for the stall warning (`stall.rs`).
+    pub(crate) waits: WaitNotes,
     /// Root tasks waiting in `sync_root` (at most one may).
     pub(crate) root_syncs: AtomicUsize,
     /// Free task blocks passed from the workers that run tasks to the
@@ -74,6 +77,7 @@ impl Registry {
             shutdown: AtomicBool::new(false),
             ready_gate: Gate::new(),
             parked: Parked::new(n),
+            waits: WaitNotes::new(n),
             root_syncs: AtomicUsize::new(0),
             block_exchange: Arc::new(BlockExchange::new()),
             #[cfg(feature = "trace")]

@@ -175,7 +175,8 @@ pub struct RuntimeStats {
     /// A program that hangs in a `join` with this above zero and nothing
     /// else running is waiting for a promise nobody fulfills, often a
     /// cycle: tasks waiting on promises that only they can fulfill (see
-    /// [`crate::spawn_delayed`]).
+    /// [`crate::spawn_delayed`]). The runtime says so on standard error
+    /// after a while (see [`crate::Builder::stall_warning`]).
     ///
     /// ```
     /// use selvedge::{Promise, Runtime};

@@ -70,9 +70,8 @@ pub(crate) struct VTable {
     /// Drops a queued task's closure without running it and publishes the
     /// cancellation as its result (or frees the block when detached).
     pub(crate) cancel: unsafe fn(NonNull<Header>, Cancellation),
-    /// The name of the task's closure type: its name in a trace unless it
-    /// was given one.
-    #[cfg(feature = "trace")]
+    /// The name of the task's closure type: its name in a trace (or a
+    /// stall warning) unless it was given one.
     pub(crate) type_name: fn() -> &'static str,
 }
 
@@ -259,11 +258,8 @@ impl TaskRef {
     #[cfg(feature = "trace")]
     #[inline]
     pub(crate) fn trace_name(&self) -> (u64, u64) {
-        let h = self.header();
-        match h.trace.name.0.load(Ordering::Relaxed) {
-            0 => crate::core::trace::record::name_words((h.vtable.type_name)()),
-            ptr => (ptr, h.trace.name.1.load(Ordering::Relaxed)),
-        }
+        // SAFETY: a TaskRef points to a live header.
+        crate::core::trace::record::name_words(unsafe { name(self.0) })
     }
 
     /// The flow that brings the task to its runner (0: none).
@@ -368,7 +364,6 @@ impl<F: FnOnce() -> T, T> Typed<F, T> {
         run_inline: Some(Self::run_inline),
         run_value: Some(Self::run_value),
         cancel: Self::cancel_handled,
-        #[cfg(feature = "trace")]
         type_name: std::any::type_name::<F>,
     };
 
@@ -458,7 +453,6 @@ impl<F: FnOnce()> Typed<F, ()> {
         run_inline: None,
         run_value: None,
         cancel: Self::cancel_detached,
-        #[cfg(feature = "trace")]
         type_name: std::any::type_name::<F>,
     };
 
@@ -570,6 +564,22 @@ pub(crate) unsafe fn join_slot<'a>(block: NonNull<Header>) -> &'a JoinSlot {
     // SAFETY: the header is live (caller) and its completion is only ever
     // shared, never borrowed mutably, until the block is freed.
     unsafe { &(*block.as_ptr()).join_slot }
+}
+
+/// The name of `block`'s task: its name in a trace (feature `trace`),
+/// else its closure's type. # Safety: `block` is live.
+pub(crate) unsafe fn name(block: NonNull<Header>) -> &'static str {
+    // SAFETY: live (caller); only the vtable and the name's words are read.
+    let h = unsafe { block.as_ref() };
+    #[cfg(feature = "trace")]
+    if let (ptr @ 1.., len) = (
+        h.trace.name.0.load(Ordering::Relaxed),
+        h.trace.name.1.load(Ordering::Relaxed),
+    ) {
+        // SAFETY: the words were made by `name_words` from a `&'static str`.
+        return unsafe { crate::core::trace::record::words_name((ptr, len)) };
+    }
+    (h.vtable.type_name)()
 }
 
 /// Runs a handled task that never left its owner for its handle, moving the
@@ -1395,7 +1405,6 @@ impl<F: FnOnce() -> R, R> StackJob<F, R> {
         run_inline: None,
         run_value: None,
         cancel: Self::cancel,
-        #[cfg(feature = "trace")]
         type_name: std::any::type_name::<F>,
     };
 

@@ -1212,6 +1212,7 @@ impl Worker {
         // Someone's tasks may be stranded: come back to rescue them.
         let timeout = scan.stranded.then_some(RESCUE_AFTER);
         let incoming = || !shared.mailboxes[me].is_empty() || shared.replies[me].has_reply();
+        crate::core::stall::note_park(shared, me, until);
         shared.counters[me].parks.bump();
         match until {
             Until::Shutdown => {

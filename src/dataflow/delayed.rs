@@ -20,6 +20,7 @@ use crate::core::pool::current_registry;
 use crate::core::registry::{Arrival, Registry};
 use crate::core::sync::UnsafeCell;
 use crate::core::task::{self, TaskRef};
+use crate::core::trace::names::TaskName;
 use crate::dataflow::event::{Claim, Dep, Outcome, Waiter};
 use std::cell::{Cell, RefCell};
 use std::mem::{ManuallyDrop, MaybeUninit};
@@ -98,8 +99,14 @@ impl Node {
 }
 
 /// Makes `task` (of `runtime`) wait for `deps`, or schedules it at once
-/// when there are none left to wait for.
-pub(crate) fn delay(runtime: &Arc<Registry>, task: TaskRef, deps: impl IntoIterator<Item = Dep>) {
+/// when there are none left to wait for. `N` is the closure the task's
+/// maker was given, after which a parked task is named (see
+/// [`Parked::census`]).
+pub(crate) fn delay<N>(
+    runtime: &Arc<Registry>,
+    task: TaskRef,
+    deps: impl IntoIterator<Item = Dep>,
+) {
     let waiter = Waiter::new(deps);
     if waiter.all_fulfilled() {
         drop(waiter);
@@ -119,7 +126,12 @@ pub(crate) fn delay(runtime: &Arc<Registry>, task: TaskRef, deps: impl IntoItera
     };
     let here = Parked::worker_here(runtime);
     // SAFETY: `here` is `worker_here` of this thread for `runtime`.
-    let slot = unsafe { runtime.parked.register(here, node.cast(), reclaim_node) };
+    let slot = unsafe {
+        let name = TaskName::of::<N>();
+        runtime
+            .parked
+            .register(here, node.cast(), name, reclaim_node)
+    };
     // SAFETY: the node is ours alone until `Waiter::start` below (the
     // registry only stores its address before then).
     unsafe { ptr::addr_of_mut!((*node.as_ptr()).slot).write(slot) };
@@ -266,7 +278,9 @@ fn cancel_now(w: NonNull<Waiter>) {
 /// handle of `p1` in its closure, and task B waiting on `p1` with a
 /// handle of `p2`, wait for each other forever. The promises cannot break
 /// either, because the handles that would break them live in the parked
-/// closures. Such a cycle is a user error; the runtime does not detect it.
+/// closures. Such a cycle is a user error; the runtime cannot prove it (a
+/// thread outside it might still fulfil one of the promises), but it warns
+/// once nothing has run for a while (see below).
 ///
 /// - **What happens**: the tasks never run, and joining them waits
 ///   forever. When their runtime is dropped, the tasks of that runtime
@@ -274,10 +288,13 @@ fn cancel_now(w: NonNull<Waiter>) {
 ///   are dropped, so the memory is freed and every handle reports
 ///   cancellation because the runtime shut down. The global runtime is
 ///   never dropped, so there the cycle lives until the process exits.
-/// - **How to see it**: [`crate::RuntimeStats::tasks_waiting_on_dependencies`]
-///   counts the tasks parked on promises; a program that hangs with this
-///   count above zero once nothing else runs is waiting on promises nobody
-///   will fulfill. Print [`crate::Runtime::stats`] from a watchdog thread.
+/// - **How to see it**: when a join or a scope waits while no task of the
+///   runtime has run for a while (10 s by default, see
+///   [`crate::Builder::stall_warning`]) and tasks sit parked on promises,
+///   the runtime says so on standard error, once, with the number of
+///   parked tasks, a few of their names and what each waiting thread waits
+///   for. [`crate::RuntimeStats::tasks_waiting_on_dependencies`] counts the
+///   tasks parked on promises at any time.
 /// - **How to avoid it**: fulfill (or drop) each promise from a task that
 ///   does not depend on it, or keep its handle outside the tasks that
 ///   wait on it, in code that fulfills or drops it when done.
@@ -349,7 +366,7 @@ where
         // Nothing to wait for (known without looking): a plain spawn.
         runtime.schedule(task, Arrival::Delayed);
     } else {
-        delay(runtime, task, deps);
+        delay::<N>(runtime, task, deps);
     }
     // Where the task was queued, if it was, the block says (see
     // `Worker::push_delayed`): its handle looks there.

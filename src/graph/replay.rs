@@ -99,7 +99,6 @@ impl<'g> NodeTask<'g> {
         run_inline: None,
         run_value: None,
         cancel: Self::cancel_task,
-        #[cfg(feature = "trace")]
         type_name: || "graph node task",
     };
 

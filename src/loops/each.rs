@@ -94,6 +94,6 @@ pub(super) fn park_bucket<B: Body>(
         None => (Out::ROOT, acc),
     };
     let task = Part::new(job, from, end, parked_out).into_task();
-    delayed::delay(&w.shared, task, [each.dep(bucket)]);
+    delayed::delay::<B>(&w.shared, task, [each.dep(bucket)]);
     (end, acc)
 }

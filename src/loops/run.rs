@@ -336,7 +336,7 @@ impl<'p> ParallelFor<'p> {
             // them (or reports them broken).
             n => {
                 let part = Part::new(job, 0, n, Out::ROOT).into_task();
-                delayed::delay(runtime, part, self.deps);
+                delayed::delay::<F>(runtime, part, self.deps);
             }
         }
         handle
@@ -383,7 +383,7 @@ impl<'p> ParallelFor<'p> {
                 }
             } else {
                 let part = Part::new(&job, 0, count, Out::ROOT).into_task();
-                delayed::delay(&w.shared, part, deps);
+                delayed::delay::<B>(&w.shared, part, deps);
                 w.wait_until(Until::Latch(latch));
             }
             // SAFETY: every part finished (the latch is set, read with

@@ -204,7 +204,7 @@ impl<'scope> Scope<'scope> {
         F: FnOnce(&Scope<'scope>) + Send + 'scope,
     {
         let task = self.new_task(f);
-        delayed::delay(self.runtime(), task, deps);
+        delayed::delay::<F>(self.runtime(), task, deps);
     }
 
     /// Spawns `f` in this scope as a task that declares the accesses
@@ -252,7 +252,7 @@ impl<'scope> Scope<'scope> {
             let f = f;
             submission.run(std::any::type_name::<F>(), move |refs| f(s, refs))
         });
-        delayed::delay(self.runtime(), task, deps);
+        delayed::delay::<F>(self.runtime(), task, deps);
     }
 
     fn runtime(&self) -> &Arc<Registry> {

@@ -12,7 +12,8 @@
 //! - `record.rs`: the events, the per-runtime `Tracer`, flows (the arrows
 //!   from a fulfill or a steal to the task it sends on).
 //! - `chrome.rs`: writing the JSON.
-//! - `names.rs`: the names a user gives to the tasks it makes.
+//! - `names.rs`: the names a user gives to the tasks it makes, and a
+//!   task's name as another thread may read it.
 
 #[cfg(all(feature = "trace", not(loom)))]
 mod chrome;

@@ -93,6 +93,21 @@ pub(crate) fn name_words(name: &'static str) -> (u64, u64) {
     (name.as_ptr() as u64, name.len() as u64)
 }
 
+/// The `&'static str` whose [`name_words`] are `words`.
+///
+/// # Safety
+/// `words` were made by `name_words`.
+pub(crate) unsafe fn words_name(words: (u64, u64)) -> &'static str {
+    // SAFETY: the address and length of a `&'static str` (caller): valid
+    // UTF-8 that lives for the rest of the program.
+    unsafe {
+        std::str::from_utf8_unchecked(std::slice::from_raw_parts(
+            words.0 as usize as *const u8,
+            words.1 as usize,
+        ))
+    }
+}
+
 /// One worker's events, written only by that worker.
 pub(crate) struct Track {
     pub(crate) ring: EventRing<WORDS>,
