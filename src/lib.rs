@@ -170,7 +170,8 @@ pub mod protocols {
     pub use crate::core::steal::{Mailbox, Reply, ReplySlot, StealRequest, VictimSet};
     pub use crate::core::trace::ring::EventRing;
     pub use crate::dataflow::bucket_counts::BucketCounts;
-    pub use crate::dataflow::event::{Claim, Dep, Group, Outcome, Waiter};
+    pub use crate::dataflow::claim::Claim;
+    pub use crate::dataflow::event::{Dep, Group, Outcome, Waiter};
     pub use crate::graph::countdown::Countdown;
     pub use crate::loops::merge::{deposit, split, Out};
 }

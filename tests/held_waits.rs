@@ -95,7 +95,11 @@ fn a_read_behind_a_write_behind_the_held_read_is_refused() {
             && message.contains("holds Data \"x\" (Read"),
         "{message}"
     );
-    assert_eq!(x.into_inner(), 2, "the write ran after the read that held it");
+    assert_eq!(
+        x.into_inner(),
+        2,
+        "the write ran after the read that held it"
+    );
 }
 
 /// (b) A scope inside a task holding a write spawns a read of the same

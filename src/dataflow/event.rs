@@ -2,8 +2,8 @@
 //! walk that moves a task from one event to the next, and the reference
 //! counts that decide when an event is broken and when it is freed.
 //!
-//! An [`PromiseCell`] is an ephemeral MPSC channel: one atomic word that is either
-//! *open* (null, or the head of an intrusive stack of parked [`Waiter`]s) or
+//! A [`PromiseCell`] is an ephemeral MPSC channel: one atomic word, *open*
+//! (null, or the head of an intrusive stack of parked [`Waiter`]s) or
 //! *closed* (the `FULFILLED` or `BROKEN` marker). Parking pushes a waiter
 //! with a CAS that fails once the event is closed; closing swaps the marker
 //! in and takes the whole stack. So every waiter is handed to exactly one
@@ -21,8 +21,7 @@
 //! *refs*, everything that keeps the memory (handles and [`Dep`]s, including
 //! the deps parked waiters hold). When the last handle goes, every event
 //! still open is closed as broken and its waiters are cancelled; when the
-//! last ref goes, the group is freed. Both counts use one read-modify-write
-//! per release (no separate load-then-decrement, which is racy).
+//! last ref goes, the group is freed (one read-modify-write per release).
 
 use crate::core::stack_list::oldest_first;
 use crate::core::sync::{AtomicPtr, AtomicUsize, Ordering, UnsafeCell};
@@ -54,7 +53,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// The waiter this outcome hands over.
+    /// The waiter it hands over.
     pub fn waiter(&self) -> NonNull<Waiter> {
         match *self {
             Outcome::Ready(w) | Outcome::Cancelled(w) => w,
@@ -91,8 +90,7 @@ impl PromiseCell {
         self.head.load(Ordering::Acquire) == marker(FULFILLED)
     }
 
-    /// Whether the event is closed: fulfilled or broken. Acquire, as
-    /// [`PromiseCell::is_fulfilled`].
+    /// Whether the event is closed (fulfilled or broken); Acquire.
     pub fn is_closed(&self) -> bool {
         let head = self.head.load(Ordering::Acquire);
         head == marker(FULFILLED) || head == marker(BROKEN)
@@ -440,7 +438,8 @@ impl Dep {
         self.event().is_fulfilled()
     }
 
-    /// Whether the promise (or bucket) is closed: fulfilled, or broken.
+    /// Whether the promise (or bucket) is fulfilled or broken.
+    #[cfg(not(loom))]
     pub(crate) fn is_closed(&self) -> bool {
         self.event().is_closed()
     }
@@ -597,8 +596,7 @@ pub struct Waiter {
     next: UnsafeCell<*mut Waiter>,
     cursor: UnsafeCell<usize>,
     deps: DepList,
-    /// A relay's waiter ([`Waiter::relay`]), which its settler moves on
-    /// past a broken dependency.
+    /// A relay's waiter ([`Waiter::relay`]).
     relay: bool,
 }
 
@@ -618,12 +616,8 @@ impl Waiter {
         }
     }
 
-    /// A relay's waiter: one that waits for every dependency to close,
-    /// fulfilled or broken. The protocol treats it as any other; its
-    /// settler, handed `Cancelled` for a broken dependency, moves it on
-    /// with [`Waiter::resume_past_broken`], so it is done once its
-    /// outcome is `Ready`. (An access that never ran passes its turn on
-    /// with one, once the accesses before it are over.)
+    /// A relay's waiter, which waits for every dependency to close: its
+    /// settler moves it past broken ones ([`Waiter::resume_past_broken`]).
     pub fn relay(deps: impl IntoIterator<Item = Dep>) -> Self {
         Self {
             relay: true,
@@ -631,14 +625,13 @@ impl Waiter {
         }
     }
 
-    /// Whether this is a relay's waiter ([`Waiter::relay`]).
+    /// Whether it is a relay's.
     pub fn is_relay(&self) -> bool {
         self.relay
     }
 
-    /// Moves a relay's waiter past the broken dependency its
-    /// `Outcome::Cancelled` came from, to its next open dependency.
-    /// Returns `None` when it parked there, or its next outcome.
+    /// Moves a relay's waiter past the broken dependency its `Cancelled`
+    /// came from: `None` when it parked again, or its next outcome.
     ///
     /// # Safety
     /// The caller owns `w`, a relay's waiter drained from the broken event
@@ -702,118 +695,6 @@ impl std::fmt::Debug for Waiter {
     }
 }
 
-/// One reference on a [`Claim`]'s node.
-const CLAIM_REF: usize = 2;
-/// The claim bit of a [`Claim`].
-const CLAIMED: usize = 1;
-
-/// Who finishes with a parked task's node, when two parties may.
-///
-/// A delayed task that parked is known to two parties: the protocol (whoever
-/// drains its waiter and settles an [`Outcome`] for it) and its runtime's
-/// registry of parked tasks (which, when the runtime is dropped, takes back
-/// the tasks that can never run there). Either may try to take the task:
-/// [`Claim::claim`] lets exactly one of them win, and the winner alone runs
-/// or cancels the task. The node's memory holds one reference per party and
-/// is freed by whichever [`Claim::release`]s last, so a party that lost the
-/// claim (or never tried) may still read the node until it lets go.
-///
-/// The protocol side never learns of a claim by the registry until the
-/// waiter's events close: the waiter stays linked, is advanced like any
-/// other, and its outcome, once settled, finds the claim taken.
-#[derive(Debug)]
-pub struct Claim {
-    /// `CLAIMED`, plus `CLAIM_REF` per party still holding the node.
-    state: AtomicUsize,
-}
-
-impl Claim {
-    /// Unclaimed, with both parties' references.
-    pub fn new() -> Self {
-        Self {
-            state: AtomicUsize::new(2 * CLAIM_REF),
-        }
-    }
-
-    /// Takes the claim; `true` for the one caller that wins it.
-    ///
-    /// What the winner then reads of the node was written before the node
-    /// was handed to either party (through an event's release or the
-    /// registry's lock), so the claim needs no ordering of its own for
-    /// that; Acquire costs nothing more on the platforms we run on and
-    /// keeps the winner after everything the loser did before its claim.
-    pub fn claim(&self) -> bool {
-        self.state.fetch_or(CLAIMED, Ordering::Acquire) & CLAIMED == 0
-    }
-
-    /// Gives up the caller's reference; `true` for the last one, whose
-    /// caller must free the node.
-    ///
-    /// Release, then Acquire for the last, as `Arc`'s drop: everything the
-    /// other party did with the node (the winner taking the task out of
-    /// it) happens before the free.
-    pub fn release(&self) -> bool {
-        let old = self.state.fetch_sub(CLAIM_REF, Ordering::Release);
-        debug_assert!(old >= CLAIM_REF, "claim released more than twice");
-        if old & !CLAIMED != CLAIM_REF {
-            return false;
-        }
-        crate::core::sync::fence(Ordering::Acquire);
-        true
-    }
-}
-
-impl Default for Claim {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 #[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-
-    /// Every list of up to six dependencies over four events, in every
-    /// order and with every pattern of repeats (the inline path and the
-    /// spill past it): sorted by address, each event once, and one ref
-    /// held per event kept (the repeats' refs were given back).
-    #[test]
-    fn a_dependency_list_is_sorted_without_repeats() {
-        const EVENTS: usize = 4;
-        let group = Group::new(EVENTS);
-        // SAFETY: the test holds the group's handle until the end.
-        let g = unsafe { group.as_ref() };
-        for len in 1..=6u32 {
-            for code in 0..EVENTS.pow(len) {
-                let picks: Vec<usize> = (0..len as usize)
-                    .map(|k| code / EVENTS.pow(k as u32) % EVENTS)
-                    .collect();
-                // SAFETY: the handle keeps the group alive; `i < EVENTS`.
-                let deps = picks.iter().map(|&i| unsafe { Group::dep(group, i) });
-                let list = DepList::collect(deps);
-                let mut want: Vec<usize> = picks
-                    .iter()
-                    .map(|&i| g.event(i) as *const _ as usize)
-                    .collect();
-                want.sort_unstable();
-                want.dedup();
-                let got: Vec<usize> = (0..list.len())
-                    .map(|k| list.get(k).expect("in range").key())
-                    .collect();
-                assert_eq!(got, want, "dependencies {picks:?}");
-                assert_eq!(
-                    g.refs.load(Ordering::Relaxed),
-                    1 + want.len(),
-                    "refs for {picks:?}"
-                );
-            }
-        }
-        assert_eq!(
-            g.refs.load(Ordering::Relaxed),
-            1,
-            "every list gave its refs back"
-        );
-        // SAFETY: the test's handle, given up last.
-        unsafe { Group::release_handle(group, |_| unreachable!("nothing parked")) };
-    }
-}
+#[path = "event_tests.rs"]
+mod tests;

@@ -4,6 +4,7 @@
 #[cfg(not(loom))]
 pub(crate) mod access;
 pub(crate) mod bucket_counts;
+pub(crate) mod claim;
 #[cfg(not(loom))]
 pub(crate) mod data;
 #[cfg(not(loom))]
