@@ -3,7 +3,8 @@
 use crate::core::error::JoinError;
 use crate::core::join_slot::JoinSlot;
 use crate::core::task::{self, Header, TaskRef};
-use crate::core::worker::{thread_waker, Until, Worker};
+use crate::core::thread_waker::thread_waker;
+use crate::core::worker::{Until, Worker};
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;

@@ -41,7 +41,11 @@ pub(crate) mod steal;
 pub(crate) mod sync;
 #[cfg(not(loom))]
 pub(crate) mod task;
+#[cfg(not(loom))]
+pub(crate) mod thread_waker;
 pub(crate) mod trace;
 pub(crate) mod unwind;
+#[cfg(not(loom))]
+pub(crate) mod withdraw;
 #[cfg(not(loom))]
 pub(crate) mod worker;

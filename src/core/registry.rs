@@ -116,6 +116,29 @@ impl Registry {
         self.sleep.wake_any();
     }
 
+    /// Queues the tasks of `list` and wakes a parked worker for each, up to
+    /// one per worker: stolen work whose thief withdrew its request (see
+    /// `withdraw.rs`).
+    ///
+    /// # Safety
+    /// `list` is a non-null list made by `TaskRef::into_list`, owned by the
+    /// caller.
+    pub(crate) unsafe fn inject_list(&self, mut list: *mut Header) {
+        let mut queued = 0;
+        while !list.is_null() {
+            // SAFETY: a non-null list of the caller's (its promise).
+            let (task, rest) = unsafe { TaskRef::pop_list(list) };
+            self.injector.push(task);
+            list = rest;
+            queued += 1;
+        }
+        for _ in 0..queued.min(self.num_threads()) {
+            if !self.sleep.wake_any() {
+                break;
+            }
+        }
+    }
+
     /// Queues a delayed task that just became ready. Unlike other ways in,
     /// this one needs no handle on the runtime, so it may race the
     /// runtime's drop: the gate decides (see `gate.rs`). Either shutdown

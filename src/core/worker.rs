@@ -18,13 +18,14 @@ use crate::core::stats::WorkerCounters;
 use crate::core::steal::{Mailbox, Reply, StealPolicy, StealRequest, VictimSet};
 use crate::core::sync::Ordering;
 use crate::core::task::{self, Header, OwnPool, TaskRef};
+use crate::core::thread_waker::thread_waker;
 #[cfg(feature = "trace")]
 use crate::core::trace::record::{event, Kind, Track, NO_WORKER};
 use crate::core::unwind::AbortIfPanic;
 use std::cell::Cell;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::task::{Wake, Waker};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 /// How many tasks must already be queued on a worker's deque before a
@@ -601,7 +602,7 @@ impl Worker {
     /// the injector): the arrow to its run starts here, or passes through
     /// when a fulfill or a split started it.
     #[cfg(feature = "trace")]
-    fn trace_given(&self, task: &TaskRef, to: u64) {
+    pub(super) fn trace_given(&self, task: &TaskRef, to: u64) {
         if let Some(t) = self.trace {
             let mut flow = task.trace_flow();
             let starts = flow == 0;
@@ -749,8 +750,6 @@ impl Worker {
         let c = &shared.counters[self.index];
         match work {
             Some((list, n)) => {
-                c.requests_answered.bump();
-                c.tasks_given.add(n as u64);
                 #[cfg(feature = "trace")]
                 if let Some(t) = self.trace {
                     let thief = req.thief as u64;
@@ -765,8 +764,14 @@ impl Worker {
                     // SAFETY: the list is ours until the send below.
                     unsafe { task::for_each_listed(list, |task| self.trace_given(task, thief)) };
                 }
-                shared.replies[req.thief].send_work(list);
-                shared.sleep.wake(req.thief);
+                if shared.replies[req.thief].send_work(list) {
+                    c.requests_answered.bump();
+                    c.tasks_given.add(n as u64);
+                    shared.sleep.wake(req.thief);
+                } else {
+                    // SAFETY: the thief refused the list: it is still ours.
+                    unsafe { self.requeue_refused(req.thief, list) };
+                }
             }
             None => {
                 c.requests_declined.bump();
@@ -1017,14 +1022,17 @@ impl Worker {
         let mut rounds = 0u32;
         loop {
             if self.done(&until) {
+                self.stop_waiting();
                 return;
             }
             if let Some(task) = self.pop_above(base) {
+                self.stop_waiting();
                 self.execute(task);
                 rounds = 0;
                 continue;
             }
             if let Some(task) = self.find_outside_work() {
+                self.stop_waiting();
                 self.execute(task);
                 rounds = 0;
                 continue;
@@ -1045,6 +1053,7 @@ impl Worker {
             } else if rounds < PARK_AFTER {
                 std::thread::yield_now();
             } else if let Some(task) = self.older_work(&until) {
+                self.stop_waiting();
                 self.execute(task);
                 rounds = SPIN_ROUNDS;
             } else {
@@ -1055,6 +1064,15 @@ impl Worker {
                     rounds = SPIN_ROUNDS;
                 }
             }
+        }
+    }
+
+    /// This worker stops waiting for work (it runs a task not from its reply,
+    /// or its wait is over): a request of its still out is withdrawn.
+    #[inline(always)]
+    fn stop_waiting(&self) {
+        if self.in_flight.get() && self.withdraw_request() {
+            self.in_flight.set(false);
         }
     }
 
@@ -1278,23 +1296,5 @@ fn take_for(d: &OwnerGuard<'_, Deque<TaskRef>>, half: bool) -> Option<(*mut Head
     } else {
         d.steal_one()
             .map(|t| (t.into_list(std::ptr::null_mut()), 1))
-    }
-}
-
-/// A waker that unparks a thread: a foreign thread blocked in `join`, or a
-/// worker parked in one.
-struct ThreadUnparker(std::thread::Thread);
-
-/// A waker that unparks `thread`.
-pub(crate) fn thread_waker(thread: std::thread::Thread) -> Waker {
-    Waker::from(Arc::new(ThreadUnparker(thread)))
-}
-
-impl Wake for ThreadUnparker {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
     }
 }
