@@ -29,6 +29,8 @@ pub(crate) mod pool;
 pub(crate) mod registry;
 pub(crate) mod rescue;
 #[cfg(not(loom))]
+pub(crate) mod rescuer;
+#[cfg(not(loom))]
 pub(crate) mod send_ptr;
 pub(crate) mod signal;
 pub(crate) mod spare_blocks;

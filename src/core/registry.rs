@@ -103,6 +103,15 @@ impl Registry {
         self.outside_empty() && !self.inbox.has_pending()
     }
 
+    /// Whether a worker other than `me` has tasks queued on its deque: an
+    /// idle worker's last re-check before it parks (see `park.rs`).
+    pub(crate) fn queued_beside(&self, me: usize) -> bool {
+        self.deques
+            .iter()
+            .enumerate()
+            .any(|(i, d)| i != me && d.peek().queued_estimate() > 0)
+    }
+
     /// Makes a signal whose action runs on a worker of this runtime once
     /// [`fire_signal`] is called (see `signal.rs`).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]

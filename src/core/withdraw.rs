@@ -54,7 +54,6 @@ impl Worker {
     #[inline(never)]
     pub(super) unsafe fn requeue_refused(&self, thief: usize, list: *mut Header) {
         let shared = &*self.shared;
-        shared.counters[self.index].requests_declined.bump();
         // SAFETY: the caller's promise.
         unsafe { self.requeue(list) };
         shared.replies[thief].send_declined();
