@@ -152,3 +152,98 @@ fn a_thief_stops_waiting_before_its_answer(thief_withdraws: bool) {
 fn work_answered_to_a_thief_that_stopped_waiting_reaches_an_idle_worker() {
     a_thief_stops_waiting_before_its_answer(true);
 }
+
+/// A thief that withdrew its request and then waits for work again (it
+/// takes from its slot, which undoes the withdrawal) while the victim
+/// answers: the task runs exactly once, on the thief (the answer came
+/// after the undoing) or on the idle worker (it went to the injector), and
+/// the request ends with one answer.
+#[test]
+fn a_thief_back_to_waiting_takes_the_answer_or_the_injector_does() {
+    model(|| {
+        let me = thread::current();
+        let w = Arc::new(World {
+            mailbox: Mailbox::new(3),
+            reply: ReplySlot::new(),
+            injector: AtomicPtr::new(ptr::null_mut()),
+            sleep: Sleep::new(vec![me.clone(), me.clone(), me]),
+            ran: AtomicBool::new(false),
+            victim_finished: AtomicBool::new(false),
+            thief_finished: AtomicBool::new(false),
+        });
+        w.mailbox.post(StealRequest {
+            thief: THIEF,
+            tried: VictimSet::only(THIEF),
+            half: false,
+        });
+        let thief = {
+            let w = w.clone();
+            thread::spawn(move || {
+                // It ran other work (withdrawn), and is back to waiting.
+                match w.reply.withdraw() {
+                    Some(Reply::Work(task)) => inject(&w, task),
+                    Some(_) => panic!("the victim had work, yet the thief got none"),
+                    None => loop {
+                        match w.reply.take() {
+                            Reply::Pending => thread::park(),
+                            Reply::Declined => break,
+                            Reply::Work(task) => {
+                                // SAFETY: the victim sent the task to us.
+                                let task = unsafe { Box::from_raw(task) };
+                                // SAFETY: the task is ours to run.
+                                assert_eq!(task.0.with(|p| unsafe { *p }), 42);
+                                assert!(!w.ran.swap(true, Ordering::SeqCst), "ran twice");
+                                w.sleep.wake(IDLE);
+                                break;
+                            }
+                        }
+                    },
+                }
+                w.thief_finished.store(true, Ordering::SeqCst);
+            })
+        };
+        let victim = {
+            let w = w.clone();
+            let thief_thread = thief.thread().clone();
+            thread::spawn(move || {
+                let req = w.mailbox.take().expect("the thief's request");
+                let task = Box::into_raw(Box::new(Task(UnsafeCell::new(0))));
+                // SAFETY: the task is ours until it is sent.
+                unsafe { (*task).0.with_mut(|p| *p = 42) };
+                if !w.reply.send_work(task) {
+                    inject(&w, task);
+                    w.reply.send_declined();
+                }
+                // `Sleep::wake(thief)`: the thief waits parked, not
+                // registered here (see `World::sleep`).
+                assert_eq!(req.thief, THIEF);
+                thief_thread.unpark();
+                w.victim_finished.store(true, Ordering::SeqCst);
+            })
+        };
+        // The idle worker: runs injected work until the task has run.
+        loop {
+            let task = w.injector.load(Ordering::SeqCst);
+            if !task.is_null() {
+                // SAFETY: as in the model above.
+                let task = unsafe { Box::from_raw(task) };
+                // SAFETY: the task is ours to run.
+                assert_eq!(task.0.with(|p| unsafe { *p }), 42);
+                assert!(!w.ran.swap(true, Ordering::SeqCst), "ran twice");
+                break;
+            }
+            if w.ran.load(Ordering::SeqCst) {
+                break;
+            }
+            w.sleep.idle_park(IDLE, || {
+                !w.injector.load(Ordering::SeqCst).is_null() || w.ran.load(Ordering::SeqCst)
+            });
+        }
+        join_after(victim, &w.victim_finished);
+        join_after(thief, &w.thief_finished);
+        assert!(
+            matches!(w.reply.take(), Reply::Pending),
+            "an answer left over"
+        );
+    });
+}

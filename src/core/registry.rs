@@ -127,12 +127,12 @@ impl Registry {
 
     /// Queues the tasks of `list` and wakes a parked worker for each, up to
     /// one per worker: stolen work whose thief withdrew its request (see
-    /// `withdraw.rs`).
+    /// `withdraw.rs`). Returns how many tasks it queued.
     ///
     /// # Safety
     /// `list` is a non-null list made by `TaskRef::into_list`, owned by the
     /// caller.
-    pub(crate) unsafe fn inject_list(&self, mut list: *mut Header) {
+    pub(crate) unsafe fn inject_list(&self, mut list: *mut Header) -> usize {
         let mut queued = 0;
         while !list.is_null() {
             // SAFETY: a non-null list of the caller's (its promise).
@@ -146,6 +146,7 @@ impl Registry {
                 break;
             }
         }
+        queued
     }
 
     /// Queues a delayed task that just became ready. Unlike other ways in,

@@ -179,10 +179,22 @@ impl<T> ReplySlot<T> {
         !p.is_null() && p != Self::withdrawn()
     }
 
-    /// Thief side: take the answer, if any.
+    /// Thief side: take the answer, if any. A thief that takes is waiting
+    /// for work again: a withdrawal of its request is undone, so that the
+    /// answer, still to come, may bring work again.
     pub fn take(&self) -> Reply<T> {
         let p = self.slot.load(Ordering::Relaxed);
-        if p.is_null() || p == Self::withdrawn() {
+        if p == Self::withdrawn() {
+            // Fails only if the answer came meanwhile: taken next time.
+            let _ = self.slot.compare_exchange(
+                Self::withdrawn(),
+                std::ptr::null_mut(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            return Reply::Pending;
+        }
+        if p.is_null() {
             return Reply::Pending;
         }
         // Only the thief moves the slot off an answer, so the swap returns
@@ -393,7 +405,6 @@ mod tests {
         assert_eq!(slot.withdraw(), None);
         assert_eq!(slot.withdraw(), None, "withdrawing twice is harmless");
         assert!(!slot.has_reply(), "a withdrawal is not an answer");
-        assert_eq!(slot.take(), Reply::Pending);
         let mut x = 7u64;
         assert!(!slot.send_work(&mut x), "work sent after a withdrawal");
         slot.send_declined();
@@ -401,6 +412,16 @@ mod tests {
         assert_eq!(slot.take(), Reply::Declined);
         // The next request starts from an empty slot.
         assert!(slot.send_work(&mut x));
+        assert_eq!(slot.take(), Reply::Work(&mut x as *mut u64));
+    }
+
+    #[test]
+    fn a_thief_that_takes_again_undoes_its_withdrawal() {
+        let slot = ReplySlot::<u64>::new();
+        assert_eq!(slot.withdraw(), None);
+        assert_eq!(slot.take(), Reply::Pending, "no answer yet");
+        let mut x = 7u64;
+        assert!(slot.send_work(&mut x), "the thief waits for work again");
         assert_eq!(slot.take(), Reply::Work(&mut x as *mut u64));
     }
 

@@ -36,7 +36,9 @@ impl Worker {
             None => false,
             Some(Reply::Work(list)) => {
                 // SAFETY: the list came through our reply slot: it is ours.
-                unsafe { self.requeue(list) };
+                let n = unsafe { self.requeue(list) };
+                // Received (its victim counted it given), then passed on.
+                self.shared.counters[self.index].tasks_stolen.add(n as u64);
                 true
             }
             Some(Reply::Declined | Reply::Pending) => true,
@@ -45,7 +47,8 @@ impl Worker {
 
     /// The answering side: `list`, the work this worker took for `thief`,
     /// found its request withdrawn. The work goes to the injector, and the
-    /// request ends declined.
+    /// request ends declined (and is counted so; a trace shows its tasks
+    /// given to the thief, then to the injector).
     ///
     /// # Safety
     /// `list` is a non-null list made by `TaskRef::into_list`, owned by the
@@ -54,6 +57,8 @@ impl Worker {
     #[inline(never)]
     pub(super) unsafe fn requeue_refused(&self, thief: usize, list: *mut Header) {
         let shared = &*self.shared;
+        // The thief got no work: declined, as its answer says.
+        shared.counters[self.index].requests_declined.bump();
         // SAFETY: the caller's promise.
         unsafe { self.requeue(list) };
         shared.replies[thief].send_declined();
@@ -61,17 +66,17 @@ impl Worker {
     }
 
     /// Queues the tasks of `list` in the injector and wakes parked workers
-    /// for them.
+    /// for them; returns how many.
     ///
     /// # Safety
     /// As for [`Worker::requeue_refused`].
-    unsafe fn requeue(&self, list: *mut Header) {
+    unsafe fn requeue(&self, list: *mut Header) -> usize {
         #[cfg(feature = "trace")]
         // SAFETY: the list is ours (caller).
         unsafe {
             task::for_each_listed(list, |task: &TaskRef| self.trace_given(task, NO_WORKER))
         };
         // SAFETY: the caller's promise.
-        unsafe { self.shared.inject_list(list) };
+        unsafe { self.shared.inject_list(list) }
     }
 }

@@ -40,6 +40,11 @@ const THIEVES_LATELY_TICKS: u64 = 1 << 18;
 const SPIN_ROUNDS: u32 = 32;
 /// Failed rounds before an idle or waiting worker parks.
 const PARK_AFTER: u32 = 256;
+/// The longest a worker yields before it parks, however few rounds that
+/// was: on a CPU shared with busy threads a yield can last a time slice,
+/// and a parking worker is the one that rescues requests stranded behind
+/// a worker stuck in user code.
+const YIELD_FOR: Duration = Duration::from_millis(1);
 /// How often a worker waiting in `sync_root` re-checks quiescence while parked.
 const SYNC_ROOT_POLL: Duration = Duration::from_micros(500);
 /// How long a worker must stay out of its scheduler code, with tasks
@@ -750,30 +755,32 @@ impl Worker {
         let c = &shared.counters[self.index];
         match work {
             Some((list, n)) => {
-                // Counted as given even if the thief withdrew: the tasks
-                // then go to the injector (`requeue_refused`).
+                #[cfg(feature = "trace")]
+                if self.trace.is_some() {
+                    let thief = req.thief as u64;
+                    // SAFETY: the list is ours until the send below.
+                    unsafe { task::for_each_listed(list, |task| self.trace_given(task, thief)) };
+                }
+                if !shared.replies[req.thief].send_work(list) {
+                    // SAFETY: the thief refused the list: it is still ours.
+                    unsafe { self.requeue_refused(req.thief, list) };
+                    return;
+                }
                 c.requests_answered.bump();
                 c.tasks_given.add(n as u64);
                 #[cfg(feature = "trace")]
                 if let Some(t) = self.trace {
-                    let thief = req.thief as u64;
+                    let (thief, flow) = (req.thief as u64, req.flow);
                     t.record(event(
                         Kind::StealAnswered,
                         thief,
                         ticks(),
                         n as u64,
-                        req.flow,
+                        flow,
                         (0, 0),
                     ));
-                    // SAFETY: the list is ours until the send below.
-                    unsafe { task::for_each_listed(list, |task| self.trace_given(task, thief)) };
                 }
-                if shared.replies[req.thief].send_work(list) {
-                    shared.sleep.wake(req.thief);
-                } else {
-                    // SAFETY: the thief refused the list: it is still ours.
-                    unsafe { self.requeue_refused(req.thief, list) };
-                }
+                shared.sleep.wake(req.thief);
             }
             None => {
                 c.requests_declined.bump();
@@ -1029,6 +1036,7 @@ impl Worker {
     fn wait_loop(&self, until: Until<'_>) {
         let base = self.frame_base.get();
         let mut rounds = 0u32;
+        let mut yielding_since = None;
         loop {
             if self.done(&until) {
                 self.stop_waiting();
@@ -1058,15 +1066,22 @@ impl Worker {
             }
             rounds = rounds.saturating_add(1);
             if rounds < SPIN_ROUNDS {
+                yielding_since = None;
                 std::hint::spin_loop();
             } else if rounds < PARK_AFTER {
-                std::thread::yield_now();
+                if yielding_since.get_or_insert_with(Instant::now).elapsed() < YIELD_FOR {
+                    std::thread::yield_now();
+                } else {
+                    rounds = PARK_AFTER;
+                }
             } else if let Some(task) = self.older_work(&until) {
                 self.stop_waiting();
                 self.execute(task);
                 rounds = SPIN_ROUNDS;
+                yielding_since = None;
             } else {
                 self.park(&until);
+                yielding_since = None;
                 if !matches!(until, Until::Shutdown) {
                     // A waiter goes back to asking for work after a park; an
                     // idle worker waits to be handed some.
