@@ -197,6 +197,41 @@ fn an_idle_worker_comes_back_for_tasks_queued_after_it_parked() {
 }
 
 #[test]
+fn tasks_spawned_before_their_spawner_blocks_reach_parked_workers() {
+    // The root worker lets every other worker park, spawns a consumer that
+    // waits for a producer, then the producer, and blocks in user code on
+    // the consumer's answer. Parked workers send no requests, and nothing
+    // was queued when they parked: each spawn must wake a worker of its
+    // own. (Waking one for the consumer and none for the producer, whose
+    // spawn found the consumer still on its way through the injector, left
+    // the producer in the blocked root's deque: the consumer's worker and
+    // the root waited for it forever.)
+    let _watchdog = Watchdog::new(
+        "tasks spawned before their spawner blocks",
+        Duration::from_secs(30),
+    );
+    let rt = Runtime::builder().num_threads(6).build().unwrap();
+    for rep in 0..10 {
+        let answer = rt.run(|| {
+            std::thread::sleep(Duration::from_millis(50));
+            let (to_consumer, from_producer) = std::sync::mpsc::channel::<u64>();
+            let (to_root, from_consumer) = std::sync::mpsc::channel::<u64>();
+            let consumer = spawn(move || {
+                let v = from_producer.recv().unwrap();
+                to_root.send(v + 1).unwrap();
+            });
+            let producer = spawn(move || to_consumer.send(41).unwrap());
+            // A wait the scheduler cannot see.
+            let answer = from_consumer.recv().unwrap();
+            consumer.join();
+            producer.join();
+            answer
+        });
+        assert_eq!(answer, 42, "rep {rep}");
+    }
+}
+
+#[test]
 fn steal_requests_go_to_the_worker_with_queued_tasks() {
     // Four of six workers sit in long calls with nothing queued; the root
     // worker queues tasks and runs them; the free worker steals. Its

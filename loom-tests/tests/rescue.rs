@@ -122,7 +122,8 @@ fn answer(w: &World, mut take: impl FnMut() -> Option<usize>) {
         assert_eq!(req.thief, 1);
         w.answers.fetch_add(1, Ordering::Relaxed);
         match take() {
-            Some(t) => w.reply.send_work(t as *mut u64),
+            // The thief never withdraws here: the slot takes the work.
+            Some(t) => assert!(w.reply.send_work(t as *mut u64)),
             None => w.reply.send_declined(),
         }
     }

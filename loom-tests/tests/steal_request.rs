@@ -55,7 +55,8 @@ fn request_round_trip(victim2_has_work: bool) {
                     let req = w2.mailboxes[2].take().expect("request forwarded");
                     assert_eq!(req.thief, 0);
                     if victim2_has_work {
-                        w2.reply.send_work(Box::into_raw(Box::new(42u64)));
+                        // The thief does not withdraw: the slot takes it.
+                        assert!(w2.reply.send_work(Box::into_raw(Box::new(42u64))));
                     } else {
                         w2.reply.send_declined();
                     }

@@ -31,6 +31,8 @@ pub(crate) mod pool;
 pub(crate) mod registry;
 pub(crate) mod rescue;
 #[cfg(not(loom))]
+pub(crate) mod rescuer;
+#[cfg(not(loom))]
 pub(crate) mod send_ptr;
 pub(crate) mod signal;
 pub(crate) mod spare_blocks;
@@ -45,7 +47,11 @@ pub(crate) mod steal;
 pub(crate) mod sync;
 #[cfg(not(loom))]
 pub(crate) mod task;
+#[cfg(not(loom))]
+pub(crate) mod thread_waker;
 pub(crate) mod trace;
 pub(crate) mod unwind;
+#[cfg(not(loom))]
+pub(crate) mod withdraw;
 #[cfg(not(loom))]
 pub(crate) mod worker;

@@ -15,16 +15,35 @@
 //! is lost. `std::thread::park` keeps a token, so an unpark that lands before
 //! the park is not lost either.
 //!
+//! Work queued on a worker's own deque has no waker: a worker that pushes a
+//! task only *shares* it with sleepers when it sees some
+//! ([`Sleep::sleepers_after_queueing`]), and a push is too hot for a CPU
+//! fence. That pair is asymmetric, as the rescue protocol's (`rescue.rs`):
+//! an idle sleeper *announces* itself (the count `has_sleepers` reads)
+//! before its re-check, then issues the heavy barrier, and its re-check
+//! looks at the other workers' deques; the pusher stores its deque's top,
+//! issues the light barrier (a compiler fence) and reads the count. Either
+//! the sleeper sees the task or the pusher sees the sleeper. Where the heavy
+//! barrier is missing (not Linux, no `membarrier`), an idle sleeper parks
+//! for at most [`UNPAIRED_PARK`] instead.
+//!
 //! Idle sleepers also *commit* under a mutex: the count of committed sleepers
 //! is how a runtime knows it is quiescent (`sync_root`, shutdown), and the
 //! mutex makes "all committed and all still asleep" a stable observation.
 
+use crate::core::rescue;
 use crate::core::sync::{fence, lock, thread, AtomicU8, AtomicUsize, Condvar, Mutex, Ordering};
 use crossbeam_utils::CachePadded;
+use std::time::Duration;
 
 const AWAKE: u8 = 0;
 const SLEEPING: u8 = 1;
 const JOIN_WAITING: u8 = 2;
+
+/// The longest an idle worker parks where the heavy barrier is missing:
+/// a push may then miss its announcement (see the module docs), and the
+/// worker comes back for tasks queued meanwhile this late at worst.
+pub const UNPAIRED_PARK: Duration = Duration::from_millis(10);
 
 /// Parks the calling thread for at most `t` (loom has no timed park: there
 /// it parks until unparked, and the models never time out).
@@ -44,8 +63,9 @@ pub struct Sleep {
     states: Box<[CachePadded<AtomicU8>]>,
     threads: Box<[thread::Thread]>,
     committed: Mutex<usize>,
-    /// A lock-free copy of `committed`, for cheap "is anyone asleep?" hints.
-    sleepers_hint: AtomicUsize,
+    /// Idle workers parked or about to park: each counts itself in before
+    /// its last re-check, and out once awake (see the module docs).
+    announced: AtomicUsize,
     quiescent: Condvar,
     next_wake: AtomicUsize,
 }
@@ -60,7 +80,7 @@ impl Sleep {
                 .collect(),
             threads: threads.into_boxed_slice(),
             committed: Mutex::new(0),
-            sleepers_hint: AtomicUsize::new(0),
+            announced: AtomicUsize::new(0),
             quiescent: Condvar::new(),
             next_wake: AtomicUsize::new(0),
         }
@@ -73,7 +93,9 @@ impl Sleep {
 
     /// Parks the idle worker `me` unless `has_work` finds something. Returns
     /// whether it actually slept. `has_work` must check every source whose
-    /// producer calls [`Sleep::wake`] or [`Sleep::wake_any`] afterwards.
+    /// producer calls [`Sleep::wake`] or [`Sleep::wake_any`] afterwards, and
+    /// every deque whose owner calls [`Sleep::sleepers_after_queueing`]
+    /// after a push.
     #[cfg_attr(not(loom), allow(dead_code))] // the loom models use it
     pub fn idle_park(&self, me: usize, has_work: impl Fn() -> bool) -> bool {
         self.idle_park_for(me, has_work, None)
@@ -89,11 +111,26 @@ impl Sleep {
     ) -> bool {
         let state = &self.states[me];
         state.store(SLEEPING, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
+        // Counted in before the re-check: a pusher that reads the count
+        // after its push either sees us or its task is seen below.
+        self.announced.fetch_add(1, Ordering::SeqCst);
+        // Pairs with the fence of `wake` and `wake_any` (work they publish)
+        // and with the pusher's light barrier in `sleepers_after_queueing`
+        // (tasks pushed on deques). The heavy barrier begins with a SeqCst
+        // fence of its own.
+        let paired = rescue::available() && rescue::heavy_barrier();
+        if !paired {
+            fence(Ordering::SeqCst);
+        }
         if has_work() {
             let _ = state.compare_exchange(SLEEPING, AWAKE, Ordering::SeqCst, Ordering::SeqCst);
+            self.announced.fetch_sub(1, Ordering::SeqCst);
             return false;
         }
+        let timeout = match (paired, timeout) {
+            (true, t) => t,
+            (false, t) => Some(t.map_or(UNPAIRED_PARK, |t| t.min(UNPAIRED_PARK))),
+        };
         self.commit(1);
         match timeout {
             None => {
@@ -122,13 +159,13 @@ impl Sleep {
             }
         }
         self.commit(-1);
+        self.announced.fetch_sub(1, Ordering::SeqCst);
         true
     }
 
     fn commit(&self, delta: isize) {
         let mut c = lock(&self.committed);
         *c = c.wrapping_add_signed(delta);
-        self.sleepers_hint.store(*c, Ordering::Relaxed);
         if *c == self.threads.len() {
             self.quiescent.notify_all();
         }
@@ -247,16 +284,28 @@ impl Sleep {
         &self.threads[worker]
     }
 
-    /// A cheap hint that some worker is idle-parked.
+    /// A cheap hint that some worker is idle-parked or about to park.
     #[inline]
     pub fn has_sleepers(&self) -> bool {
         self.sleepers() != 0
     }
 
-    /// A hint of how many workers are idle-parked (committed asleep).
+    /// A hint of how many workers are idle-parked or about to park.
     #[inline]
     pub fn sleepers(&self) -> usize {
-        self.sleepers_hint.load(Ordering::Relaxed)
+        self.announced.load(Ordering::Relaxed)
+    }
+
+    /// [`Sleep::has_sleepers`], asked by a worker that has just queued a
+    /// task on its own deque: if it says no, any worker about to idle-park
+    /// sees the task in its re-check (module docs). Costs a compiler fence:
+    /// the light barrier, which keeps the load after the push's store of
+    /// the deque's top and pairs with the heavy barrier in
+    /// [`Sleep::idle_park_for`].
+    #[inline(always)]
+    pub fn sleepers_after_queueing(&self) -> bool {
+        rescue::light_barrier();
+        self.has_sleepers()
     }
 
     fn all_asleep_except(&self, committed: usize, except: Option<usize>) -> bool {

@@ -107,6 +107,15 @@ impl Registry {
         self.outside_empty() && !self.inbox.has_pending()
     }
 
+    /// Whether a worker other than `me` has tasks queued on its deque: an
+    /// idle worker's last re-check before it parks (see `park.rs`).
+    pub(crate) fn queued_beside(&self, me: usize) -> bool {
+        self.deques
+            .iter()
+            .enumerate()
+            .any(|(i, d)| i != me && d.peek().queued_estimate() > 0)
+    }
+
     /// Makes a signal whose action runs on a worker of this runtime once
     /// [`fire_signal`] is called (see `signal.rs`).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
@@ -155,6 +164,30 @@ impl Registry {
     pub(crate) fn inject(&self, task: TaskRef) {
         self.injector.push(task);
         self.sleep.wake_any();
+    }
+
+    /// Queues the tasks of `list` and wakes a parked worker for each, up to
+    /// one per worker: stolen work whose thief withdrew its request (see
+    /// `withdraw.rs`). Returns how many tasks it queued.
+    ///
+    /// # Safety
+    /// `list` is a non-null list made by `TaskRef::into_list`, owned by the
+    /// caller.
+    pub(crate) unsafe fn inject_list(&self, mut list: *mut Header) -> usize {
+        let mut queued = 0;
+        while !list.is_null() {
+            // SAFETY: a non-null list of the caller's (its promise).
+            let (task, rest) = unsafe { TaskRef::pop_list(list) };
+            self.injector.push(task);
+            list = rest;
+            queued += 1;
+        }
+        for _ in 0..queued.min(self.num_threads()) {
+            if !self.sleep.wake_any() {
+                break;
+            }
+        }
+        queued
     }
 
     /// Queues a delayed task that just became ready. Unlike other ways in,

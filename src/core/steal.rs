@@ -7,6 +7,15 @@
 //! request to a victim not yet tried, and the last one to decline writes
 //! [`Reply::Declined`] into the slot. So every request ends in the thief's
 //! slot exactly once, with tasks or without.
+//!
+//! A thief that takes other work while its request travels (a task from
+//! the injector) *withdraws* the request ([`ReplySlot::withdraw`]): that
+//! task may run for long, even wait for the very tasks the request would
+//! bring, and tasks in a reply slot are out of every other worker's reach.
+//! An answer with work that finds the request withdrawn is refused
+//! ([`ReplySlot::send_work`] returns `false`); its sender queues the tasks
+//! where any worker finds them and ends the request with
+//! [`ReplySlot::send_declined`].
 
 use crate::core::sync::{AtomicPtr, AtomicUsize, Ordering};
 
@@ -63,9 +72,13 @@ pub enum Reply<T> {
 
 /// A one-slot channel from whichever victim answers to the thief.
 ///
-/// Only one request per thief is in flight, so there is only ever one writer
-/// per reply; the slot needs no queue, only a release store and an acquire
-/// swap.
+/// Only one request per thief is in flight, so there is only ever one
+/// answer per request; the slot needs no queue. It holds null (no answer
+/// yet), a withdrawal (the thief stopped waiting; no answer yet), the
+/// declined mark, or a task list. The thief's withdrawal and a victim's
+/// answer with work are compare-exchanges from null, so exactly one of them
+/// happens first: either the thief finds the work when it withdraws, or
+/// the victim finds the withdrawal and keeps its work.
 #[derive(Debug)]
 pub struct ReplySlot<T> {
     slot: AtomicPtr<T>,
@@ -87,9 +100,14 @@ impl<T> Default for ReplySlot<T> {
 
 impl<T> ReplySlot<T> {
     /// Marks "every victim declined". Never a valid task address: task
-    /// blocks are aligned far beyond 1.
+    /// blocks are aligned far beyond 2.
     fn declined() -> *mut T {
-        std::ptr::dangling_mut::<u8>() as *mut T
+        std::ptr::without_provenance_mut(1)
+    }
+
+    /// Marks "the thief withdrew its request" (see the module docs).
+    fn withdrawn() -> *mut T {
+        std::ptr::without_provenance_mut(2)
     }
 
     /// An empty slot.
@@ -99,33 +117,90 @@ impl<T> ReplySlot<T> {
         }
     }
 
-    /// Victim side: hand `work` (never null) to the thief.
-    pub fn send_work(&self, work: *mut T) {
-        debug_assert!(!work.is_null() && work != Self::declined());
-        let prev = self.slot.swap(work, Ordering::AcqRel);
-        debug_assert!(prev.is_null(), "two answers to one steal request");
+    /// Victim side: hand `work` (never null) to the thief. Returns `false`,
+    /// keeping `work` with the caller, if the thief withdrew its request:
+    /// the caller then queues the work elsewhere and ends the request with
+    /// [`ReplySlot::send_declined`].
+    pub fn send_work(&self, work: *mut T) -> bool {
+        debug_assert!(!work.is_null() && work != Self::declined() && work != Self::withdrawn());
+        // Release: publishes the list (its links, its tasks) to the thief's
+        // Acquire in `take` or in a failed `withdraw`.
+        match self.slot.compare_exchange(
+            std::ptr::null_mut(),
+            work,
+            Ordering::Release,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => true,
+            Err(prev) => {
+                debug_assert!(
+                    prev == Self::withdrawn(),
+                    "two answers to one steal request"
+                );
+                false
+            }
+        }
     }
 
-    /// Last victim side: tell the thief everyone declined.
+    /// Last victim side: tell the thief everyone declined (or that the work
+    /// it withdrew from went elsewhere).
     pub fn send_declined(&self) {
         let prev = self.slot.swap(Self::declined(), Ordering::AcqRel);
-        debug_assert!(prev.is_null(), "two answers to one steal request");
+        debug_assert!(
+            prev.is_null() || prev == Self::withdrawn(),
+            "two answers to one steal request"
+        );
     }
 
-    /// Whether an answer is waiting (for the parking check).
+    /// Thief side, with its request in flight, before it runs work found
+    /// elsewhere: from now on an answer with work is refused. Returns
+    /// `None` if the request is withdrawn (its answer, declined, comes
+    /// later, and the thief stays in flight until then), or the answer
+    /// that arrived first, taken out of the slot (the request has ended).
+    pub fn withdraw(&self) -> Option<Reply<T>> {
+        // Relaxed: a withdrawal carries no data, and an answer found here is
+        // taken by `take`, whose Acquire pairs with `send_work`'s Release.
+        match self.slot.compare_exchange(
+            std::ptr::null_mut(),
+            Self::withdrawn(),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => None,
+            Err(p) if p == Self::withdrawn() => None,
+            Err(_) => Some(self.take()),
+        }
+    }
+
+    /// Whether an answer is waiting (for the parking check). A withdrawal
+    /// is not an answer.
     pub fn has_reply(&self) -> bool {
-        !self.slot.load(Ordering::Acquire).is_null()
+        let p = self.slot.load(Ordering::Acquire);
+        !p.is_null() && p != Self::withdrawn()
     }
 
-    /// Thief side: take the answer, if any.
+    /// Thief side: take the answer, if any. A thief that takes is waiting
+    /// for work again: a withdrawal of its request is undone, so that the
+    /// answer, still to come, may bring work again.
     pub fn take(&self) -> Reply<T> {
-        if self.slot.load(Ordering::Relaxed).is_null() {
+        let p = self.slot.load(Ordering::Relaxed);
+        if p == Self::withdrawn() {
+            // Fails only if the answer came meanwhile: taken next time.
+            let _ = self.slot.compare_exchange(
+                Self::withdrawn(),
+                std::ptr::null_mut(),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
             return Reply::Pending;
         }
-        let p = self.slot.swap(std::ptr::null_mut(), Ordering::AcqRel);
         if p.is_null() {
-            Reply::Pending
-        } else if p == Self::declined() {
+            return Reply::Pending;
+        }
+        // Only the thief moves the slot off an answer, so the swap returns
+        // the answer just seen. Acquire: pairs with `send_work`'s Release.
+        let p = self.slot.swap(std::ptr::null_mut(), Ordering::Acquire);
+        if p == Self::declined() {
             Reply::Declined
         } else {
             Reply::Work(p)
@@ -319,8 +394,45 @@ mod tests {
         assert!(slot.has_reply());
         assert_eq!(slot.take(), Reply::Declined);
         let mut x = 7u64;
-        slot.send_work(&mut x);
+        assert!(slot.send_work(&mut x));
         assert_eq!(slot.take(), Reply::Work(&mut x as *mut u64));
         assert_eq!(slot.take(), Reply::Pending);
+    }
+
+    #[test]
+    fn a_withdrawn_request_refuses_work_and_ends_declined() {
+        let slot = ReplySlot::<u64>::new();
+        assert_eq!(slot.withdraw(), None);
+        assert_eq!(slot.withdraw(), None, "withdrawing twice is harmless");
+        assert!(!slot.has_reply(), "a withdrawal is not an answer");
+        let mut x = 7u64;
+        assert!(!slot.send_work(&mut x), "work sent after a withdrawal");
+        slot.send_declined();
+        assert!(slot.has_reply());
+        assert_eq!(slot.take(), Reply::Declined);
+        // The next request starts from an empty slot.
+        assert!(slot.send_work(&mut x));
+        assert_eq!(slot.take(), Reply::Work(&mut x as *mut u64));
+    }
+
+    #[test]
+    fn a_thief_that_takes_again_undoes_its_withdrawal() {
+        let slot = ReplySlot::<u64>::new();
+        assert_eq!(slot.withdraw(), None);
+        assert_eq!(slot.take(), Reply::Pending, "no answer yet");
+        let mut x = 7u64;
+        assert!(slot.send_work(&mut x), "the thief waits for work again");
+        assert_eq!(slot.take(), Reply::Work(&mut x as *mut u64));
+    }
+
+    #[test]
+    fn withdrawing_after_the_answer_takes_the_answer() {
+        let slot = ReplySlot::<u64>::new();
+        let mut x = 7u64;
+        assert!(slot.send_work(&mut x));
+        assert_eq!(slot.withdraw(), Some(Reply::Work(&mut x as *mut u64)));
+        assert_eq!(slot.take(), Reply::Pending, "the answer was taken once");
+        slot.send_declined();
+        assert_eq!(slot.withdraw(), Some(Reply::Declined));
     }
 }

@@ -288,12 +288,12 @@ impl TaskRef {
     /// Splits the head off a list made by [`TaskRef::into_list`].
     ///
     /// # Safety
-    /// `list` must be a non-null list received through a reply slot.
+    /// `list` must be a non-null list owned by the caller.
     pub(crate) unsafe fn pop_list(list: *mut Header) -> (TaskRef, *mut Header) {
         // SAFETY: the caller passes a non-null list.
         let head = unsafe { NonNull::new_unchecked(list) };
-        // SAFETY: a list received through a reply slot is owned by the
-        // receiver, and each of its headers is a live task.
+        // SAFETY: the caller owns the list, and each of its headers is a
+        // live task.
         let next = unsafe { head.as_ref() }
             .next
             // SAFETY: only the block's owner touches its link.

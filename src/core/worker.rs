@@ -12,19 +12,20 @@ use crate::core::deque::{Deque, Popped};
 use crate::core::join_slot::JoinSlot;
 use crate::core::latch::CountLatch;
 use crate::core::registry::Registry;
-use crate::core::rescue::{self, Guarded, Owner, OwnerGuard};
+use crate::core::rescue::{Guarded, Owner, OwnerGuard};
 use crate::core::split::{self, LoopFrame};
 use crate::core::stats::WorkerCounters;
 use crate::core::steal::{Mailbox, Reply, StealPolicy, StealRequest, VictimSet};
 use crate::core::sync::Ordering;
 use crate::core::task::{self, Header, OwnPool, TaskRef};
+use crate::core::thread_waker::thread_waker;
 #[cfg(feature = "trace")]
 use crate::core::trace::record::{event, Kind, Track, NO_WORKER};
 use crate::core::unwind::AbortIfPanic;
 use std::cell::Cell;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::task::{Wake, Waker};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 /// How many tasks must already be queued on a worker's deque before a
@@ -39,12 +40,17 @@ const THIEVES_LATELY_TICKS: u64 = 1 << 18;
 const SPIN_ROUNDS: u32 = 32;
 /// Failed rounds before an idle or waiting worker parks.
 const PARK_AFTER: u32 = 256;
+/// The longest a worker yields before it parks, however few rounds that
+/// was: on a CPU shared with busy threads a yield can last a time slice,
+/// and a parking worker is the one that rescues requests stranded behind
+/// a worker stuck in user code.
+const YIELD_FOR: Duration = Duration::from_millis(1);
 /// How often a worker waiting in `sync_root` re-checks quiescence while parked.
 const SYNC_ROOT_POLL: Duration = Duration::from_micros(500);
 /// How long a worker must stay out of its scheduler code, with tasks
 /// queued or requests waiting, before an idle worker rescues them; also how
 /// long an idle worker parks while it sees such a worker.
-const RESCUE_AFTER: Duration = Duration::from_millis(1);
+pub(super) const RESCUE_AFTER: Duration = Duration::from_millis(1);
 
 thread_local! {
     static CURRENT: Cell<*const Worker> = const { Cell::new(std::ptr::null()) };
@@ -112,7 +118,7 @@ pub(crate) struct Worker {
     rng: Cell<u64>,
     policy: Cell<StealPolicy>,
     /// A steal request of ours is travelling.
-    in_flight: Cell<bool>,
+    pub(super) in_flight: Cell<bool>,
     /// Deque position where the running task's children start.
     frame_base: Cell<u64>,
     /// The code running is a root task's own (`Runtime::run`'s closure),
@@ -134,7 +140,7 @@ pub(crate) struct Worker {
     last_demand: Cell<u64>,
     /// For rescue: each worker's count of tasks run and of tasks queued as
     /// this one last saw them, and since when they read so.
-    seen: Box<[Cell<(u64, usize, Instant)>]>,
+    pub(super) seen: Box<[Cell<(u64, usize, Instant)>]>,
     /// This worker's track of the runtime's trace, when it is traced.
     #[cfg(feature = "trace")]
     trace: Option<&'static Track>,
@@ -151,16 +157,6 @@ enum Candidates {
     Queued,
     /// Those, and any other worker when none seems to hold tasks.
     AnyIfNoneQueued,
-}
-
-/// What an idle worker's look at the other workers found.
-#[derive(Default)]
-struct Scan {
-    /// It took some worker's place and answered its requests.
-    rescued: bool,
-    /// Some worker outside its scheduler code has tasks queued or requests
-    /// waiting: park only briefly.
-    stranded: bool,
 }
 
 impl Worker {
@@ -345,7 +341,7 @@ impl Worker {
         };
         if !self.own_mailbox.is_empty() {
             self.answer_requests();
-        } else if self.shared.sleep.has_sleepers() {
+        } else if self.shared.sleep.sleepers_after_queueing() {
             // Parked workers send no requests: without this a task spawned
             // before a long leaf would wait for it.
             self.share_with_sleepers();
@@ -601,7 +597,7 @@ impl Worker {
     /// the injector): the arrow to its run starts here, or passes through
     /// when a fulfill or a split started it.
     #[cfg(feature = "trace")]
-    fn trace_given(&self, task: &TaskRef, to: u64) {
+    pub(super) fn trace_given(&self, task: &TaskRef, to: u64) {
         if let Some(t) = self.trace {
             let mut flow = task.trace_flow();
             let starts = flow == 0;
@@ -689,22 +685,27 @@ impl Worker {
         }
     }
 
-    /// Moves the oldest task to the injector, unless the last one shared is
-    /// still there, and wakes a parked worker for it if there is one.
+    /// Moves the oldest task to the injector and wakes a parked worker for
+    /// it, unless as many shares as there are sleepers (one at least) are
+    /// still there: each sleeper gets a task of its own, as this worker may
+    /// next block where nobody sees it. Returns whether it shared one.
     #[cold]
-    fn share_oldest(&self, d: &OwnerGuard<'_, Deque<TaskRef>>) {
-        if !self.shared.injector.is_empty() {
-            return; // the previous share is not taken yet
+    fn share_oldest(&self, d: &OwnerGuard<'_, Deque<TaskRef>>) -> bool {
+        let pending = self.shared.injector.len();
+        if pending != 0 && pending >= self.shared.sleep.sleepers() {
+            return false;
         }
-        if let Some(task) = d.steal_one() {
-            self.last_demand.set(ticks());
-            #[cfg(feature = "trace")]
-            self.trace_given(&task, NO_WORKER);
-            self.shared.injector.push(task);
-            if self.shared.sleep.has_sleepers() {
-                self.shared.sleep.wake_any();
-            }
-        }
+        let Some(task) = d.steal_one() else {
+            return false;
+        };
+        self.last_demand.set(ticks());
+        #[cfg(feature = "trace")]
+        self.trace_given(&task, NO_WORKER);
+        self.shared.injector.push(task);
+        // Unconditional: `wake_any`'s fence is the Dekker pair of the
+        // sleeper's re-check of the injector.
+        self.shared.sleep.wake_any();
+        true
     }
 
     /// Answers every waiting steal request (see `answer_with`).
@@ -744,28 +745,41 @@ impl Worker {
 
     /// Sends `work` to the thief of `req`, or, without work, forwards the
     /// request on behalf of `victim` (this worker, or the one it rescues).
-    fn reply(&self, req: StealRequest, work: Option<(*mut Header, usize)>, victim: usize) {
+    pub(super) fn reply(
+        &self,
+        req: StealRequest,
+        work: Option<(*mut Header, usize)>,
+        victim: usize,
+    ) {
         let shared = &*self.shared;
         let c = &shared.counters[self.index];
         match work {
             Some((list, n)) => {
+                #[cfg(feature = "trace")]
+                if self.trace.is_some() {
+                    let thief = req.thief as u64;
+                    // SAFETY: the list is ours until the send below.
+                    unsafe { task::for_each_listed(list, |task| self.trace_given(task, thief)) };
+                }
+                if !shared.replies[req.thief].send_work(list) {
+                    // SAFETY: the thief refused the list: it is still ours.
+                    unsafe { self.requeue_refused(req.thief, list) };
+                    return;
+                }
                 c.requests_answered.bump();
                 c.tasks_given.add(n as u64);
                 #[cfg(feature = "trace")]
                 if let Some(t) = self.trace {
-                    let thief = req.thief as u64;
+                    let (thief, flow) = (req.thief as u64, req.flow);
                     t.record(event(
                         Kind::StealAnswered,
                         thief,
                         ticks(),
                         n as u64,
-                        req.flow,
+                        flow,
                         (0, 0),
                     ));
-                    // SAFETY: the list is ours until the send below.
-                    unsafe { task::for_each_listed(list, |task| self.trace_given(task, thief)) };
                 }
-                shared.replies[req.thief].send_work(list);
                 shared.sleep.wake(req.thief);
             }
             None => {
@@ -875,7 +889,7 @@ impl Worker {
         }
     }
 
-    fn post_request(&self, v: usize, tried: VictimSet) {
+    pub(super) fn post_request(&self, v: usize, tried: VictimSet) {
         self.in_flight.set(true);
         let half = self.policy.get().steal_half();
         self.own_counters.requests_sent.bump();
@@ -919,7 +933,14 @@ impl Worker {
                 policy.record_theft(n, self.tasks_run.get());
                 self.policy.set(policy);
                 self.own_counters.tasks_stolen.add(n);
-                d.pop_above(0)
+                let newest = d.pop_above(0);
+                // As after a spawn (`push`): a sleeper sends no request.
+                while !d.is_empty() && self.shared.sleep.sleepers_after_queueing() {
+                    if !self.share_oldest(&d) {
+                        break;
+                    }
+                }
+                newest
             }
         }
     }
@@ -1015,16 +1036,20 @@ impl Worker {
     fn wait_loop(&self, until: Until<'_>) {
         let base = self.frame_base.get();
         let mut rounds = 0u32;
+        let mut yielding_since = None;
         loop {
             if self.done(&until) {
+                self.stop_waiting();
                 return;
             }
             if let Some(task) = self.pop_above(base) {
+                self.stop_waiting();
                 self.execute(task);
                 rounds = 0;
                 continue;
             }
             if let Some(task) = self.find_outside_work() {
+                self.stop_waiting();
                 self.execute(task);
                 rounds = 0;
                 continue;
@@ -1041,20 +1066,37 @@ impl Worker {
             }
             rounds = rounds.saturating_add(1);
             if rounds < SPIN_ROUNDS {
+                yielding_since = None;
                 std::hint::spin_loop();
             } else if rounds < PARK_AFTER {
-                std::thread::yield_now();
+                if yielding_since.get_or_insert_with(Instant::now).elapsed() < YIELD_FOR {
+                    std::thread::yield_now();
+                } else {
+                    rounds = PARK_AFTER;
+                }
             } else if let Some(task) = self.older_work(&until) {
+                self.stop_waiting();
                 self.execute(task);
                 rounds = SPIN_ROUNDS;
+                yielding_since = None;
             } else {
                 self.park(&until);
+                yielding_since = None;
                 if !matches!(until, Until::Shutdown) {
                     // A waiter goes back to asking for work after a park; an
                     // idle worker waits to be handed some.
                     rounds = SPIN_ROUNDS;
                 }
             }
+        }
+    }
+
+    /// This worker stops waiting for work (it runs a task not from its reply,
+    /// or its wait is over): a request of its still out is withdrawn.
+    #[inline(always)]
+    fn stop_waiting(&self) {
+        if self.in_flight.get() && self.withdraw_request() {
+            self.in_flight.set(false);
         }
     }
 
@@ -1096,70 +1138,6 @@ impl Worker {
                 break;
             }
         }
-    }
-
-    /// Looks at the other workers for tasks or requests stranded behind a
-    /// worker stuck in user code, and rescues those that made no progress
-    /// for `RESCUE_AFTER`.
-    #[cold]
-    fn rescue_scan(&self) -> Scan {
-        let mut scan = Scan::default();
-        if !rescue::available() {
-            return scan;
-        }
-        let shared = &*self.shared;
-        let now = Instant::now();
-        for (v, seen) in self.seen.iter().enumerate() {
-            if v == self.index {
-                continue;
-            }
-            // Progress: the owner counts every task it runs, in place too.
-            let progress = shared.counters[v].tasks_run.load();
-            let queued = shared.deques[v].peek().queued_estimate();
-            if shared.deques[v].is_busy() || (queued == 0 && shared.mailboxes[v].is_empty()) {
-                seen.set((progress, queued, now));
-                continue;
-            }
-            scan.stranded = true;
-            let (old_progress, old_queued, since) = seen.get();
-            if old_progress != progress || old_queued != queued {
-                seen.set((progress, queued, now));
-            } else if now.duration_since(since) >= RESCUE_AFTER && self.rescue(v) {
-                scan.rescued = true;
-                let queued = shared.deques[v].peek().queued_estimate();
-                seen.set((progress, queued, now));
-            }
-        }
-        scan
-    }
-
-    /// Acts as worker `v`'s owner, if it is not in its scheduler's
-    /// exclusive section: asks it for work (if this worker has no request
-    /// out) and answers every request waiting in its mailbox from the
-    /// bottom of its deque, while `v` may come back to the top at any
-    /// moment. Loop parts running on `v` are not split: that is `v`'s
-    /// business when it comes back.
-    fn rescue(&self, v: usize) -> bool {
-        let shared = &*self.shared;
-        let Some(g) = shared.deques[v].try_rescue() else {
-            return false;
-        };
-        if !self.in_flight.get() && g.get().queued_estimate() > 0 {
-            // Served below, with the requests already waiting.
-            self.post_request(v, VictimSet::only(self.index));
-        }
-        let mailbox = &shared.mailboxes[v];
-        let mut moved = 0;
-        while let Some(req) = mailbox.take() {
-            let mut list = std::ptr::null_mut();
-            let n = g.steal(req.half, |t| list = t.into_list(list));
-            moved += n;
-            self.reply(req, (n > 0).then_some((list, n)), v);
-        }
-        if moved > 0 {
-            shared.counters[self.index].rescues.bump();
-        }
-        true
     }
 
     /// Parks (see `park_untraced`), as a slice of the trace when traced.
@@ -1226,12 +1204,17 @@ impl Worker {
                     (false, t) => t,
                 };
                 let parked_at = Instant::now();
+                // Tasks queued on a deque whose pusher saw no sleeper: ask
+                // for them (unless a request of ours is out, whose answer
+                // wakes us).
+                let queued = || !self.in_flight.get() && shared.queued_beside(me);
                 shared.sleep.idle_park_for(
                     me,
                     || {
                         incoming()
                             || !shared.outside_empty()
                             || shared.shutdown.load(Ordering::SeqCst)
+                            || queued()
                     },
                     timeout,
                 );
@@ -1279,23 +1262,5 @@ fn take_for(d: &OwnerGuard<'_, Deque<TaskRef>>, half: bool) -> Option<(*mut Head
     } else {
         d.steal_one()
             .map(|t| (t.into_list(std::ptr::null_mut()), 1))
-    }
-}
-
-/// A waker that unparks a thread: a foreign thread blocked in `join`, or a
-/// worker parked in one.
-struct ThreadUnparker(std::thread::Thread);
-
-/// A waker that unparks `thread`.
-pub(crate) fn thread_waker(thread: std::thread::Thread) -> Waker {
-    Waker::from(Arc::new(ThreadUnparker(thread)))
-}
-
-impl Wake for ThreadUnparker {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
     }
 }
