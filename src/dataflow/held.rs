@@ -27,9 +27,9 @@ pub(crate) type RunHandles = HashMap<usize, Mode>;
 struct HeldHere {
     /// The handles of the tasks running on this thread (nested ones
     /// last), and how each task declared them.
-    tasks: Vec<(usize, Mode)>,
+    tasks: Stack<(usize, Mode), 8>,
     /// The handles of each graph run one of whose nodes runs here.
-    runs: Vec<*const RunHandles>,
+    runs: Stack<*const RunHandles, 2>,
 }
 
 thread_local! {
@@ -40,10 +40,55 @@ thread_local! {
     // Const-initialized: every declared task's run reaches it twice.
     static HELD: RefCell<HeldHere> = const {
         RefCell::new(HeldHere {
-            tasks: Vec::new(),
-            runs: Vec::new(),
+            tasks: Stack::new((0, Mode::Read)),
+            runs: Stack::new(std::ptr::null()),
         })
     };
+}
+
+/// A stack of a few values kept inline, more on the heap: so a worker's
+/// first tasks that declare data, and its first graph runs, allocate
+/// nothing (a graph run again allocates nothing, on any worker).
+#[derive(Clone)]
+struct Stack<T: Copy, const N: usize> {
+    len: usize,
+    inline: [T; N],
+    more: Vec<T>,
+}
+
+impl<T: Copy, const N: usize> Stack<T, N> {
+    const fn new(fill: T) -> Self {
+        Self {
+            len: 0,
+            inline: [fill; N],
+            more: Vec::new(),
+        }
+    }
+
+    fn push(&mut self, value: T) {
+        match self.inline.get_mut(self.len) {
+            Some(slot) => *slot = value,
+            None => self.more.push(value),
+        }
+        self.len += 1;
+    }
+
+    fn pop(&mut self) {
+        self.truncate(self.len.saturating_sub(1));
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+        self.more.truncate(self.len.saturating_sub(N));
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &T> {
+        self.inline[..self.len.min(N)].iter().chain(&self.more)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 /// Counts holders on this thread in or out.
@@ -335,7 +380,7 @@ impl Drop for Held {
     fn drop(&mut self) {
         let _ = HELD.try_with(|h| {
             let mut h = h.borrow_mut();
-            let keep = h.tasks.len().saturating_sub(self.count);
+            let keep = h.tasks.len.saturating_sub(self.count);
             h.tasks.truncate(keep);
         });
         if self.noted {
