@@ -254,6 +254,17 @@ impl JoinError {
         }
     }
 
+    /// The error as a task's failure payload again: a task that unwinds
+    /// with it fails the way the joined task did (a cancellation stays a
+    /// cancellation, with its reason).
+    pub(crate) fn into_payload(self) -> Box<dyn std::any::Any + Send> {
+        match self.repr {
+            JoinErrorRepr::Panic(p) => p,
+            JoinErrorRepr::Cancelled(CancelReason::Scheduler(why)) => Box::new(Cancelled(why)),
+            JoinErrorRepr::Cancelled(CancelReason::Said(why)) => Box::new(CancelledBecause(why)),
+        }
+    }
+
     /// Resumes the panic, or panics with a message saying why the task was
     /// cancelled: what [`crate::JoinHandle::join`] does with an error.
     pub(crate) fn resume(self) -> ! {

@@ -294,7 +294,12 @@ impl Device {
             finish.defuse();
             Ok(value)
         });
-        let join = delayed::submit_delayed(&runtime, [finished_dep], move || work.join());
+        // The work's failure passed on as it is: a task refused (poisoned data)
+        // or cancelled stays cancelled for the one who joins it.
+        let join = delayed::submit_delayed(&runtime, [finished_dep], move || {
+            work.try_join()
+                .unwrap_or_else(|e| std::panic::resume_unwind(e.into_payload()))
+        });
         GpuHandle { join, link }
     }
 }
