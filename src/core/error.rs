@@ -257,6 +257,7 @@ impl JoinError {
     /// The error as a task's failure payload again: a task that unwinds
     /// with it fails the way the joined task did (a cancellation stays a
     /// cancellation, with its reason).
+    #[cfg(feature = "cuda")]
     pub(crate) fn into_payload(self) -> Box<dyn std::any::Any + Send> {
         match self.repr {
             JoinErrorRepr::Panic(p) => p,
