@@ -22,49 +22,19 @@ pub(crate) struct Turn {
     before: Before,
 }
 
-/// Completions a turn comes after: a few inline (a task declares a few
-/// handles, each after one or two accesses), more on the heap.
+/// The completions a turn comes after. One is kept in place, so that the
+/// usual access (after nothing pending, or after the one write before it)
+/// allocates nothing; and the whole is no bigger than a vector, so that a
+/// declared task's closure stays small (inline room for more made every
+/// task's block a cache line longer, which cost more than an allocation
+/// for the rare access after several).
 enum Before {
-    Inline(usize, [Option<Dep>; INLINE]),
-    Heap(Vec<Dep>),
+    One(Dep),
+    Many(Vec<Dep>),
 }
 
-/// Completions kept inline by a [`Turn`]: every access made is one, so its
-/// list allocates nothing in the common case.
-const INLINE: usize = 3;
-
 impl Before {
-    fn push(&mut self, dep: Dep) {
-        match self {
-            Before::Inline(len, deps) if *len < INLINE => {
-                deps[*len] = Some(dep);
-                *len += 1;
-            }
-            Before::Inline(_, deps) => {
-                let mut heap: Vec<Dep> = deps.iter_mut().filter_map(Option::take).collect();
-                heap.push(dep);
-                *self = Before::Heap(heap);
-            }
-            Before::Heap(heap) => heap.push(dep),
-        }
-    }
-
-    fn iter(&self) -> impl Iterator<Item = &Dep> {
-        let (inline, heap): (&[Option<Dep>], &[Dep]) = match self {
-            Before::Inline(len, deps) => (&deps[..*len], &[]),
-            Before::Heap(heap) => (&[], heap),
-        };
-        inline.iter().flatten().chain(heap)
-    }
-
-    fn take(&mut self) -> impl Iterator<Item = Dep> {
-        let taken = std::mem::replace(self, Before::Inline(0, Default::default()));
-        let (inline, heap) = match taken {
-            Before::Inline(_, deps) => (Some(deps), Vec::new()),
-            Before::Heap(heap) => (None, heap),
-        };
-        inline.into_iter().flatten().flatten().chain(heap)
-    }
+    const NONE: Before = Before::Many(Vec::new());
 }
 
 impl Turn {
@@ -72,7 +42,7 @@ impl Turn {
     pub(crate) fn new() -> Self {
         Self {
             done: Some(Promise::new()),
-            before: Before::Inline(0, Default::default()),
+            before: Before::NONE,
         }
     }
 
@@ -84,12 +54,24 @@ impl Turn {
     /// Notes that the access comes after `before`, which a turn passed on
     /// waits for.
     pub(crate) fn after(&mut self, before: Dep) {
-        self.before.push(before);
+        match &mut self.before {
+            Before::Many(deps) if deps.is_empty() => self.before = Before::One(before),
+            Before::Many(deps) => deps.push(before),
+            Before::One(_) => {
+                let Before::One(first) = std::mem::replace(&mut self.before, Before::NONE) else {
+                    unreachable!()
+                };
+                self.before = Before::Many(vec![first, before]);
+            }
+        }
     }
 
     /// The completions it comes after.
     pub(crate) fn before(&self) -> impl Iterator<Item = &Dep> {
-        self.before.iter()
+        match &self.before {
+            Before::One(dep) => std::slice::from_ref(dep).iter(),
+            Before::Many(deps) => deps.iter(),
+        }
     }
 
     /// Ends the turn of an access that had it: the accesses after it may
@@ -98,12 +80,12 @@ impl Turn {
         if let Some(done) = self.done.take() {
             done.fulfill();
         }
-        if matches!(self.before, Before::Inline(0, _)) {
+        if matches!(&self.before, Before::Many(deps) if deps.is_empty()) {
             // Nothing left to drop: skip the drop glue (a declared task's
-            // hot path; most of its accesses come after nothing pending).
+            // hot path; most accesses come after nothing pending).
             std::mem::forget(self);
         }
-        // Otherwise `before` drops with `self`.
+        // Otherwise what it came after drops with `self`.
     }
 }
 
@@ -112,7 +94,10 @@ impl Drop for Turn {
     /// before it are over.
     fn drop(&mut self) {
         if let Some(done) = self.done.take() {
-            relay(self.before.take(), done.into_group());
+            match std::mem::replace(&mut self.before, Before::NONE) {
+                Before::One(dep) => relay(std::iter::once(dep), done.into_group()),
+                Before::Many(deps) => relay(deps, done.into_group()),
+            }
         }
     }
 }
