@@ -7,7 +7,7 @@
 mod support;
 
 use selvedge::{Data, DataError, Graph, Promise, Runtime};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use support::Watchdog;
@@ -76,6 +76,49 @@ fn a_cancelled_access_passes_its_turn_only_after_the_accesses_before_it() {
         assert!(cancelled.try_join().unwrap_err().is_cancelled());
         assert_eq!(after.join(), (1, false), "the read overlapped the write");
         slow.join();
+        assert_eq!(d.into_inner(), 1);
+    }
+}
+
+/// A cancelled write after several pending reads passes its turn on only
+/// when every one of them is over, however many there are (one, a few, or
+/// more than a small list holds). The write is cancelled by its runtime's
+/// shutdown while the reads, on another runtime, still wait.
+#[test]
+fn a_cancelled_write_waits_for_every_read_before_it() {
+    let _watchdog = Watchdog::new("a write after many reads", Duration::from_secs(60));
+    let rt = runtime(3);
+    for readers in [1, 2, 3, 8, 9, 20] {
+        let d = Data::new(0u32);
+        let open = Promise::new();
+        let finished = Arc::new(AtomicUsize::new(0));
+        let reads: Vec<_> = (0..readers)
+            .map(|_| {
+                let finished = finished.clone();
+                rt.submit_with((d.read(), open.dep()), move |(v, ()): (&u32, ())| {
+                    std::thread::sleep(Duration::from_millis(2));
+                    finished.fetch_add(1, Ordering::SeqCst);
+                    *v
+                })
+            })
+            .collect();
+        let cancelled = {
+            let doomed = runtime(1);
+            let h = doomed.submit_with(d.write(), |v: &mut u32| *v = 99);
+            drop(doomed);
+            h
+        };
+        assert!(cancelled.try_join().unwrap_err().is_cancelled());
+        let seen = finished.clone();
+        let after = rt.submit_with(d.write(), move |v: &mut u32| {
+            *v = 1;
+            seen.load(Ordering::SeqCst)
+        });
+        open.fulfill();
+        assert_eq!(after.join(), readers, "the write after overlapped the reads");
+        for r in reads {
+            assert_eq!(r.join(), 0);
+        }
         assert_eq!(d.into_inner(), 1);
     }
 }
