@@ -115,7 +115,11 @@ fn a_cancelled_write_waits_for_every_read_before_it() {
             seen.load(Ordering::SeqCst)
         });
         open.fulfill();
-        assert_eq!(after.join(), readers, "the write after overlapped the reads");
+        assert_eq!(
+            after.join(),
+            readers,
+            "the write after overlapped the reads"
+        );
         for r in reads {
             assert_eq!(r.join(), 0);
         }

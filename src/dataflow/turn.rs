@@ -22,12 +22,12 @@ pub(crate) struct Turn {
     before: Before,
 }
 
-/// The completions a turn comes after. One is kept in place, so that the
-/// usual access (after nothing pending, or after the one write before it)
-/// allocates nothing; and the whole is no bigger than a vector, so that a
-/// declared task's closure stays small (inline room for more made every
-/// task's block a cache line longer, which cost more than an allocation
-/// for the rare access after several).
+/// The completions a turn comes after. One is kept in place, so that a
+/// task after at most one pending access (a chain of writes, reads after a
+/// write) allocates nothing; more go to a vector. The whole is no bigger
+/// than a vector: a turn lives in every declared task's closure, which is
+/// written into the task's block, and a few inline slots made that 16
+/// bytes longer for every task.
 enum Before {
     One(Dep),
     Many(Vec<Dep>),
