@@ -266,9 +266,8 @@ impl<T> JoinHandle<T> {
         // SAFETY: the block lives until we release it.
         let name = unsafe { task::name(block) };
         if let Some(w) = worker {
-            let _noted = stall::worker_joins(w, name);
             // SAFETY: as above.
-            w.wait_until(Until::Complete(unsafe { task::join_slot(block) }));
+            w.wait_until(Until::Complete(unsafe { task::join_slot(block) }, name));
         } else {
             let _noted = stall::outside_waits(Awaited::Task(Some(name)));
             // SAFETY: as above.

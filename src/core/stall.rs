@@ -18,10 +18,9 @@
 //!   `RuntimeStats::tasks_waiting_on_dependencies`, and, for the message,
 //!   their names (`Parked::census`, read under the shards' chunk locks);
 //! - what waits: a worker parked in a join or latch wait (its parking
-//!   state), and what it waits for: the kind of wait, which its park notes
-//!   ([`note_park`]: a store, as the worker goes to sleep), and for a join
-//!   the task's name, which the join notes when it leaves its fast path
-//!   ([`worker_joins`]: the task left this worker); threads outside every
+//!   state), and what it waits for: the kind of wait and, for a join, the
+//!   task's name, which its park notes ([`note_park`], as the worker goes
+//!   to sleep: a join that never parks notes nothing); threads outside every
 //!   runtime blocked in a join, which note themselves in a process-wide
 //!   list ([`outside_waits`]). Nothing is noted on spawn's or join's fast
 //!   path, nor by a scope or a loop that waits without parking.
@@ -41,7 +40,7 @@
 use crate::core::error::BuildError;
 use crate::core::registry::Registry;
 use crate::core::sync::{lock, AtomicU8, Condvar, Mutex, Ordering};
-use crate::core::worker::{Until, Worker};
+use crate::core::worker::Until;
 use crossbeam_utils::CachePadded;
 use std::fmt::{self, Write as _};
 use std::io::Write as _;
@@ -80,9 +79,9 @@ struct WaitNote {
     /// What its last park in a wait waited on ([`TASK`] or [`STARTED`]),
     /// written by [`note_park`] only, before the worker parks.
     kind: AtomicU8,
-    /// The task its innermost join that left the fast path waits for
-    /// (written by [`worker_joins`], on that slow path only; read by a
-    /// report).
+    /// The task its last park in a join waited for (written by
+    /// [`note_park`] only; read by a report). A lock, taken only as the
+    /// worker goes to sleep or by a report.
     task: Mutex<Option<&'static str>>,
 }
 
@@ -117,41 +116,22 @@ impl WaitNotes {
 }
 
 /// Notes what worker `me` of `shared` waits for as it parks in `until`
-/// (the worker's park, which is about to sleep: its only cost is a
-/// store). A waiting worker runs other tasks between its parks, whose own
+/// (the worker's park, which is about to sleep: its cost is a store and,
+/// for a join, an uncontended lock). A waiting worker runs other tasks between its parks, whose own
 /// waits park too: noting at each park keeps the note of the innermost
 /// wait that parked.
 #[inline]
 pub(crate) fn note_park(shared: &Registry, me: usize, until: &Until<'_>) {
+    let note = &shared.waits.0[me];
     let kind = match until {
-        Until::Complete(_) => TASK,
+        Until::Complete(_, name) => {
+            *lock(&note.task) = Some(name);
+            TASK
+        }
         Until::Latch(_) => STARTED,
         Until::Shutdown | Until::Quiescent => return,
     };
-    shared.waits.0[me].kind.store(kind, Ordering::Relaxed);
-}
-
-/// The task name of a worker's note, put back as it was when its join
-/// ends.
-pub(crate) struct Noted<'a> {
-    task: &'a Mutex<Option<&'static str>>,
-    outer: Option<&'static str>,
-}
-
-impl Drop for Noted<'_> {
-    fn drop(&mut self) {
-        *lock(self.task) = self.outer.take();
-    }
-}
-
-/// Notes that worker `w` joins the task named `name` until the returned
-/// guard goes: on the slow path of a join only (the task left the
-/// worker), which is about to wait. The lock is the worker's own; only a
-/// report shares it.
-pub(crate) fn worker_joins<'w>(w: &'w Worker, name: &'static str) -> Noted<'w> {
-    let task = &w.shared.waits.0[w.index].task;
-    let outer = lock(task).replace(name);
-    Noted { task, outer }
+    note.kind.store(kind, Ordering::Relaxed);
 }
 
 /// Threads outside every runtime blocked in a join, and what they wait

@@ -85,8 +85,9 @@ impl WorkerAddress {
 pub(crate) enum Until<'a> {
     /// The runtime shuts down (the worker's main loop).
     Shutdown,
-    /// A joined task completes.
-    Complete(&'a JoinSlot),
+    /// A joined task completes; the task's name, for a stall warning
+    /// (noted when the wait parks).
+    Complete(&'a JoinSlot, &'static str),
     /// A count latch (a scope's unfinished tasks, a loop's parts) is set.
     Latch(&'a CountLatch<Registry>),
     /// The whole runtime is quiescent (`sync_root`).
@@ -1004,7 +1005,7 @@ impl Worker {
             Until::Shutdown => {
                 self.shared.shutdown.load(Ordering::Acquire) && self.owner.enter().is_empty()
             }
-            Until::Complete(c) => c.is_complete(),
+            Until::Complete(c, _) => c.is_complete(),
             Until::Latch(latch) => latch.is_set(),
             // Checked only when out of work: it takes a lock.
             Until::Quiescent => false,
@@ -1110,7 +1111,7 @@ impl Worker {
     #[cold]
     fn older_work(&self, until: &Until<'_>) -> Option<TaskRef> {
         match until {
-            Until::Complete(_) | Until::Latch(_) => self.pop_above(0),
+            Until::Complete(..) | Until::Latch(_) => self.pop_above(0),
             Until::Shutdown | Until::Quiescent => None,
         }
     }
@@ -1224,7 +1225,7 @@ impl Worker {
                     task::trim_pool(shared.sleep.quiescent_except(me, || true));
                 }
             }
-            Until::Complete(c) => {
+            Until::Complete(c, _) => {
                 if c.register(&self.waker) {
                     return;
                 }
