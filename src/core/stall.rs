@@ -80,8 +80,8 @@ struct WaitNote {
     /// written by [`note_park`] only, before the worker parks.
     kind: AtomicU8,
     /// The task its last park in a join waited for (written by
-    /// [`note_park`] only; read by a report). A lock, taken only as the
-    /// worker goes to sleep or by a report.
+    /// [`note_park`] only; read by a report). A lock, taken only by a
+    /// worker about to park (or to find its wait over) and by a report.
     task: Mutex<Option<&'static str>>,
 }
 
@@ -117,9 +117,9 @@ impl WaitNotes {
 
 /// Notes what worker `me` of `shared` waits for as it parks in `until`
 /// (the worker's park, which is about to sleep: its cost is a store and,
-/// for a join, an uncontended lock). A waiting worker runs other tasks between its parks, whose own
-/// waits park too: noting at each park keeps the note of the innermost
-/// wait that parked.
+/// for a join, an uncontended lock). A waiting worker runs other tasks
+/// between its parks, whose own waits park too: noting at each park keeps
+/// the note of the innermost wait that parked.
 #[inline]
 pub(crate) fn note_park(shared: &Registry, me: usize, until: &Until<'_>) {
     let note = &shared.waits.0[me];

@@ -80,7 +80,7 @@ impl Turn {
         if let Some(done) = self.done.take() {
             done.fulfill();
         }
-        if matches!(&self.before, Before::Many(deps) if deps.is_empty()) {
+        if matches!(&self.before, Before::Many(deps) if deps.capacity() == 0) {
             // Nothing left to drop: skip the drop glue (a declared task's
             // hot path; most accesses come after nothing pending).
             std::mem::forget(self);

@@ -294,8 +294,10 @@ impl Device {
             finish.defuse();
             Ok(value)
         });
-        // The work's failure passed on as it is: a task refused (poisoned data)
-        // or cancelled stays cancelled for the one who joins it.
+        // The work's failure passed on as it is: a task refused (poisoned
+        // data) stays cancelled, with its reason, for the one who joins it.
+        // (A task cancelled before it ran drops `finished` unfulfilled,
+        // which cancels this task too.)
         let join = delayed::submit_delayed(&runtime, [finished_dep], move || {
             work.try_join()
                 .unwrap_or_else(|e| std::panic::resume_unwind(e.into_payload()))
