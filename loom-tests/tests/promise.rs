@@ -169,16 +169,10 @@ fn relay_model(fulfilled: usize, broken: usize) {
         let fired = Arc::new(AtomicUsize::new(0));
         let settle = {
             let (d1, d2, fired) = (d1.clone(), d2.clone(), fired.clone());
-            move |mut outcome: Outcome| {
-                let w = loop {
-                    match outcome {
-                        Outcome::Ready(w) => break w,
-                        // SAFETY: stopped at a broken dependency: ours.
-                        Outcome::Cancelled(w) => match unsafe { Waiter::resume_past_broken(w) } {
-                            None => return,
-                            Some(next) => outcome = next,
-                        },
-                    }
+            move |outcome: Outcome| {
+                // SAFETY: the outcome hands the relay's waiter over.
+                let Some(w) = (unsafe { Waiter::relay_ready(outcome) }) else {
+                    return;
                 };
                 assert_eq!(d1.read(), 1, "relay fired before the fulfiller's write");
                 assert_eq!(d2.read(), 2, "relay fired before the breaker's write");

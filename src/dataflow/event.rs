@@ -597,7 +597,7 @@ pub struct Waiter {
     cursor: UnsafeCell<usize>,
     deps: DepList,
     /// A relay's waiter ([`Waiter::relay`]).
-    relay: bool,
+    pub(crate) relay: bool,
 }
 
 // SAFETY: a waiter is owned by one party at a time (its creator, the event
@@ -616,8 +616,7 @@ impl Waiter {
         }
     }
 
-    /// A relay's waiter, which waits for every dependency to close: its
-    /// settler moves it past broken ones ([`Waiter::resume_past_broken`]).
+    /// A relay's waiter: it waits for every dependency to close ([`Waiter::relay_ready`]).
     pub fn relay(deps: impl IntoIterator<Item = Dep>) -> Self {
         Self {
             relay: true,
@@ -625,25 +624,23 @@ impl Waiter {
         }
     }
 
-    /// Whether it is a relay's.
-    pub fn is_relay(&self) -> bool {
-        self.relay
-    }
-
-    /// Moves a relay's waiter past the broken dependency its `Cancelled`
-    /// came from: `None` when it parked again, or its next outcome.
-    ///
+    /// Follows a relay's outcome past the broken dependencies it stops at:
+    /// the waiter once all are closed, or `None` when it parked again.
     /// # Safety
-    /// The caller owns `w`, a relay's waiter drained from the broken event
-    /// its cursor points at; after `None` it no longer owns it.
-    pub unsafe fn resume_past_broken(w: NonNull<Waiter>) -> Option<Outcome> {
-        // SAFETY: the caller owns the waiter.
-        let relay = unsafe { w.as_ref() }.relay;
-        debug_assert!(relay, "only relays move past broken events");
-        // SAFETY: as above: nobody else touches its cursor.
-        unsafe { w.as_ref().cursor.with_mut(|c| *c += 1) };
-        // SAFETY: the caller's contract.
-        unsafe { Self::advance(w) }
+    /// The caller owns the outcome's waiter, a relay's (not after `None`).
+    pub unsafe fn relay_ready(mut outcome: Outcome) -> Option<NonNull<Waiter>> {
+        while let Outcome::Cancelled(w) = outcome {
+            debug_assert!(
+                // SAFETY: the caller owns the waiter.
+                unsafe { w.as_ref() }.relay,
+                "only relays pass broken events"
+            );
+            // SAFETY: stopped at its broken event: nobody else moves its cursor.
+            unsafe { w.as_ref().cursor.with_mut(|c| *c += 1) };
+            // SAFETY: the caller's contract.
+            outcome = unsafe { Self::advance(w) }?;
+        }
+        Some(outcome.waiter())
     }
 
     /// Whether every dependency is fulfilled already (a task in this state

@@ -21,7 +21,7 @@ use std::ptr::{self, NonNull};
 /// promise and loop promise passes it to the protocol's operations.
 pub(crate) fn settle(outcome: Outcome) {
     // SAFETY: the outcome hands the waiter over: it is ours to read.
-    if unsafe { outcome.waiter().as_ref() }.is_relay() {
+    if unsafe { outcome.waiter().as_ref() }.relay {
         settle_relay(outcome);
     } else {
         delayed::settle(outcome);
@@ -66,17 +66,10 @@ pub(crate) fn relay(deps: impl IntoIterator<Item = Dep>, then: NonNull<Group>) {
 
 /// A relay's outcome: stopped by a broken dependency, it moves on to its
 /// next open one; ready, it fires.
-fn settle_relay(mut outcome: Outcome) {
-    let w = loop {
-        match outcome {
-            Outcome::Ready(w) => break w,
-            // SAFETY: the outcome hands the waiter over, stopped at the
-            // broken dependency its cursor points at.
-            Outcome::Cancelled(w) => match unsafe { Waiter::resume_past_broken(w) } {
-                None => return,
-                Some(next) => outcome = next,
-            },
-        }
+fn settle_relay(outcome: Outcome) {
+    // SAFETY: the outcome hands the waiter, a relay's, over.
+    let Some(w) = (unsafe { Waiter::relay_ready(outcome) }) else {
+        return;
     };
     let node = w.cast::<Relay>();
     // SAFETY: the outcome hands the node over; nobody else touches it. The
