@@ -186,48 +186,56 @@ impl JoinSlot {
         loop {
             check_live(s);
             debug_assert_eq!(s & (COMPLETE | RUNNER_GONE), 0, "completed twice");
-            if s & (WAITER | HOOKED) == 0 {
-                // Nobody to wake: publish and leave in one step.
-                match self.state.compare_exchange_weak(
-                    s,
-                    s | COMPLETE | RUNNER_GONE,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) if s & HANDLE_GONE != 0 => return Release::Free { drop_result: true },
-                    Ok(_) => return Release::Keep,
-                    Err(actual) => s = actual,
-                }
-            } else {
-                match self.state.compare_exchange_weak(
-                    s,
-                    s | COMPLETE,
-                    Ordering::AcqRel,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => break,
-                    Err(actual) => s = actual,
-                }
+            if s & (WAITER | HOOKED) != 0 {
+                break;
+            }
+            // Nobody to wake: publish and leave in one step.
+            match self.state.compare_exchange_weak(
+                s,
+                s | COMPLETE | RUNNER_GONE,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) if s & HANDLE_GONE != 0 => return Release::Free { drop_result: true },
+                Ok(_) => return Release::Keep,
+                Err(actual) => s = actual,
+            }
+        }
+        self.complete_held(ok);
+        self.release_runner()
+    }
+
+    /// Runner side: publishes the result as [`JoinSlot::complete`] does
+    /// (firing the hook and waking a waiter), but keeps the runner's hold
+    /// on the block until [`JoinSlot::release_runner`]: the handle may take
+    /// the result meanwhile, but not free the block. For a runner that
+    /// still needs the block's memory after the task's end (a parked
+    /// task's node inside it, see `dataflow/delayed.rs`).
+    pub fn complete_held(&self, ok: bool) {
+        let mut s = self.state.load(Ordering::Acquire);
+        loop {
+            check_live(s);
+            debug_assert_eq!(s & (COMPLETE | RUNNER_GONE), 0, "completed twice");
+            match self.state.compare_exchange_weak(
+                s,
+                s | COMPLETE,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(actual) => s = actual,
             }
         }
         // We completed without leaving, so the block stays until
-        // RUNNER_GONE below. HOOKED was set before COMPLETE: the hook is ours
-        // to fire (the acquire of the CAS made its pointer visible).
+        // RUNNER_GONE. HOOKED was set before COMPLETE: the hook is ours to
+        // fire (the acquire of the CAS made its pointer visible).
         if s & HOOKED != 0 {
             if let Some(hook) = self.hook() {
                 Self::fire(hook, ok);
             }
         }
         if s & WAITER == 0 {
-            let prev = self.state.fetch_or(RUNNER_GONE, Ordering::AcqRel);
-            check_live(prev);
-            return if prev & HANDLE_GONE != 0 {
-                Release::Free {
-                    drop_result: prev & RESULT_TAKEN == 0,
-                }
-            } else {
-                Release::Keep
-            };
+            return;
         }
         // WAITER was set when we completed, so the handle only reads the cell
         // from now on and cannot free the block before RUNNER_GONE.
@@ -237,14 +245,20 @@ impl JoinSlot {
             // excluded above.
             if let Some(w) = unsafe { &*w } {
                 // The waker is user code. A panic must neither kill the
-                // runner nor skip RUNNER_GONE below (the block would leak):
-                // it is reported, and the handle finds the result complete
-                // when it looks again.
+                // runner nor skip RUNNER_GONE (the block would leak): it is
+                // reported, and the handle finds the result complete when
+                // it looks again.
                 crate::core::unwind::catch_and_report("a waker's wake", || w.wake_by_ref());
             }
         });
+    }
+
+    /// Runner side, after [`JoinSlot::complete_held`]: the runner is done
+    /// with the block.
+    pub fn release_runner(&self) -> Release {
         let prev = self.state.fetch_or(RUNNER_GONE, Ordering::AcqRel);
         check_live(prev);
+        debug_assert!(prev & COMPLETE != 0, "runner released before completing");
         if prev & HANDLE_GONE != 0 {
             Release::Free {
                 drop_result: prev & RESULT_TAKEN == 0,

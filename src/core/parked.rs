@@ -47,7 +47,23 @@ impl ParkedSlot {
 /// # Safety
 /// Called only with a node registered with this function, by the holder
 /// of the node's registry reference, which it gives up.
-pub(crate) type ReclaimNode = unsafe fn(NonNull<ParkedNode>) -> Option<(TaskRef, Arc<Registry>)>;
+pub(crate) type ReclaimNode = unsafe fn(NonNull<ParkedNode>) -> Option<Reclaimed>;
+
+/// What [`Parked::reclaim`] cancels, once out of the registry's locks (a
+/// cancellation drops user closures).
+pub(crate) enum Reclaimed {
+    /// A task taken from its node, whole.
+    Task(TaskRef, Arc<Registry>),
+    /// A node whose task lives in the same block as the node, which its
+    /// protocol side may still read: `cancel` cancels the task while the
+    /// block stays, then gives up the reclaim's reference on the node (the
+    /// last reference gives the block back).
+    InPlace {
+        node: NonNull<ParkedNode>,
+        runtime: Arc<Registry>,
+        cancel: unsafe fn(NonNull<ParkedNode>, Cancellation),
+    },
+}
 
 /// A runtime's delayed tasks that wait on promises: the counts behind
 /// [`crate::RuntimeStats::tasks_waiting_on_dependencies`], and a registry
@@ -404,9 +420,23 @@ impl Parked {
         // SAFETY: the workers have exited (caller).
         unsafe { self.each_slot(take_back) };
         // Outside the locks: cancelling drops user closures.
-        for (task, runtime) in claimed {
-            Self::count(&runtime, false);
-            task.cancel(Cancellation::RuntimeShutDown);
+        for reclaimed in claimed {
+            match reclaimed {
+                Reclaimed::Task(task, runtime) => {
+                    Self::count(&runtime, false);
+                    task.cancel(Cancellation::RuntimeShutDown);
+                }
+                Reclaimed::InPlace {
+                    node,
+                    runtime,
+                    cancel,
+                } => {
+                    Self::count(&runtime, false);
+                    // SAFETY: `reclaim` handed the node over with the
+                    // reclaim's reference, to be cancelled once.
+                    unsafe { cancel(node, Cancellation::RuntimeShutDown) };
+                }
+            }
         }
     }
 }

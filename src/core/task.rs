@@ -447,6 +447,89 @@ impl<F: FnOnce() -> T, T> Typed<F, T> {
     }
 }
 
+/// How the layer above finishes a handled task whose block it still uses
+/// after the task's end (a parked task's node inside the block, see
+/// `dataflow/delayed.rs`): cancel the task at once, keeping the runner's
+/// hold on the block, and give that hold up later.
+pub(crate) struct KeepBlock {
+    /// Drops the closure unrun and publishes the cancellation to the
+    /// handle (see [`JoinSlot::complete_held`]), leaving the block.
+    pub(crate) cancel: unsafe fn(NonNull<Header>, Cancellation),
+    /// Gives up the runner's hold: frees the block if the handle is gone.
+    pub(crate) release: unsafe fn(NonNull<Header>),
+}
+
+impl<F: FnOnce() -> T, T> Typed<F, T> {
+    const KEEP_BLOCK: KeepBlock = KeepBlock {
+        cancel: Self::cancel_keeping_block,
+        release: Self::release_runner,
+    };
+
+    /// # Safety
+    /// As for `cancel_handled`; the caller calls `release_runner` later.
+    unsafe fn cancel_keeping_block(block: NonNull<Header>, why: Cancellation) {
+        // SAFETY: the payload holds the unrun `F` (caller), moved out once.
+        let f = unsafe { take::<F>(block) };
+        drop_or_report("the destructor of a cancelled task's closure", f);
+        // SAFETY: the closure was moved out, so the payload is free; the
+        // block lives until `release_runner` (caller).
+        unsafe { store::<std::thread::Result<T>>(block, Err(Box::new(Cancelled(why)))) };
+        // SAFETY: as above.
+        unsafe { join_slot(block) }.complete_held(false);
+    }
+
+    /// # Safety
+    /// `block` was completed by `cancel_keeping_block`, once, and is not
+    /// touched by the caller afterwards.
+    unsafe fn release_runner(block: NonNull<Header>) {
+        // SAFETY: the runner's hold keeps the block live until this release.
+        let release = unsafe { join_slot(block) }.release_runner();
+        // SAFETY: this side's decision; `T` is the block's result type.
+        unsafe { finish_release::<T>(block, release) };
+    }
+}
+
+/// The [`KeepBlock`] functions of a handled task of `F` returning `T`.
+pub(crate) fn keep_block<F: FnOnce() -> T, T>() -> &'static KeepBlock {
+    &Typed::<F, T>::KEEP_BLOCK
+}
+
+/// Bytes a value of type `X` takes in a payload: its own, or a box's.
+const fn stored_size<X>() -> usize {
+    if fits::<X>() {
+        size_of::<X>()
+    } else {
+        size_of::<Box<X>>()
+    }
+}
+
+/// Whether a handled task of `F` returning `T` leaves the bytes of its
+/// payload from `at` on untouched: its closure and its result (each inline
+/// or boxed) end before them, so a layer above may keep an object there.
+pub(crate) const fn leaves_payload_from<F, T>(at: usize) -> bool {
+    stored_size::<F>() <= at && stored_size::<std::thread::Result<T>>() <= at
+}
+
+impl TaskRef {
+    /// The address of payload byte `at` of the task's block (`at` below
+    /// [`INLINE`]).
+    pub(crate) fn payload_at(&self, at: usize) -> NonNull<u8> {
+        debug_assert!(at < INLINE);
+        // SAFETY: in bounds of the block (`at < INLINE`), so non-null.
+        unsafe { NonNull::new_unchecked(payload(self.0).wrapping_add(at)) }
+    }
+
+    /// Inverse of [`TaskRef::payload_at`]: the header of the block whose
+    /// payload byte `at` is at `p`.
+    pub(crate) fn header_of_payload_at(p: NonNull<u8>, at: usize) -> NonNull<Header> {
+        let header = p
+            .as_ptr()
+            .wrapping_sub(at + std::mem::offset_of!(TaskBlock, payload));
+        // SAFETY: `p` is in a block's payload (caller), so this is its start.
+        unsafe { NonNull::new_unchecked(header.cast()) }
+    }
+}
+
 impl<F: FnOnce()> Typed<F, ()> {
     const DETACHED: VTable = VTable {
         run: Self::run_detached,

@@ -15,16 +15,16 @@
 
 use crate::core::error::Cancellation;
 use crate::core::handle::JoinHandle;
-use crate::core::parked::{Parked, ParkedNode, ParkedSlot};
+use crate::core::parked::{Parked, ParkedNode, ParkedSlot, Reclaimed};
 use crate::core::pool::current_registry;
 use crate::core::registry::{Arrival, Registry};
 use crate::core::sync::UnsafeCell;
-use crate::core::task::{self, TaskRef};
+use crate::core::task::{self, Header, KeepBlock, TaskRef};
 use crate::core::trace::names::TaskName;
 use crate::dataflow::claim::Claim;
 use crate::dataflow::event::{Dep, Outcome, Waiter};
 use std::cell::{Cell, RefCell};
-use std::mem::{ManuallyDrop, MaybeUninit};
+use std::mem::{align_of, size_of, ManuallyDrop, MaybeUninit};
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
 /// A delayed task's node: the protocol's waiter first, so an [`Outcome`]'s
@@ -35,6 +35,15 @@ use std::sync::Arc;
 /// registry. The waiter (its dependencies) belongs to the protocol side,
 /// which drops it when it settles; the task and its runtime belong to
 /// whoever wins the claim.
+///
+/// A node lives in a block of its own, or, when the task's closure and
+/// result leave room ([`NODE_AT`]), at the end of its task's own block:
+/// one block per delayed task instead of two, so that a program that makes
+/// many tasks before they run (a wavefront made up front) keeps half the
+/// memory and a fulfill touches the lines its task will run from. Then the
+/// node's memory is the task's, which must outlive both references: the
+/// claim's winner acts on the task only once both are given up (see
+/// [`take_node`] and [`reclaim_node`]).
 #[repr(C)]
 struct Delayed {
     waiter: ManuallyDrop<Waiter>,
@@ -44,7 +53,18 @@ struct Delayed {
     /// registry's reference (see [`Parked`]). Written once, before the
     /// node is handed to the protocol.
     slot: *const ParkedSlot,
+    /// For a node inside its task's block: how to cancel the task while
+    /// the block stays, and give it back. `None` for a node of its own.
+    in_place: Option<&'static KeepBlock>,
 }
+
+/// Where a node inside its task's block starts in the block's payload: as
+/// far up as it fits, so that closures and results of up to this many
+/// bytes (or boxed) leave it alone.
+const NODE_AT: usize = (task::INLINE - size_of::<Delayed>()) & !(align_of::<Delayed>() - 1);
+
+static_assertions::const_assert!(align_of::<Delayed>() <= 16);
+static_assertions::const_assert!(NODE_AT >= 32);
 
 /// A node pointer that may sit in a runtime's registry.
 struct Node(NonNull<Delayed>);
@@ -70,6 +90,18 @@ impl Node {
         unsafe { ptr::addr_of!((*self.0.as_ptr()).slot).read() }
     }
 
+    /// How to finish a task whose block holds this node; `None` for a node
+    /// of its own.
+    fn in_place(&self) -> Option<&'static KeepBlock> {
+        // SAFETY: as for `slot`.
+        unsafe { ptr::addr_of!((*self.0.as_ptr()).in_place).read() }
+    }
+
+    /// The header of the task whose block holds this node.
+    fn task_header(&self) -> NonNull<Header> {
+        TaskRef::header_of_payload_at(self.0.cast(), NODE_AT)
+    }
+
     /// Takes the task and its runtime out of a node whose claim the caller
     /// just won.
     ///
@@ -79,34 +111,77 @@ impl Node {
         // SAFETY: the caller's reference keeps the node allocated.
         let owned = unsafe { &*ptr::addr_of!((*self.0.as_ptr()).owned) };
         owned.with_mut(|o| {
-            // SAFETY: written when the node was made; only the claim's
-            // winner reads it, once.
+            // SAFETY: written when the node was made (or put back by
+            // `put_back`); only the claim's winner reads it, once per write.
             unsafe { (*o).assume_init_read() }
         })
     }
 
-    /// Gives up the caller's reference; the last one frees the block.
+    /// Puts back what [`Node::take`] took, for the party that releases
+    /// the node last.
+    ///
+    /// # Safety
+    /// The caller won the claim, took the task, and still holds its
+    /// reference.
+    unsafe fn put_back(&self, owned: (TaskRef, Arc<Registry>)) {
+        // SAFETY: the caller's reference keeps the node allocated.
+        let cell = unsafe { &*ptr::addr_of!((*self.0.as_ptr()).owned) };
+        cell.with_mut(|o| {
+            // SAFETY: only the claim's winner writes this, once taken; the
+            // last release, which reads it, comes after ours.
+            unsafe { (*o).write(owned) };
+        });
+    }
+
+    /// Gives up the caller's reference; `true` for the last one. A node of
+    /// its own is then freed; one inside its task's block is left to the
+    /// caller, which then acts on the task.
     ///
     /// # Safety
     /// The caller holds a reference and gives it up; by the last release
-    /// the waiter was dropped and the task taken (the claim was won).
-    unsafe fn release(self) {
-        if self.claim().release() {
+    /// the waiter was dropped and, for a node of its own, the task taken
+    /// (the claim was won).
+    unsafe fn release(&self) -> bool {
+        if !self.claim().release() {
+            return false;
+        }
+        if self.in_place().is_none() {
             // SAFETY: the last reference: nobody touches the node any more,
             // and everything in it that needs dropping was dropped or taken.
             unsafe { task::free_raw(self.0) };
         }
+        true
     }
 }
 
 /// Makes `task` (of `runtime`) wait for `deps`, or schedules it at once
 /// when there are none left to wait for. `N` is the closure the task's
 /// maker was given, after which a parked task is named (see
-/// [`Parked::census`]).
+/// [`Parked::census`]). The task's node takes a block of its own.
 pub(crate) fn delay<N>(
     runtime: &Arc<Registry>,
     task: TaskRef,
     deps: impl IntoIterator<Item = Dep>,
+) {
+    park::<N>(runtime, task, deps, None)
+}
+
+/// [`delay`] of a handled task of `F` returning `T`, whose node goes in
+/// the task's own block when they leave room for it.
+fn delay_handled<N, F: FnOnce() -> T, T>(
+    runtime: &Arc<Registry>,
+    task: TaskRef,
+    deps: impl IntoIterator<Item = Dep>,
+) {
+    let in_place = task::leaves_payload_from::<F, T>(NODE_AT).then(task::keep_block::<F, T>);
+    park::<N>(runtime, task, deps, in_place)
+}
+
+fn park<N>(
+    runtime: &Arc<Registry>,
+    task: TaskRef,
+    deps: impl IntoIterator<Item = Dep>,
+    in_place: Option<&'static KeepBlock>,
 ) {
     let waiter = Waiter::new(deps);
     if waiter.all_fulfilled() {
@@ -115,14 +190,20 @@ pub(crate) fn delay<N>(
         runtime.schedule(task, Arrival::Delayed);
         return;
     }
-    let node = task::alloc_raw::<Delayed>();
-    // SAFETY: fresh memory for a `Delayed`.
+    let node = match in_place {
+        Some(_) => task.payload_at(NODE_AT).cast::<Delayed>(),
+        None => task::alloc_raw::<Delayed>(),
+    };
+    // SAFETY: fresh memory for a `Delayed`: a block of its own, or the
+    // part of the task's payload that its closure and result leave alone
+    // (`leaves_payload_from`), aligned (`NODE_AT` and the payload are).
     unsafe {
         node.as_ptr().write(Delayed {
             waiter: ManuallyDrop::new(waiter),
             claim: Claim::new(),
             owned: UnsafeCell::new(MaybeUninit::new((task, runtime.clone()))),
             slot: ptr::null(),
+            in_place,
         })
     };
     let here = Parked::worker_here(runtime);
@@ -148,9 +229,9 @@ pub(crate) fn delay<N>(
     }
 }
 
-/// Finishes the protocol side of a node: drops its dependencies, takes the
-/// task unless the runtime's reclaim claimed it first, and releases the
-/// protocol's reference.
+/// Finishes the protocol side of a node for an outcome: drops its dependencies, takes the task unless the runtime's
+/// reclaim claimed it first, and releases the protocol's reference. The
+/// task returned is the caller's to schedule (or cancel).
 ///
 /// # Safety
 /// `w` must come from an [`Outcome`], which hands over the protocol's side
@@ -162,44 +243,112 @@ unsafe fn take_node(w: NonNull<Waiter>) -> Option<(TaskRef, Arc<Registry>)> {
     // SAFETY: the outcome hands the waiter over; nobody else touches it
     // (the registry only borrows the claim).
     unsafe { ManuallyDrop::drop(&mut *ptr::addr_of_mut!((*node.0.as_ptr()).waiter)) };
-    let owned = node.claim().claim().then(|| {
-        // SAFETY: we won the claim and hold the protocol's reference.
-        unsafe { node.take() }
-    });
-    if let Some((_, runtime)) = &owned {
-        Parked::count(runtime, false);
-        // The registry's reference too, unless the reclaim took it first
-        // (the slot may hold another node since: compare, do not swap).
-        // SAFETY: the node's slot; we hold its runtime.
-        if unsafe { Parked::leave_own(node.slot(), node.0.cast()) } {
-            // Both references are ours: nobody else can reach the node
-            // (the reclaim finds its slot empty), so it is freed without
-            // the two releases' atomic operations.
+    if !node.claim().claim() {
+        // The reclaim won: it cancelled the task. A node inside the task's
+        // block keeps it until its last reference goes.
+        // SAFETY: the protocol's reference, after its last use.
+        if unsafe { node.release() } {
+            if let Some(keep) = node.in_place() {
+                // SAFETY: the reclaim cancelled the task keeping its block
+                // (`cancel_in_place`) and released before us; the block is
+                // not touched after this.
+                unsafe { (keep.release)(node.task_header()) };
+            }
+        }
+        return None;
+    }
+    // SAFETY: we won the claim and hold the protocol's reference.
+    let owned = unsafe { node.take() };
+    Parked::count(&owned.1, false);
+    // The registry's reference too, unless the reclaim took it first (the
+    // slot may hold another node since: compare, do not swap).
+    // SAFETY: the node's slot; we hold its runtime.
+    if unsafe { Parked::leave_own(node.slot(), node.0.cast()) } {
+        // Both references are ours: nobody else can reach the node (the
+        // reclaim finds its slot empty), so it is done with, without the
+        // two releases' atomic operations.
+        if node.in_place().is_none() {
             // SAFETY: the waiter was dropped and the task taken above.
             unsafe { task::free_raw(node.0) };
-            return owned;
         }
+        return Some(owned);
+    }
+    // The reclaim holds the registry's reference and will release it.
+    if node.in_place().is_some() {
+        // Its release may come after ours: the task (whose block holds
+        // the node) is acted on by whichever releases last.
+        // SAFETY: we won the claim, took the task and hold our reference.
+        unsafe { node.put_back(owned) };
+        // SAFETY: the protocol's reference, after its last use.
+        if unsafe { node.release() } {
+            // SAFETY: put back above; ours again as the last party.
+            return Some(unsafe { node.take() });
+        }
+        return None;
     }
     // SAFETY: the protocol's reference, after its last use.
     unsafe { node.release() };
-    owned
+    Some(owned)
 }
 
 /// What the runtime's reclaim does with a parked node whose registry
 /// reference it took (see [`Parked::reclaim`]): claims the node if the
-/// protocol has not, and gives up the registry's reference.
+/// protocol has not, and gives up the registry's reference (for a node in
+/// its task's block, after cancelling the task: see [`cancel_in_place`]).
 ///
 /// # Safety
 /// `node` is a `Delayed` node and the caller took its registry reference.
-unsafe fn reclaim_node(node: NonNull<ParkedNode>) -> Option<(TaskRef, Arc<Registry>)> {
+unsafe fn reclaim_node(node: NonNull<ParkedNode>) -> Option<Reclaimed> {
     let node = Node(node.cast::<Delayed>());
-    let owned = node.claim().claim().then(|| {
+    if node.claim().claim() {
         // SAFETY: we won the claim and hold the registry's reference.
-        unsafe { node.take() }
-    });
+        let (task, runtime) = unsafe { node.take() };
+        if node.in_place().is_some() {
+            // The protocol side may still read the node, in the task's
+            // block: cancelled keeping the block, released after.
+            let _ = task;
+            return Some(Reclaimed::InPlace {
+                node: node.0.cast(),
+                runtime,
+                cancel: cancel_in_place,
+            });
+        }
+        // SAFETY: the registry's reference, after its last use.
+        unsafe { node.release() };
+        return Some(Reclaimed::Task(task, runtime));
+    }
     // SAFETY: the registry's reference, after its last use.
-    unsafe { node.release() };
-    owned
+    if unsafe { node.release() } && node.in_place().is_some() {
+        // The protocol side won the claim (its waiter was ready, or
+        // cancelled) and left the task to us, the last party: its runtime
+        // is shutting down, so it cannot run; it is cancelled.
+        // SAFETY: put back by the protocol side before its release.
+        let (task, runtime) = unsafe { node.take() };
+        return Some(Reclaimed::Task(task, runtime));
+    }
+    None
+}
+
+/// Cancels the task of a node inside its task's block that the reclaim
+/// claimed: the task is cancelled at once (its handle learns why, its
+/// closure is dropped), its block kept until the node's last reference
+/// goes, which may be the protocol side's, later.
+///
+/// # Safety
+/// From [`reclaim_node`]'s `Reclaimed::InPlace`, once.
+unsafe fn cancel_in_place(node: NonNull<ParkedNode>, why: Cancellation) {
+    let node = Node(node.cast::<Delayed>());
+    let keep = node.in_place().expect("a node in its task's block");
+    let header = node.task_header();
+    // SAFETY: the reclaim won the claim and still holds its reference, so
+    // the block stays; the task is cancelled once, here.
+    unsafe { (keep.cancel)(header, why) };
+    // SAFETY: the registry's reference, after its last use.
+    if unsafe { node.release() } {
+        // SAFETY: the protocol side let go first; the block's runner side
+        // is given up once, here.
+        unsafe { (keep.release)(header) };
+    }
 }
 
 /// What becomes of a delayed task's waiter the protocol is done with (the
@@ -367,7 +516,7 @@ where
         // Nothing to wait for (known without looking): a plain spawn.
         runtime.schedule(task, Arrival::Delayed);
     } else {
-        delay::<N>(runtime, task, deps);
+        delay_handled::<N, F, T>(runtime, task, deps);
     }
     // Where the task was queued, if it was, the block says (see
     // `Worker::push_delayed`): its handle looks there.
