@@ -17,6 +17,9 @@ use std::ptr::NonNull;
 struct Block {
     completion: JoinSlot,
     result: UnsafeCell<Option<u64>>,
+    /// What a runner that holds the block after completing still uses (a
+    /// parked task's node inside the block).
+    node: UnsafeCell<u64>,
     frees: AtomicUsize,
 }
 
@@ -25,6 +28,7 @@ impl Block {
         Arc::new(Self {
             completion: JoinSlot::new(),
             result: UnsafeCell::new(None),
+            node: UnsafeCell::new(0),
             frees: AtomicUsize::new(0),
         })
     }
@@ -35,6 +39,7 @@ impl Block {
         assert_eq!(drop_result, expect_result, "wrong drop_result");
         self.frees.fetch_add(1, Ordering::SeqCst);
         self.result.with_mut(|r| unsafe { *r = None });
+        self.node.with_mut(|n| unsafe { *n = 0 });
         self.completion.poison();
     }
 
@@ -82,6 +87,46 @@ fn runner_completes_while_handle_detaches() {
         runner.join().unwrap();
         assert_eq!(b.frees.load(Ordering::SeqCst), 1);
     });
+}
+
+#[test]
+fn runner_holding_the_block_after_completing_races_a_join_or_a_detach() {
+    // A runner that still uses the block after the task's end (a parked
+    // task's node inside the block, whose other party lets go later)
+    // publishes with `complete_held`, uses the block, and gives it up with
+    // `release_runner`, while the handle joins and takes the result, or
+    // detaches. The handle gets the result as soon as it is published, and
+    // the block is freed once, after the runner's last use: never by the
+    // handle while the runner holds it.
+    for handle_takes in [true, false] {
+        model(move || {
+            let b = Block::new();
+            let runner = {
+                let b = b.clone();
+                thread::spawn(move || {
+                    b.result.with_mut(|r| unsafe { *r = Some(5) });
+                    b.completion.complete_held(false);
+                    b.node.with_mut(|n| unsafe { *n += 1 });
+                    if let Release::Free { drop_result } = b.completion.release_runner() {
+                        b.free(drop_result, !handle_takes);
+                    }
+                })
+            };
+            let taken = handle_takes.then(|| {
+                let waker = thread_waker();
+                while !b.completion.register(&waker) {
+                    thread::park();
+                }
+                b.result.with_mut(|r| unsafe { (*r).take() })
+            });
+            if let Release::Free { drop_result } = b.completion.release_handle(handle_takes) {
+                b.free(drop_result, !handle_takes);
+            }
+            runner.join().unwrap();
+            assert_eq!(taken, handle_takes.then_some(Some(5)));
+            assert_eq!(b.frees.load(Ordering::SeqCst), 1);
+        });
+    }
 }
 
 #[test]

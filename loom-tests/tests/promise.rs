@@ -506,3 +506,126 @@ fn reclaim_races_fulfill() {
         );
     });
 }
+
+/// A parked task's node inside its task's block (`dataflow/delayed.rs`):
+/// the block is the task's, so whichever party acts on the task (runs it,
+/// or cancels it, either of which may free the block) must wait for the
+/// other party to let go of the node.
+#[repr(C)]
+struct InPlace {
+    waiter: Waiter,
+    claim: Claim,
+    /// The task, taken by the claim's winner and put back when it leaves
+    /// the task to the last party.
+    task: UnsafeCell<Option<u64>>,
+    /// What each party reads of the node up to its release (the waiter's
+    /// dependencies, the slot); freeing the block writes it, so a free
+    /// racing a party's last use is a data race loom sees.
+    used: UnsafeCell<u64>,
+}
+
+/// What acting on the task does to the block in the worst case: frees it.
+fn free_block(node: &InPlace, frees: &AtomicUsize) {
+    node.used.with_mut(|u| unsafe { *u = 0 });
+    node.task.with_mut(|t| unsafe { *t = None });
+    frees.fetch_add(1, Ordering::SeqCst);
+}
+
+/// A party's last use of the node, then its release: `true` for the last.
+fn use_then_release(node: &InPlace) -> bool {
+    node.used.with(|u| unsafe { *u });
+    node.claim.release()
+}
+
+#[test]
+fn reclaim_races_fulfill_for_a_node_in_its_tasks_block() {
+    // As `reclaim_races_fulfill`, with the node inside its task's block:
+    // the protocol side, if it wins the claim and finds the registry's
+    // reference still in the slot, holds both and acts at once; if the
+    // reclaim swapped the slot first, it puts the task back and the last
+    // party to release acts. The reclaim, if it wins, cancels the task
+    // keeping the block, and the last party gives the block up. Either
+    // way the task is acted on once and the block freed once, after both
+    // parties' last use of the node.
+    model(|| {
+        let g = Group::new(1);
+        let frees = Arc::new(AtomicUsize::new(0));
+        let acted = Arc::new(AtomicUsize::new(0));
+        // SAFETY: we hold the creating handle.
+        let dep = unsafe { Group::dep(g, 0) };
+        let node = NonNull::from(Box::leak(Box::new(InPlace {
+            waiter: Waiter::new(vec![dep]),
+            claim: Claim::new(),
+            task: UnsafeCell::new(Some(7)),
+            used: UnsafeCell::new(1),
+        })));
+        let slot = Arc::new(AtomicPtr::new(node.as_ptr()));
+        let settle = {
+            let (frees, acted, slot) = (frees.clone(), acted.clone(), slot.clone());
+            let node = Registry(node);
+            move |outcome: Outcome| {
+                let Outcome::Ready(w) = outcome else {
+                    panic!("fulfilled, not cancelled")
+                };
+                assert_eq!(w.cast::<InPlace>(), node.0);
+                // SAFETY: the outcome hands the protocol's side over; the
+                // block stays until both parties let go (checked here).
+                let n = unsafe { node.0.as_ref() };
+                if !n.claim.claim() {
+                    // The reclaim cancelled the task keeping the block.
+                    if use_then_release(n) {
+                        free_block(n, &frees);
+                    }
+                    return;
+                }
+                let task = n.task.with_mut(|t| unsafe { (*t).take() });
+                assert_eq!(task, Some(7));
+                if !slot.swap(ptr::null_mut(), Ordering::Acquire).is_null() {
+                    // Both references: acts at once (runs the task).
+                    acted.fetch_add(1, Ordering::SeqCst);
+                    free_block(n, &frees);
+                    return;
+                }
+                n.task.with_mut(|t| unsafe { *t = task });
+                if use_then_release(n) {
+                    assert_eq!(n.task.with_mut(|t| unsafe { (*t).take() }), Some(7));
+                    acted.fetch_add(1, Ordering::SeqCst);
+                    free_block(n, &frees);
+                }
+            }
+        };
+        // SAFETY: we own the fresh node; loom never frees it.
+        assert!(unsafe { Waiter::start(node.cast()) }.is_none());
+        let fulfiller = {
+            let (g, settle) = (Registry(g), settle.clone());
+            thread::spawn(move || {
+                // SAFETY: this thread owns the only handle.
+                unsafe {
+                    assert!(Group::fulfill(g.0, 0, settle.clone()));
+                    Group::release_handle(g.0, settle);
+                }
+            })
+        };
+        // The reclaim: the swap first, the claim after.
+        if !slot.swap(ptr::null_mut(), Ordering::Acquire).is_null() {
+            // SAFETY: the registry's reference keeps the node allocated.
+            let n = unsafe { node.as_ref() };
+            if n.claim.claim() {
+                // Cancels the task keeping the block, then releases.
+                assert_eq!(n.task.with_mut(|t| unsafe { (*t).take() }), Some(7));
+                acted.fetch_add(1, Ordering::SeqCst);
+                if use_then_release(n) {
+                    free_block(n, &frees);
+                }
+            } else if use_then_release(n) {
+                // The protocol side left the task to the last party.
+                assert_eq!(n.task.with_mut(|t| unsafe { (*t).take() }), Some(7));
+                acted.fetch_add(1, Ordering::SeqCst);
+                free_block(n, &frees);
+            }
+        }
+        fulfiller.join().unwrap();
+        assert_eq!(acted.load(Ordering::SeqCst), 1, "the task is acted on once");
+        assert_eq!(frees.load(Ordering::SeqCst), 1, "the block is freed once");
+    });
+}
