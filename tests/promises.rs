@@ -452,3 +452,30 @@ fn a_broken_loop_iteration_cancels_what_waits_on_it_and_stays_broken() {
     );
     assert_eq!(ran.load(Ordering::Relaxed), 3);
 }
+
+#[test]
+fn tasks_parked_on_a_promise_kept_outside_are_cancelled_at_shutdown_and_a_later_fulfill_is_safe() {
+    // The runtime's drop cancels the tasks at once: their handles report
+    // it while the promise they wait on is still open. Each task's memory
+    // stays until the promise lets go of it too: the fulfill after the
+    // shutdown (once the joined handles freed what they could, and the
+    // allocator handed that memory out again) still walks them.
+    let p = Promise::new();
+    let mut handles: Vec<_> = {
+        let rt = runtime(2);
+        let handles = (0..256u64)
+            .map(|i| rt.submit_delayed([p.dep()], move || i))
+            .collect();
+        drop(rt);
+        handles
+    };
+    let detached = handles.split_off(128);
+    drop(detached);
+    for h in handles {
+        let err = h.try_join().unwrap_err();
+        assert!(err.to_string().contains("shut down"), "{err}");
+    }
+    let reused: Vec<Box<[u8; 256]>> = (0..1024).map(|_| Box::new([0xA5; 256])).collect();
+    p.fulfill();
+    drop(reused);
+}
