@@ -33,8 +33,16 @@
 //!   external reference for what one task costs.
 //! - `serial`: the K calls inline, for the checksum and the work's own cost.
 //!
+//! - `selvedge spawn_delayed on 2 open iterations, making only`: per task
+//!   `spawn_delayed([lp.at(2i), lp.at(2i + 1)], ..)` on a loop promise
+//!   none of whose iterations is fulfilled yet, timed over the making
+//!   alone (nothing runs meanwhile: every task parks); the iterations are
+//!   fulfilled and the handles joined after the clock stops. What one
+//!   thread pays to make a delayed task with two dependencies.
+//!
 //! The report derives the cost of a dependency as
-//! `(delayed_k − spawn) / k` ns per task (target: under 100 ns).
+//! `(delayed_k − spawn) / k` ns per task (target: at most 50 ns), and
+//! takes the making cost from its own row (target: at most 60 ns).
 //!
 //! # Chain latency ([`CHAIN_LINKS`] links per run)
 //!
@@ -154,6 +162,7 @@ pub const OVERHEAD_SPAWN: &str = "selvedge spawn";
 pub const OVERHEAD_DELAYED_1: &str = "selvedge spawn_delayed, 1 promise";
 pub const OVERHEAD_DELAYED_4: &str = "selvedge spawn_delayed, 4 promises";
 pub const OVERHEAD_RAYON: &str = "rayon scope.spawn";
+pub const OVERHEAD_MAKE_2: &str = "selvedge spawn_delayed on 2 open iterations, making only";
 pub const CHAIN_DELAYED: &str = "selvedge spawn_delayed chain";
 pub const CHAIN_SCOPE_DELAYED: &str = "selvedge scope.spawn_delayed chain";
 pub const CHAIN_JOIN: &str = "selvedge spawn+join round trips";
@@ -214,7 +223,10 @@ pub fn all() -> Vec<Dataflow> {
         Dataflow {
             units: OVERHEAD_TASKS,
             unit: "task",
-            phases: Vec::new(),
+            phases: vec![Phase {
+                name: OVERHEAD_MAKE_2,
+                run: |p| p.selvedge.run(|| overhead_make_2(black_box(OVERHEAD_TASKS))),
+            }],
             workload: Workload {
                 group: "promise_overhead",
                 title: format!("promise overhead ({OVERHEAD_TASKS} trivial tasks)"),
@@ -436,6 +448,32 @@ pub fn overhead_delayed<const D: usize>(k: u64) -> u64 {
         .into_iter()
         .map(JoinHandle::join)
         .fold(0, u64::wrapping_add)
+}
+
+/// Making only: `k` tasks, each `spawn_delayed` on two open iterations of
+/// a loop promise, timed while nothing runs (every task parks: the cost of
+/// making a delayed task). Then, untimed, the iterations are fulfilled and
+/// the handles joined.
+pub fn overhead_make_2(k: u64) -> (u64, Duration) {
+    let lp = LoopPromise::new(0..2 * k as usize);
+    let mut handles: Vec<JoinHandle<u64>> = Vec::with_capacity(k as usize);
+    let start = Instant::now();
+    for i in 0..k {
+        let at = 2 * i as usize;
+        handles.push(selvedge::spawn_delayed(
+            [lp.at(at), lp.at(at + 1)],
+            move || trivial(i),
+        ));
+    }
+    let made = start.elapsed();
+    for i in 0..2 * k as usize {
+        lp.fulfill(i);
+    }
+    let sum = handles
+        .into_iter()
+        .map(JoinHandle::join)
+        .fold(0, u64::wrapping_add);
+    (sum, made)
 }
 
 pub fn overhead_rayon(k: u64) -> u64 {
