@@ -159,3 +159,45 @@ fn a_task_joined_in_place_that_panics_gives_its_block_back() {
         "{block_allocs} block-sized allocations for {PANICS} panicking tasks joined in place"
     );
 }
+
+#[test]
+fn delayed_tasks_and_promises_do_not_allocate_after_warm_up() {
+    // Per task: a fresh promise, a task delayed on it (parked: its node
+    // goes in the task's block) and on an iteration of a loop promise, the
+    // fulfills that ready it, the join. Promises, nodes and tasks come from
+    // the worker's block pool; the loop promise's events are one
+    // allocation per loop promise, made before the count.
+    const TASKS: usize = 2_000;
+    let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
+    let (allocs, sum) = rt.run(|| {
+        let mut handles = Vec::with_capacity(TASKS);
+        let mut promises = Vec::with_capacity(TASKS);
+        let mut round = |lp: &selvedge::LoopPromise| {
+            for i in 0..TASKS {
+                let p = selvedge::Promise::new();
+                let x = i as u64;
+                handles.push(selvedge::spawn_delayed([p.dep(), lp.at(i)], move || x));
+                promises.push(p);
+            }
+            for (i, p) in promises.drain(..).enumerate() {
+                p.fulfill();
+                lp.fulfill(i);
+            }
+            handles.drain(..).map(|h| h.join()).sum::<u64>()
+        };
+        let loops: Vec<_> = (0..5)
+            .map(|_| selvedge::LoopPromise::new(0..TASKS))
+            .collect();
+        let mut sum = round(&loops[0]) + round(&loops[1]); // warm-up
+        let before = allocations();
+        for lp in &loops[2..] {
+            sum += round(lp);
+        }
+        (allocations() - before, sum)
+    });
+    assert_eq!(sum, 5 * (TASKS as u64 * (TASKS as u64 - 1) / 2));
+    assert_eq!(
+        allocs, 0,
+        "{allocs} allocations for 3 rounds of {TASKS} delayed tasks"
+    );
+}

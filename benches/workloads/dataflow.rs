@@ -225,7 +225,10 @@ pub fn all() -> Vec<Dataflow> {
             unit: "task",
             phases: vec![Phase {
                 name: OVERHEAD_MAKE_2,
-                run: |p| p.selvedge.run(|| overhead_make_2(black_box(OVERHEAD_TASKS))),
+                run: |p| {
+                    p.selvedge
+                        .run(|| overhead_make_2(black_box(OVERHEAD_TASKS)))
+                },
             }],
             workload: Workload {
                 group: "promise_overhead",
