@@ -124,14 +124,12 @@ impl PromiseCell {
         }
     }
 
-    /// Closes the event as fulfilled. Returns the parked stack (newest
-    /// first), or `None` when it was already closed.
+    /// Closes the event as fulfilled (as `close`, whose stack is newest first).
     fn close_fulfilled(&self) -> Option<*mut Waiter> {
         self.close(FULFILLED)
     }
 
-    /// Closes the event as broken unless it was fulfilled. Returns the
-    /// parked stack, or `None` when it was already closed.
+    /// Closes the event as broken unless it was fulfilled (as `close`).
     fn close_broken(&self) -> Option<*mut Waiter> {
         self.close(BROKEN)
     }
@@ -139,8 +137,8 @@ impl PromiseCell {
     /// Closes the event in state `closed` (`FULFILLED` or `BROKEN`) unless
     /// it is closed already: whichever closes it first decides, and a
     /// closed event never changes (a loop promise's iteration can be broken
-    /// while another handle may still fulfill it). Repeated closes cost a
-    /// load, not a write to a shared line.
+    /// while another handle may still fulfill it). Returns the parked stack,
+    /// or `None` when it was closed already. Repeated closes cost a load.
     fn close(&self, closed: usize) -> Option<*mut Waiter> {
         let mut head = self.head.load(Ordering::Acquire);
         loop {
@@ -181,13 +179,8 @@ unsafe fn drain(stack: *mut Waiter, mut each: impl FnMut(NonNull<Waiter>)) {
 }
 
 /// The shared allocation behind a promise (one event) or a loop promise (one
-/// event per bucket).
-///
-/// The reference count, which every dependency made and dropped writes,
-/// sits a cache line away from what fulfills and dependencies read (the
-/// events' addresses): a loop promise's maker and its fulfillers, on
-/// different cores, would otherwise take that line from each other on
-/// every task.
+/// event per bucket). `refs`, written by every `Dep` made and dropped, is a
+/// cache line away from the events' addresses that fulfills read.
 #[derive(Debug)]
 #[repr(C)]
 pub struct Group {
