@@ -456,10 +456,10 @@ fn a_broken_loop_iteration_cancels_what_waits_on_it_and_stays_broken() {
 #[test]
 fn tasks_parked_on_a_promise_kept_outside_are_cancelled_at_shutdown_and_a_later_fulfill_is_safe() {
     // The runtime's drop cancels the tasks at once: their handles report
-    // it while the promise they wait on is still open. Each task's memory
-    // stays until the promise lets go of it too: the fulfill after the
-    // shutdown (once the joined handles freed what they could, and the
-    // allocator handed that memory out again) still walks them.
+    // it while the promise they wait on is still open. The handles, joined
+    // or dropped, must not free a task's block while the promise's stack
+    // still holds its waiting record: the memory allocated next would
+    // overwrite it, and the fulfill after the shutdown walks every record.
     let p = Promise::new();
     let mut handles: Vec<_> = {
         let rt = runtime(2);
@@ -478,4 +478,53 @@ fn tasks_parked_on_a_promise_kept_outside_are_cancelled_at_shutdown_and_a_later_
     let reused: Vec<Box<[u8; 256]>> = (0..1024).map(|_| Box::new([0xA5; 256])).collect();
     p.fulfill();
     drop(reused);
+}
+
+#[test]
+fn tasks_with_large_closures_parked_at_shutdown_are_cancelled_and_a_later_fulfill_is_safe() {
+    // Closures too large to share their task's block: each task's waiting
+    // record has a block of its own, which whichever of the shutdown and
+    // the promise lets go last frees; the other must not read it after.
+    let p = Promise::new();
+    let big = [7u64; 16];
+    let mut handles: Vec<_> = {
+        let rt = runtime(2);
+        let handles = (0..64usize)
+            .map(|i| rt.submit_delayed([p.dep()], move || std::hint::black_box(big)[i % 16]))
+            .collect();
+        drop(rt);
+        handles
+    };
+    drop(handles.split_off(32));
+    for h in handles {
+        let err = h.try_join().unwrap_err();
+        assert!(err.to_string().contains("shut down"), "{err}");
+    }
+    p.fulfill();
+}
+
+#[test]
+fn a_cycle_of_tasks_with_large_closures_is_cancelled_at_shutdown() {
+    // As the cycle in `spawn_delayed`'s documentation, with closures that
+    // do not fit their task's block: cancelling the first drops the
+    // promise the second waits on, which settles the second's record
+    // while the shutdown still holds it.
+    for _ in 0..50 {
+        let rt = runtime(2);
+        let (p1, p2) = (Promise::new(), Promise::new());
+        let pad = [1u64; 16];
+        let q1 = p1.clone();
+        let a = rt.submit_delayed([p2.dep()], move || {
+            std::hint::black_box(pad);
+            q1.fulfill();
+        });
+        let b = rt.submit_delayed([p1.dep()], move || {
+            std::hint::black_box(pad);
+            p2.fulfill();
+        });
+        drop(p1);
+        drop(rt);
+        assert!(a.try_join().unwrap_err().to_string().contains("shut down"));
+        assert!(b.try_join().unwrap_err().is_cancelled());
+    }
 }

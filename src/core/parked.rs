@@ -40,9 +40,9 @@ impl ParkedSlot {
 }
 
 /// What [`Parked::reclaim`] does with a node whose registry reference it
-/// swapped out of the node's slot: claims the node's task if nobody has
-/// (returning it with its runtime, to be cancelled) and gives up the
-/// reference.
+/// swapped out of the node's slot: claims the node's task if nobody has,
+/// and gives up the reference; returns the task to cancel, if any (one it
+/// claimed, or one the settling side left to the last party).
 ///
 /// # Safety
 /// Called only with a node registered with this function, by the holder
@@ -80,7 +80,7 @@ pub(crate) enum Reclaimed {
 /// *slot*: an atomic pointer at a fixed address, which the node knows.
 /// Whoever empties the slot with a swap owns that reference: the side
 /// that settles the node, as soon as it has won the node's claim (it then
-/// holds both references and frees the node at once), or the runtime's
+/// holds both references and is done with the node at once), or the runtime's
 /// reclaim, which swaps every slot before it claims the node and releases
 /// the reference after. Exactly one swap finds the node.
 /// The settling side touches the slot only after winning the claim, when

@@ -17,8 +17,10 @@ const CLAIMED: usize = 1;
 /// the tasks that can never run there). Either may try to take the task:
 /// [`Claim::claim`] lets exactly one of them win, and the winner alone runs
 /// or cancels the task. The node's memory holds one reference per party and
-/// is freed by whichever [`Claim::release`]s last, so a party that lost the
-/// claim (or never tried) may still read the node until it lets go.
+/// is freed by whichever [`Claim::release`]s last (or, for a node inside its
+/// task's block, left to that party to act on the task), so a party that
+/// lost the claim (or never tried) may still read the node until it lets
+/// go.
 ///
 /// The protocol side never learns of a claim by the registry until the
 /// waiter's events close: the waiter stays linked, is advanced like any
@@ -49,7 +51,7 @@ impl Claim {
     }
 
     /// Gives up the caller's reference; `true` for the last one, whose
-    /// caller must free the node.
+    /// caller must free the node (or act on the task whose block holds it).
     ///
     /// Release, then Acquire for the last, as `Arc`'s drop: everything the
     /// other party did with the node (the winner taking the task out of

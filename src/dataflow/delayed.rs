@@ -3,8 +3,9 @@
 //!
 //! The lock-free protocol (events, the dependency walk, reference counts)
 //! is in `event.rs`, where loom checks it. This module puts tasks behind it:
-//! a delayed task is a pooled task block plus a node (another pooled block)
-//! holding the protocol's [`Waiter`] and the runtime the task belongs to.
+//! a delayed task is a pooled task block plus a node holding the protocol's
+//! [`Waiter`] and the runtime the task belongs to, in the task's own block
+//! when its closure and result leave room, else in a block of its own.
 //! A task made ready is scheduled where it was fulfilled: on the
 //! fulfilling worker's own deque when that worker belongs to the task's
 //! runtime, else through the runtime's injector (waking a parked worker).
@@ -135,25 +136,44 @@ impl Node {
         });
     }
 
-    /// Gives up the caller's reference; `true` for the last one. A node of
-    /// its own is then freed; one inside its task's block is left to the
-    /// caller, which then acts on the task.
+    /// Gives up the caller's reference, and says what the last one must
+    /// do: a node of its own is freed here; one inside its task's block is
+    /// left to the caller, which then acts on the task. Nothing of the node
+    /// is read after the release unless it is the last one in place.
     ///
     /// # Safety
     /// The caller holds a reference and gives it up; by the last release
     /// the waiter was dropped and, for a node of its own, the task taken
     /// (the claim was won).
-    unsafe fn release(&self) -> bool {
+    unsafe fn release(&self) -> Released {
+        // Read first: once our reference is gone, a node of its own may be
+        // freed by the other party.
+        let in_place = self.in_place();
         if !self.claim().release() {
-            return false;
+            return Released::NotLast;
         }
-        if self.in_place().is_none() {
-            // SAFETY: the last reference: nobody touches the node any more,
-            // and everything in it that needs dropping was dropped or taken.
-            unsafe { task::free_raw(self.0) };
+        match in_place {
+            Some(keep) => Released::LastInPlace(keep),
+            None => {
+                // SAFETY: the last reference: nobody touches the node any
+                // more, and everything in it that needs dropping was
+                // dropped or taken.
+                unsafe { task::free_raw(self.0) };
+                Released::Freed
+            }
         }
-        true
     }
+}
+
+/// What a [`Node::release`] leaves its caller to do.
+enum Released {
+    /// The other party still holds the node.
+    NotLast,
+    /// The last reference of a node of its own, which is freed.
+    Freed,
+    /// The last reference of a node inside its task's block (with the
+    /// task's [`KeepBlock`]): the caller acts on the task.
+    LastInPlace(&'static KeepBlock),
 }
 
 /// Makes `task` (of `runtime`) wait for `deps`, or schedules it at once
@@ -249,19 +269,16 @@ unsafe fn take_node(w: NonNull<Waiter>) -> Option<(TaskRef, Arc<Registry>)> {
         // The reclaim won: it cancelled the task. A node inside the task's
         // block keeps it until its last reference goes.
         // SAFETY: the protocol's reference, after its last use.
-        if unsafe { node.release() } {
-            if let Some(keep) = node.in_place() {
-                // SAFETY: the reclaim cancelled the task keeping its block
-                // (`cancel_in_place`) and released before us; the block is
-                // not touched after this.
-                unsafe { (keep.release)(node.task_header()) };
-            }
+        if let Released::LastInPlace(keep) = unsafe { node.release() } {
+            // SAFETY: the reclaim cancelled the task keeping its block
+            // (`cancel_in_place`) and released before us; the block is not
+            // touched after this.
+            unsafe { (keep.release)(node.task_header()) };
         }
         return None;
     }
     // SAFETY: we won the claim and hold the protocol's reference.
     let owned = unsafe { node.take() };
-    Parked::count(&owned.1, false);
     // The registry's reference too, unless the reclaim took it first (the
     // slot may hold another node since: compare, do not swap).
     // SAFETY: the node's slot; we hold its runtime.
@@ -269,6 +286,7 @@ unsafe fn take_node(w: NonNull<Waiter>) -> Option<(TaskRef, Arc<Registry>)> {
         // Both references are ours: nobody else can reach the node (the
         // reclaim finds its slot empty), so it is done with, without the
         // two releases' atomic operations.
+        Parked::count(&owned.1, false);
         if node.in_place().is_none() {
             // SAFETY: the waiter was dropped and the task taken above.
             unsafe { task::free_raw(node.0) };
@@ -276,20 +294,23 @@ unsafe fn take_node(w: NonNull<Waiter>) -> Option<(TaskRef, Arc<Registry>)> {
         return Some(owned);
     }
     // The reclaim holds the registry's reference and will release it.
-    if node.in_place().is_some() {
-        // Its release may come after ours: the task (whose block holds
-        // the node) is acted on by whichever releases last.
-        // SAFETY: we won the claim, took the task and hold our reference.
-        unsafe { node.put_back(owned) };
+    if node.in_place().is_none() {
+        Parked::count(&owned.1, false);
         // SAFETY: the protocol's reference, after its last use.
-        if unsafe { node.release() } {
-            // SAFETY: put back above; ours again as the last party.
-            return Some(unsafe { node.take() });
-        }
-        return None;
+        unsafe { node.release() };
+        return Some(owned);
     }
+    // Its release may come after ours: the task (whose block holds the
+    // node) is acted on, and counted, by whichever releases last.
+    // SAFETY: we won the claim, took the task and hold our reference.
+    unsafe { node.put_back(owned) };
     // SAFETY: the protocol's reference, after its last use.
-    unsafe { node.release() };
+    let Released::LastInPlace(_) = (unsafe { node.release() }) else {
+        return None;
+    };
+    // SAFETY: put back above; ours again as the last party.
+    let owned = unsafe { node.take() };
+    Parked::count(&owned.1, false);
     Some(owned)
 }
 
@@ -320,10 +341,10 @@ unsafe fn reclaim_node(node: NonNull<ParkedNode>) -> Option<Reclaimed> {
         return Some(Reclaimed::Task(task, runtime));
     }
     // SAFETY: the registry's reference, after its last use.
-    if unsafe { node.release() } && node.in_place().is_some() {
+    if let Released::LastInPlace(_) = unsafe { node.release() } {
         // The protocol side won the claim (its waiter was ready, or
-        // cancelled) and left the task to us, the last party: its runtime
-        // is shutting down, so it cannot run; it is cancelled.
+        // cancelled) and left the task, uncounted, to us, the last party:
+        // its runtime is shutting down, so it cannot run; it is cancelled.
         // SAFETY: put back by the protocol side before its release.
         let (task, runtime) = unsafe { node.take() };
         return Some(Reclaimed::Task(task, runtime));
@@ -346,7 +367,7 @@ unsafe fn cancel_in_place(node: NonNull<ParkedNode>, why: Cancellation) {
     // the block stays; the task is cancelled once, here.
     unsafe { (keep.cancel)(header, why) };
     // SAFETY: the registry's reference, after its last use.
-    if unsafe { node.release() } {
+    if let Released::LastInPlace(_) = unsafe { node.release() } {
         // SAFETY: the protocol side let go first; the block's runner side
         // is given up once, here.
         unsafe { (keep.release)(header) };
