@@ -1042,11 +1042,15 @@ fn declared_gpu_accesses_keep_their_order_on_the_device() {
         });
         let clear = dev.spawn_with(x.write(), |s, x| Ok(s.stream().memset_zeros(x)?));
         // A CPU task ordered after the GPU write of `y`: it runs once the
-        // copy is complete on the device (its callback), not before.
+        // copy is complete on the device (its callback), not before. (The
+        // copy's handle is completed by a task of its own, readied by the
+        // same callback, which may run after this one: its `dep`, fulfilled
+        // in the callback before the data turns pass on, says when the
+        // device finished.)
         let check = rt.submit_with(y.read(), |_y| ());
         check.join();
         assert!(
-            copy.is_finished(),
+            copy.dep().is_fulfilled(),
             "a CPU access to y ran before the GPU copy completed"
         );
         let yv = y.read_now().unwrap();
