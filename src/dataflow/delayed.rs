@@ -251,9 +251,10 @@ fn park<N>(
     }
 }
 
-/// Finishes the protocol side of a node for an outcome: drops its dependencies, takes the task unless the runtime's
-/// reclaim claimed it first, and releases the protocol's reference. The
-/// task returned is the caller's to schedule (or cancel).
+/// Finishes the protocol side of a node for an outcome: drops its
+/// dependencies, takes the task unless the runtime's reclaim claimed it
+/// first, and releases the protocol's reference. The task returned is the
+/// caller's to schedule (or cancel).
 ///
 /// # Safety
 /// `w` must come from an [`Outcome`], which hands over the protocol's side
