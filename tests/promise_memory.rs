@@ -89,9 +89,12 @@ fn promise_rounds_do_not_leak() {
     }
     let growth = LIVE.load(Ordering::Relaxed) - before;
     // Leaking one promise, dependency list or node per task would leave at
-    // least 40,000 allocations here; the pools' level wanders by hundreds.
+    // least 40,000 allocations here. What the pools hold wanders: usually by
+    // hundreds, but each worker's pool may end the rounds up to its 4096
+    // blocks fuller than it began them (seen: 4,068 on a loaded 2-core
+    // machine; over 300 rounds nothing accumulates).
     assert!(
-        growth < 2 * TASKS as isize,
+        growth < 10 * TASKS as isize,
         "{growth} allocations still live after 20 rounds"
     );
 }
