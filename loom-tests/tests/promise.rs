@@ -416,6 +416,22 @@ fn release(node: NonNull<Node>, freed: &AtomicUsize, released: &AtomicUsize) {
     }
 }
 
+/// A thread that fulfills `g`'s one event and drops its handle, settling
+/// through `settle`; the caller gives it the group's only handle.
+fn fulfill_then_drop_on_a_thread(
+    g: NonNull<Group>,
+    settle: impl FnMut(Outcome) + Clone + 'static,
+) -> thread::JoinHandle<()> {
+    let g = Registry(g);
+    thread::spawn(move || {
+        // SAFETY: this thread owns the only handle.
+        unsafe {
+            assert!(Group::fulfill(g.0, 0, settle.clone()));
+            Group::release_handle(g.0, settle);
+        }
+    })
+}
+
 #[test]
 fn reclaim_races_fulfill() {
     // A runtime's drop reclaims a parked task (empties its registry slot,
@@ -474,16 +490,7 @@ fn reclaim_races_fulfill() {
         // SAFETY: we own the fresh node; it stays allocated (loom never
         // frees it) and we do not touch the waiter after it parked.
         assert!(unsafe { Waiter::start(node.cast()) }.is_none());
-        let fulfiller = {
-            let (g, settle) = (Registry(g), settle.clone());
-            thread::spawn(move || {
-                // SAFETY: this thread owns the only handle.
-                unsafe {
-                    assert!(Group::fulfill(g.0, 0, settle.clone()));
-                    Group::release_handle(g.0, settle);
-                }
-            })
-        };
+        let fulfiller = fulfill_then_drop_on_a_thread(g, settle.clone());
         // The registry's side, as `Parked::reclaim` does it: the swap
         // first, the claim after.
         if !slot.swap(ptr::null_mut(), Ordering::Acquire).is_null() {
@@ -596,16 +603,7 @@ fn reclaim_races_fulfill_for_a_node_in_its_tasks_block() {
         };
         // SAFETY: we own the fresh node; loom never frees it.
         assert!(unsafe { Waiter::start(node.cast()) }.is_none());
-        let fulfiller = {
-            let (g, settle) = (Registry(g), settle.clone());
-            thread::spawn(move || {
-                // SAFETY: this thread owns the only handle.
-                unsafe {
-                    assert!(Group::fulfill(g.0, 0, settle.clone()));
-                    Group::release_handle(g.0, settle);
-                }
-            })
-        };
+        let fulfiller = fulfill_then_drop_on_a_thread(g, settle.clone());
         // The reclaim: the swap first, the claim after.
         if !slot.swap(ptr::null_mut(), Ordering::Acquire).is_null() {
             // SAFETY: the registry's reference keeps the node allocated.
