@@ -51,12 +51,23 @@ pub(crate) mod sealed {
     pub trait SealedAccess {
         /// Hands what this access declares to `each`.
         fn declare<'s>(&'s self, each: &mut dyn FnMut(Declared<'s>));
+
+        /// The handle and mode, for an access to a handle.
+        fn data(&self) -> Option<(&dyn Target, super::Mode)> {
+            None
+        }
     }
 
     /// Implemented by the access sets of this crate only.
     pub trait SealedAccesses {
         /// Hands every declaration of the set to `each`.
         fn declare_all<'s>(&'s self, each: &mut dyn FnMut(Declared<'s>));
+
+        /// For a set of one access to a handle (the common case, which a
+        /// submission takes a shorter way for), the handle and mode.
+        fn only_data(&self) -> Option<(&dyn Target, super::Mode)> {
+            None
+        }
     }
 }
 
@@ -143,6 +154,10 @@ macro_rules! single_access_set {
         impl<T: Send + Sync> sealed::SealedAccesses for $ty<T> {
             fn declare_all<'s>(&'s self, each: &mut dyn FnMut(Declared<'s>)) {
                 sealed::SealedAccess::declare(self, each)
+            }
+
+            fn only_data(&self) -> Option<(&dyn sealed::Target, Mode)> {
+                sealed::SealedAccess::data(self)
             }
         }
 

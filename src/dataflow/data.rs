@@ -416,7 +416,7 @@ impl<T: Send + Sync> Data<T> {
             log.record(Mode::Read, Recorded::host(turn.dep()));
             log.runtime.clone()
         };
-        wait_over(turn.before().cloned().collect(), runtime.upgrade());
+        wait_over(turn.before().iter().cloned().collect(), runtime.upgrade());
         // SAFETY: our read has its turn: every earlier write is over and
         // later ones wait for `turn`.
         if let Some(cause) = unsafe { self.inner.poison() } {
@@ -588,6 +588,10 @@ macro_rules! access_type {
         impl<T: Send + Sync> SealedAccess for $name<T> {
             fn declare<'s>(&'s self, each: &mut dyn FnMut(Declared<'s>)) {
                 each(Declared::Data(&*self.inner, $mode))
+            }
+
+            fn data(&self) -> Option<(&dyn Target, Mode)> {
+                Some((&*self.inner, $mode))
             }
         }
 

@@ -20,7 +20,7 @@ use crate::dataflow::data::{poisoned_message, Log, Recorded};
 use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
 use crate::dataflow::held::{self, Behind, Conflict, Held, Snapshot};
-use crate::dataflow::turn::Turn;
+use crate::dataflow::turn::{Deps, Turn};
 use std::any::Any;
 use std::fmt;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
@@ -52,42 +52,55 @@ pub(crate) fn submit<A: Accesses>(
     refuse: Option<&Snapshot>,
 ) -> Result<Submitted<A>, Conflict> {
     let mut turn = Turn::new();
-    // Its dependencies are a vector: none (no allocation) when every
-    // access has its turn already.
-    let mut deps = Vec::new();
+    // The plain `Dep`s it declares, then (below) what its turn waits for.
+    let mut deps = Deps::NONE;
     let mut behind = None;
     let mut refused = None;
     // Whether this thread holds anything: then each access is checked
     // against what it holds, under the log's lock (a read waits for a held
     // read only through a write submitted since).
     let holding = held::anything_here();
-    with_logs(&accesses, runtime, |after, logs| {
-        if let Some(maker) = refuse {
-            let mut logs: Few<(&mut Log, Mode, &dyn Target)> =
-                logs.fold(Few::default(), |mut f, l| {
-                    f.push(l);
-                    f
-                });
-            refused =
-                logs.slots().iter().flatten().find_map(|(log, mode, t)| {
+    match (accesses.only_data(), refuse) {
+        (Some((target, mode)), None) => {
+            // One handle's access, nothing to refuse: no sorting, no
+            // gathering (what `with_logs` does for any set).
+            let mut log = lock(target.log());
+            log.note_runtime(runtime);
+            record(&mut log, mode, target, &mut turn, holding, &mut behind);
+        }
+        _ => with_logs(&accesses, runtime, |after, logs| {
+            if let Some(maker) = refuse {
+                let mut logs: Few<(&mut Log, Mode, &dyn Target)> =
+                    logs.fold(Few::default(), |mut f, l| {
+                        f.push(l);
+                        f
+                    });
+                refused = logs.slots().iter().flatten().find_map(|(log, mode, t)| {
                     maker.conflict(*t, *mode, write_pending(log, *mode))
                 });
-            if refused.is_none() {
-                for (log, mode, t) in logs.slots().iter_mut().flatten() {
-                    record(log, *mode, *t, &mut turn, &mut deps, holding, &mut behind);
+                if refused.is_none() {
+                    for (log, mode, t) in logs.slots().iter_mut().flatten() {
+                        record(log, *mode, *t, &mut turn, holding, &mut behind);
+                    }
+                }
+            } else {
+                for (log, mode, t) in logs {
+                    record(log, mode, t, &mut turn, holding, &mut behind);
                 }
             }
-        } else {
-            for (log, mode, t) in logs {
-                record(log, mode, t, &mut turn, &mut deps, holding, &mut behind);
+            for dep in after {
+                deps.push(dep.clone());
             }
-        }
-        if refused.is_none() {
-            deps.extend(after.cloned());
-        }
-    });
+        }),
+    }
     if let Some(conflict) = refused {
         return Err(conflict);
+    }
+    // What the task waits for: the `Dep`s it declared and the accesses
+    // before its own that were not over (which its turn keeps too, for a
+    // turn passed on unrun).
+    for dep in turn.before().iter() {
+        deps.push(dep.clone());
     }
     let (behind, token) = behind.map(|c| Behind::new(&c)).unzip();
     let submission = Submission {
@@ -105,7 +118,7 @@ pub(crate) fn submit<A: Accesses>(
 /// What [`submit`] registered: what the task waits for, what its closure
 /// runs, and whether a join of it on this thread could never end.
 pub(crate) struct Submitted<A> {
-    pub(crate) deps: Vec<Dep>,
+    pub(crate) deps: Deps,
     pub(crate) submission: Submission<A>,
     pub(crate) behind: Option<Behind>,
 }
@@ -117,14 +130,13 @@ pub(crate) fn write_pending(log: &Log, mode: Mode) -> bool {
 }
 
 /// Records one access of a task being submitted: its dependencies on the
-/// accesses before it (in `deps`, and in its turn), its completion, and
+/// accesses before it (in its turn), its completion, and
 /// (when this thread holds anything) whether it waits for a held access.
 fn record(
     log: &mut Log,
     mode: Mode,
     target: &dyn Target,
     turn: &mut Turn,
-    deps: &mut Vec<Dep>,
     holding: bool,
     behind: &mut Option<Conflict>,
 ) {
@@ -132,7 +144,6 @@ fn record(
         *behind = held::conflict_here(target, mode, write_pending(log, mode));
     }
     for before in log.before(mode) {
-        deps.push(before.done.clone());
         turn.after(before.done.clone());
     }
     log.record(mode, Recorded::host(turn.dep()));
@@ -154,17 +165,25 @@ pub(crate) fn with_logs<'s, A: Accesses>(
     ),
 ) {
     // A task declares a few accesses: they and their locks stay on the
-    // stack (no allocation below nine).
+    // stack (no allocation below nine; plain `Dep`s, rarer, below five).
     let mut data: Few<(&dyn Target, Mode)> = Few::default();
-    let mut after: Few<&Dep> = Few::default();
+    let mut after: Few<&Dep, 4> = Few::default();
     accesses.declare_all(&mut |d| match d {
         Declared::Data(target, mode) => data.push((target, mode)),
         Declared::After(dep) => after.push(dep),
     });
     let data = data.slots();
+    let after = &mut after.slots().iter().flatten().copied();
+    if let [Some((target, mode))] = *data {
+        // One handle (the common case): nothing to sort or to gather.
+        let mut log = lock(target.log());
+        log.note_runtime(runtime);
+        record(after, &mut std::iter::once((&mut *log, mode, target)));
+        return;
+    }
     in_address_order(data);
     lock_logs(data.iter().flatten().copied(), runtime, |logs| {
-        record(&mut after.slots().iter().flatten().copied(), logs)
+        record(after, logs)
     });
 }
 
@@ -224,25 +243,34 @@ pub(crate) fn lock_logs<'t>(
     record(&mut each);
 }
 
-/// Up to eight values on the stack, more on the heap.
-pub(crate) enum Few<T> {
-    Inline(usize, [Option<T>; 8]),
+/// Up to `N` values on the stack, more on the heap.
+pub(crate) enum Few<T, const N: usize = 8> {
+    Inline(usize, [Option<T>; N]),
     Heap(Vec<Option<T>>),
 }
 
-impl<T> Default for Few<T> {
+impl<T, const N: usize> Default for Few<T, N> {
     fn default() -> Self {
-        Few::Inline(0, Default::default())
+        Few::Inline(0, std::array::from_fn(|_| None))
     }
 }
 
-impl<T> Few<T> {
+impl<T, const N: usize> Few<T, N> {
+    #[inline(always)]
     pub(crate) fn push(&mut self, value: T) {
-        match self {
-            Few::Inline(len, slots) if *len < slots.len() => {
-                slots[*len] = Some(value);
+        if let Few::Inline(len, slots) = self {
+            if let Some(slot) = slots.get_mut(*len) {
+                *slot = Some(value);
                 *len += 1;
+                return;
             }
+        }
+        self.push_more(value);
+    }
+
+    #[cold]
+    fn push_more(&mut self, value: T) {
+        match self {
             Few::Inline(_, slots) => {
                 let mut heap: Vec<Option<T>> = slots.iter_mut().map(Option::take).collect();
                 heap.push(Some(value));
@@ -253,6 +281,7 @@ impl<T> Few<T> {
     }
 
     /// The values pushed, each `Some`.
+    #[inline]
     pub(crate) fn slots(&mut self) -> &mut [Option<T>] {
         match self {
             Few::Inline(len, slots) => &mut slots[..*len],

@@ -350,6 +350,13 @@ impl Held {
         let mark = endless::mark();
         let noted = HELD.try_with(|h| {
             let mut h = h.borrow_mut();
+            if let Some((t, mode)) = accesses.only_data() {
+                // One handle (the common case): no walk.
+                h.tasks.push((address(t), mode));
+                count = 1;
+                each(t, mode);
+                return;
+            }
             accesses.declare_all(&mut |d| {
                 if let Declared::Data(t, mode) = d {
                     h.tasks.push((address(t), mode));

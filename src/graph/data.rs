@@ -304,7 +304,10 @@ impl<'g> DataUses<'g> {
         });
         // Until the accesses before the run are over: the run has the turn
         // of its handles from here.
-        wait_over(turn.before().cloned().collect(), Some(w.shared.clone()));
+        wait_over(
+            turn.before().iter().cloned().collect(),
+            Some(w.shared.clone()),
+        );
         if self.recover_next.take() {
             for h in self.order.iter().filter(|h| h.mode.writes()) {
                 // SAFETY: live while the graph is (see `declared_by`); the
