@@ -4,6 +4,7 @@
 
 use crate::dataflow::data::{Read, Recover, Write};
 use crate::dataflow::event::Dep;
+use crate::dataflow::readers::ReadShare;
 
 /// How a task accesses one [`Data`](crate::Data) handle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +28,7 @@ pub(crate) mod sealed {
     use super::Declared;
     use crate::core::sync::Mutex;
     use crate::dataflow::data::Log;
+    use crate::dataflow::readers::ReadShare;
     use std::sync::Arc;
 
     /// The data behind a handle, without its type.
@@ -56,6 +58,11 @@ pub(crate) mod sealed {
         fn data(&self) -> Option<(&dyn Target, super::Mode)> {
             None
         }
+
+        /// For a read submitted as a task's, keeps the task's share of the
+        /// reads of the handle's current version (`take` gives it, by
+        /// handle) until the access is dropped.
+        fn hold_share(&mut self, _take: &mut dyn FnMut(&dyn Target) -> Option<ReadShare>) {}
     }
 
     /// Implemented by the access sets of this crate only.
@@ -68,6 +75,9 @@ pub(crate) mod sealed {
         fn only_data(&self) -> Option<(&dyn Target, super::Mode)> {
             None
         }
+
+        /// [`SealedAccess::hold_share`] for each access of the set.
+        fn hold_shares(&mut self, take: &mut dyn FnMut(&dyn Target) -> Option<ReadShare>);
     }
 }
 
@@ -159,6 +169,13 @@ macro_rules! single_access_set {
             fn only_data(&self) -> Option<(&dyn sealed::Target, Mode)> {
                 sealed::SealedAccess::data(self)
             }
+
+            fn hold_shares(
+                &mut self,
+                take: &mut dyn FnMut(&dyn sealed::Target) -> Option<ReadShare>,
+            ) {
+                sealed::SealedAccess::hold_share(self, take)
+            }
         }
 
         impl<T: Send + Sync> Accesses for $ty<T> {
@@ -178,6 +195,8 @@ impl sealed::SealedAccesses for Dep {
     fn declare_all<'s>(&'s self, each: &mut dyn FnMut(Declared<'s>)) {
         each(Declared::After(self))
     }
+
+    fn hold_shares(&mut self, _take: &mut dyn FnMut(&dyn sealed::Target) -> Option<ReadShare>) {}
 }
 
 impl Accesses for Dep {
@@ -203,6 +222,13 @@ macro_rules! tuple_access_set {
         impl<$($name: Accesses),+> sealed::SealedAccesses for ($($name,)+) {
             fn declare_all<'s>(&'s self, each: &mut dyn FnMut(Declared<'s>)) {
                 $( self.$idx.declare_all(each); )+
+            }
+
+            fn hold_shares(
+                &mut self,
+                take: &mut dyn FnMut(&dyn sealed::Target) -> Option<ReadShare>,
+            ) {
+                $( self.$idx.hold_shares(take); )+
             }
         }
 
@@ -232,6 +258,11 @@ impl<A: Access> sealed::SealedAccesses for Vec<A> {
             a.declare(each);
         }
     }
+    fn hold_shares(&mut self, take: &mut dyn FnMut(&dyn sealed::Target) -> Option<ReadShare>) {
+        for a in self {
+            a.hold_share(take);
+        }
+    }
 }
 
 impl<A: Access> Accesses for Vec<A> {
@@ -250,6 +281,11 @@ impl<A: Access, const N: usize> sealed::SealedAccesses for [A; N] {
     fn declare_all<'s>(&'s self, each: &mut dyn FnMut(Declared<'s>)) {
         for a in self {
             a.declare(each);
+        }
+    }
+    fn hold_shares(&mut self, take: &mut dyn FnMut(&dyn sealed::Target) -> Option<ReadShare>) {
+        for a in self {
+            a.hold_share(take);
         }
     }
 }

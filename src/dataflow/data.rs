@@ -13,6 +13,7 @@ use crate::dataflow::access::sealed::{SealedAccess, Target};
 use crate::dataflow::access::{Access, Declared, Mode};
 use crate::dataflow::event::Dep;
 use crate::dataflow::held;
+use crate::dataflow::readers::{ReadShare, Readers};
 use crate::dataflow::turn::Turn;
 use crossbeam_utils::CachePadded;
 use std::any::Any;
@@ -87,6 +88,11 @@ struct Slot<T> {
 #[derive(Default)]
 pub struct Log {
     last_write: Option<Recorded>,
+    /// The CPU tasks' reads since the last write, as one completion (see
+    /// `readers.rs`): the log's share, and the completion as an entry.
+    readers: Option<(Readers, Recorded)>,
+    /// The other reads since the last write (GPU tasks', graph runs',
+    /// `read_now`'s), each its own completion.
     reads: Vec<Recorded>,
     /// The runtime of the latest access: where a wait from outside a task
     /// (`into_inner`, `read_now`) parks its waiting task.
@@ -118,17 +124,36 @@ impl Log {
     /// The accesses a new access in `mode` waits for, skipping those
     /// finished already: the last write, and for a write the reads since.
     pub(crate) fn before(&self, mode: Mode) -> impl Iterator<Item = &Recorded> {
-        let reads = if mode.writes() { &self.reads[..] } else { &[] };
+        let (readers, reads) = if mode.writes() {
+            (self.readers.as_ref().map(|(_, r)| r), &self.reads[..])
+        } else {
+            (None, &[][..])
+        };
         self.last_write
             .iter()
+            .chain(readers)
             .chain(reads)
             .filter(|r| !r.done.is_fulfilled())
     }
 
-    /// Records a new access in `mode`.
+    /// Records a CPU task's read: returns its share of the reads of the
+    /// current version.
+    pub(crate) fn record_read(&mut self) -> ReadShare {
+        let (readers, _) = self.readers.get_or_insert_with(|| {
+            let readers = Readers::new();
+            let done = Recorded::host(readers.dep());
+            (readers, done)
+        });
+        readers.share()
+    }
+
+    /// Records a new access in `mode` (for a CPU task's read,
+    /// [`Log::record_read`]).
     pub(crate) fn record(&mut self, mode: Mode, access: Recorded) {
         if mode.writes() {
             self.reads.clear();
+            // The log's share of the reads: the last one once they ended.
+            self.readers = None;
             self.last_write = Some(access);
         } else {
             // Drops the reads that finished, now and then, so a value read
@@ -140,8 +165,14 @@ impl Log {
         }
     }
 
-    /// Every access not finished yet, as dependencies.
-    pub(crate) fn pending(&self) -> Vec<Dep> {
+    /// Every access not finished yet, as dependencies. The CPU reads so
+    /// far are closed to newcomers (later reads form another group), so
+    /// their completion comes once they end, not at the next write.
+    pub(crate) fn pending(&mut self) -> Vec<Dep> {
+        if let Some((share, done)) = self.readers.take() {
+            drop(share);
+            self.reads.push(done);
+        }
         self.before(Mode::Write).map(|r| r.done.clone()).collect()
     }
 
@@ -256,6 +287,7 @@ impl<T: Send + Sync> Data<T> {
     pub fn read(&self) -> Read<T> {
         Read {
             inner: self.inner.clone(),
+            share: None,
         }
     }
 
@@ -366,7 +398,7 @@ impl<T: Send + Sync> Data<T> {
     pub fn try_into_inner(self) -> Result<T, DataError<T>> {
         self.refuse_self_wait("try_into_inner");
         let (pending, runtime) = {
-            let log = lock(&self.inner.log);
+            let mut log = lock(&self.inner.log);
             (log.pending(), log.runtime.clone())
         };
         wait_over(pending, runtime.upgrade());
@@ -579,10 +611,15 @@ impl<T: fmt::Debug> fmt::Debug for ReadNow<'_, T> {
 }
 
 macro_rules! access_type {
-    ($(#[$doc:meta])* $name:ident, $mode:expr, $ref:ty, $get:ident) => {
+    ($(#[$doc:meta])* $name:ident, $mode:expr, $ref:ty, $get:ident $(, $share:ident)?) => {
         $(#[$doc])*
         pub struct $name<T> {
             inner: Arc<Inner<T>>,
+            $(
+                /// Submitted as a task's read: the task's share of the
+                /// version's reads (`readers.rs`), dropped after `inner`.
+                $share: Option<ReadShare>,
+            )?
         }
 
         impl<T: Send + Sync> SealedAccess for $name<T> {
@@ -593,6 +630,12 @@ macro_rules! access_type {
             fn data(&self) -> Option<(&dyn Target, Mode)> {
                 Some((&*self.inner, $mode))
             }
+
+            $(
+                fn hold_share(&mut self, take: &mut dyn FnMut(&dyn Target) -> Option<ReadShare>) {
+                    self.$share = take(&*self.inner);
+                }
+            )?
         }
 
         impl<T: Send + Sync> Access for $name<T> {
@@ -636,7 +679,8 @@ access_type!(
     Read,
     Mode::Read,
     &'a T,
-    shared
+    shared,
+    share
 );
 
 access_type!(

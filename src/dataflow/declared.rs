@@ -1,12 +1,13 @@
 //! Submitting a task with declared accesses: under the locks of the handles
 //! it declares (taken in address order, so concurrent submissions agree on
 //! one order), its dependencies are read off each handle's log and its own
-//! completion is recorded there; when it runs, it checks for poison, hands
-//! the closure its references, and then fulfills its completion, which is
-//! what lets the next accesses run. Its completion is fulfilled whether the
-//! closure returned or panicked (a panic poisons what it wrote); a task
-//! dropped unrun passes its turn on once the accesses before it are over
-//! (`turn.rs`).
+//! completion is recorded there (for its writes, its turn; for its reads, a
+//! share of the version's reads, `readers.rs`); when it runs, it checks for
+//! poison, hands the closure its references, and then ends its turn and
+//! drops its shares, which is what lets the next accesses run. That happens
+//! whether the closure returned or panicked (a panic poisons what it
+//! wrote); a task dropped unrun passes its turn on once the accesses before
+//! it are over (`turn.rs`).
 
 use crate::core::error::CancelledBecause;
 use crate::core::handle::JoinHandle;
@@ -20,15 +21,20 @@ use crate::dataflow::data::{poisoned_message, Log, Recorded};
 use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
 use crate::dataflow::held::{self, Behind, Conflict, Held, Snapshot};
-use crate::dataflow::turn::{Deps, Turn};
+use crate::dataflow::one_or_many::Deps;
+use crate::dataflow::readers::ReadShare;
+use crate::dataflow::turn::Turn;
 use std::any::Any;
 use std::fmt;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-/// A submitted task's accesses and its completion, moved into its closure.
+/// A submitted task's accesses and its completions, moved into its closure.
 pub(crate) struct Submission<A> {
+    /// Its accesses, its reads holding its shares of the reads of the
+    /// versions they read.
     accesses: Option<A>,
+    /// The completion of its writes (none for a task that only reads).
     turn: Option<Turn>,
     /// For a task that waits for an access held where it was submitted:
     /// alive while the closure is (see `held::Behind`).
@@ -47,13 +53,19 @@ pub(crate) struct Submission<A> {
 /// # Panics
 /// When one handle is declared twice, other than for two reads.
 pub(crate) fn submit<A: Accesses>(
-    accesses: A,
+    mut accesses: A,
     runtime: &Arc<Registry>,
     refuse: Option<&Snapshot>,
 ) -> Result<Submitted<A>, Conflict> {
-    let mut turn = Turn::new();
-    // The plain `Dep`s it declares, then (below) what its turn waits for.
-    let mut deps = Deps::NONE;
+    let mut reg = Registration {
+        turn: None,
+        waits: Deps::NONE,
+    };
+    // The plain `Dep`s it declares: waited for, but not part of its turn
+    // (they are not accesses before it, and may never be fulfilled).
+    let mut plain = Deps::NONE;
+    // For a set of several accesses, its reads' shares, by handle address.
+    let mut shares: Few<(usize, Option<ReadShare>), 4> = Few::default();
     let mut behind = None;
     let mut refused = None;
     // Whether this thread holds anything: then each access is checked
@@ -66,9 +78,19 @@ pub(crate) fn submit<A: Accesses>(
             // gathering (what `with_logs` does for any set).
             let mut log = lock(target.log());
             log.note_runtime(runtime);
-            record(&mut log, mode, target, &mut turn, holding, &mut behind);
+            let share = record(&mut log, mode, target, &mut reg, holding, &mut behind);
+            drop(log);
+            if share.is_some() {
+                let mut share = share;
+                accesses.hold_shares(&mut |_| share.take());
+            }
         }
         _ => with_logs(&accesses, runtime, |after, logs| {
+            let mut note = |target: &dyn Target, share: Option<ReadShare>| {
+                if let Some(share) = share {
+                    shares.push((held::address(target), Some(share)));
+                }
+            };
             if let Some(maker) = refuse {
                 let mut logs: Few<(&mut Log, Mode, &dyn Target)> =
                     logs.fold(Few::default(), |mut f, l| {
@@ -80,39 +102,68 @@ pub(crate) fn submit<A: Accesses>(
                 });
                 if refused.is_none() {
                     for (log, mode, t) in logs.slots().iter_mut().flatten() {
-                        record(log, *mode, *t, &mut turn, holding, &mut behind);
+                        note(*t, record(log, *mode, *t, &mut reg, holding, &mut behind));
                     }
                 }
             } else {
                 for (log, mode, t) in logs {
-                    record(log, mode, t, &mut turn, holding, &mut behind);
+                    note(t, record(log, mode, t, &mut reg, holding, &mut behind));
                 }
             }
             for dep in after {
-                deps.push(dep.clone());
+                plain.push(dep.clone());
             }
         }),
     }
     if let Some(conflict) = refused {
         return Err(conflict);
     }
-    // What the task waits for: the `Dep`s it declared and the accesses
-    // before its own that were not over (which its turn keeps too, for a
-    // turn passed on unrun).
-    for dep in turn.before().iter() {
-        deps.push(dep.clone());
+    let Registration {
+        mut turn,
+        mut waits,
+    } = reg;
+    if !shares.slots().is_empty() {
+        // Each read holds its share (a handle read twice is recorded once).
+        accesses.hold_shares(&mut |t| {
+            let at = held::address(t);
+            let (_, share) = shares
+                .slots()
+                .iter_mut()
+                .flatten()
+                .find(|(a, _)| *a == at)?;
+            share.take()
+        });
+    }
+    if let Some(turn) = &mut turn {
+        // A turn passed on unrun waits for the accesses before it.
+        for dep in waits.iter() {
+            turn.after(dep.clone());
+        }
+    }
+    if !plain.is_bare() {
+        for dep in plain {
+            waits.push(dep);
+        }
     }
     let (behind, token) = behind.map(|c| Behind::new(&c)).unzip();
     let submission = Submission {
         accesses: Some(accesses),
-        turn: Some(turn),
+        turn,
         _behind: token,
     };
     Ok(Submitted {
-        deps,
+        deps: waits,
         submission,
         behind,
     })
+}
+
+/// What a task's accesses registered so far, while they are recorded.
+struct Registration {
+    /// Its writes' completion, made with the first write.
+    turn: Option<Turn>,
+    /// What it waits for.
+    waits: Deps,
 }
 
 /// What [`submit`] registered: what the task waits for, what its closure
@@ -130,23 +181,30 @@ pub(crate) fn write_pending(log: &Log, mode: Mode) -> bool {
 }
 
 /// Records one access of a task being submitted: its dependencies on the
-/// accesses before it (in its turn), its completion, and
-/// (when this thread holds anything) whether it waits for a held access.
+/// accesses before it, its completion (its turn for a write; for a read, a
+/// share of the version's reads, returned), and (when this thread holds
+/// anything) whether it waits for a held access.
 fn record(
     log: &mut Log,
     mode: Mode,
     target: &dyn Target,
-    turn: &mut Turn,
+    reg: &mut Registration,
     holding: bool,
     behind: &mut Option<Conflict>,
-) {
+) -> Option<ReadShare> {
     if holding && behind.is_none() {
         *behind = held::conflict_here(target, mode, write_pending(log, mode));
     }
     for before in log.before(mode) {
-        turn.after(before.done.clone());
+        reg.waits.push(before.done.clone());
     }
-    log.record(mode, Recorded::host(turn.dep()));
+    if mode.writes() {
+        let turn = reg.turn.get_or_insert_with(Turn::new);
+        log.record(mode, Recorded::host(turn.dep()));
+        None
+    } else {
+        Some(log.record_read())
+    }
 }
 
 /// Locks the logs of the handles `accesses` declares, all at once, and
@@ -299,21 +357,21 @@ impl<A: Accesses> Submission<A> {
         task: &'static str,
         body: impl for<'a> FnOnce(A::Refs<'a>) -> R,
     ) -> R {
-        let accesses = self.accesses.as_ref().expect("a submission runs once");
-        let result = with_turn(accesses, &format_args!("task `{task}`"), body);
-        self.finish();
-        result.unwrap_or_else(|payload| resume_unwind(payload))
-    }
-
-    /// Lets the next accesses run: drops the task's handles first (so a
-    /// waiting `into_inner` finds the value unshared), then ends the turn.
-    fn finish(&mut self) {
-        if let Some(accesses) = self.accesses.take() {
-            drop_or_report("a dropped Data value", accesses);
-        }
+        let accesses = self.accesses.take().expect("a submission runs once");
+        let result = with_turn(&accesses, &format_args!("task `{task}`"), body);
+        // Lets the next accesses run: the task's handles first (each read
+        // drops its handle before its share of the reads, so a waiting
+        // `into_inner` finds the value unshared), then its turn.
+        drop_or_report("a dropped Data value", accesses);
         if let Some(turn) = self.turn.take() {
             turn.end();
         }
+        let behind = self._behind.take();
+        // Everything is taken: its drop would find nothing to do (a
+        // declared task's hot path).
+        std::mem::forget(self);
+        drop(behind);
+        result.unwrap_or_else(|payload| resume_unwind(payload))
     }
 }
 

@@ -25,6 +25,7 @@
 
 use crate::core::stack_list::oldest_first;
 use crate::core::sync::{AtomicPtr, AtomicUsize, Ordering, UnsafeCell};
+use crate::dataflow::dep_list::DepList;
 use std::collections::TryReserveError;
 use std::ptr::{self, NonNull};
 
@@ -294,6 +295,47 @@ impl Group {
         g.acquire_ref();
     }
 
+    /// Makes `n` more shares of a group whose handles are all shares
+    /// (`readers.rs`): handles that hold no ref of their own (the shares
+    /// hold one between them), counted ahead, so that handing one out
+    /// later touches nothing shared.
+    ///
+    /// # Safety
+    /// The caller holds a share on `this`.
+    pub unsafe fn add_shares(this: NonNull<Group>, n: usize) {
+        // SAFETY: the caller's share keeps the group alive. Relaxed, as
+        // `Arc::clone`: the caller holds a share already.
+        unsafe { this.as_ref() }
+            .handles
+            .fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Drops `n` shares; whoever drops the last one fulfills the group's
+    /// event (handing the waiters it readies to `settle`), then drops the
+    /// shares' ref.
+    ///
+    /// # Safety
+    /// The caller gives up `n` shares it holds on `this`, a group of one
+    /// event whose handles are all shares.
+    pub unsafe fn release_shares(this: NonNull<Group>, n: usize, settle: impl FnMut(Outcome)) {
+        // AcqRel: what every share's holder did before dropping it (a
+        // task's read of a value) happens before the fulfill, and so
+        // before the tasks that wait for it (a write of that value).
+        // SAFETY: our shares keep the group alive.
+        if unsafe { this.as_ref() }
+            .handles
+            .fetch_sub(n, Ordering::AcqRel)
+            == n
+        {
+            // SAFETY: the shares' ref keeps the group alive until released
+            // below; it has one event.
+            unsafe {
+                Group::fulfill(this, 0, settle);
+                Group::release_ref(this);
+            }
+        }
+    }
+
     /// Drops one ref; the last one frees the group.
     ///
     /// # Safety
@@ -469,7 +511,7 @@ impl Dep {
     }
 
     /// The event's address: what a waiter's dependencies are sorted by.
-    fn key(&self) -> usize {
+    pub(crate) fn key(&self) -> usize {
         self.event.as_ptr() as usize
     }
 }
@@ -498,94 +540,6 @@ impl std::fmt::Debug for Dep {
             .field("event", &self.event)
             .field("fulfilled", &self.is_fulfilled())
             .finish()
-    }
-}
-
-/// Dependencies kept inline before a waiter spills them to the heap.
-const INLINE_DEPS: usize = 4;
-
-/// A waiter's dependencies, sorted by event address, without duplicates.
-enum DepList {
-    Inline {
-        len: usize,
-        deps: [Option<Dep>; INLINE_DEPS],
-    },
-    Heap(Box<[Dep]>),
-}
-
-impl DepList {
-    fn collect(deps: impl IntoIterator<Item = Dep>) -> Self {
-        let mut iter = deps.into_iter();
-        let mut inline: [Option<Dep>; INLINE_DEPS] = [None, None, None, None];
-        let mut len = 0;
-        for d in iter.by_ref() {
-            if len == INLINE_DEPS {
-                return Self::spill(inline, d, iter);
-            }
-            // Insertion sort, dropping duplicates: a task listing the same
-            // promise twice waits for it once. The new dependency goes in
-            // the empty slot at `len` and swaps down past larger keys
-            // (swaps, not a rotation: this runs for every delayed task, and
-            // a slice rotation is a call that costs more than the sort).
-            let key = d.key();
-            inline[len] = Some(d);
-            let mut at = len;
-            let mut duplicate = false;
-            while at > 0 {
-                let prev = inline[at - 1].as_ref().map_or(0, Dep::key);
-                if prev < key {
-                    break;
-                }
-                if prev == key {
-                    duplicate = true;
-                    break;
-                }
-                inline.swap(at - 1, at);
-                at -= 1;
-            }
-            if duplicate {
-                // The copy already held is kept; this one's ref goes.
-                inline[at] = None;
-                // Close the gap it leaves (the slots after it moved up by
-                // one when it swapped down past them).
-                for k in at..len {
-                    inline.swap(k, k + 1);
-                }
-                continue;
-            }
-            len += 1;
-        }
-        DepList::Inline { len, deps: inline }
-    }
-
-    /// More dependencies than fit inline: all of them, sorted and
-    /// deduplicated, on the heap.
-    #[cold]
-    fn spill(
-        inline: [Option<Dep>; INLINE_DEPS],
-        next: Dep,
-        rest: impl Iterator<Item = Dep>,
-    ) -> Self {
-        let mut all: Vec<Dep> = inline.into_iter().flatten().collect();
-        all.push(next);
-        all.extend(rest);
-        all.sort_unstable_by_key(Dep::key);
-        all.dedup_by(|a, b| a.same_as(b));
-        DepList::Heap(all.into_boxed_slice())
-    }
-
-    fn get(&self, i: usize) -> Option<&Dep> {
-        match self {
-            DepList::Inline { len, deps } => deps[..*len].get(i).and_then(Option::as_ref),
-            DepList::Heap(deps) => deps.get(i),
-        }
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            DepList::Inline { len, .. } => *len,
-            DepList::Heap(deps) => deps.len(),
-        }
     }
 }
 

@@ -11,13 +11,18 @@ pub(crate) mod data;
 pub(crate) mod declared;
 #[cfg(not(loom))]
 pub(crate) mod delayed;
+pub(crate) mod dep_list;
 pub(crate) mod event;
 #[cfg(not(loom))]
 pub(crate) mod held;
 #[cfg(not(loom))]
 pub(crate) mod loop_promise;
 #[cfg(not(loom))]
+pub(crate) mod one_or_many;
+#[cfg(not(loom))]
 pub(crate) mod promise;
+#[cfg(not(loom))]
+pub(crate) mod readers;
 #[cfg(not(loom))]
 pub(crate) mod settle;
 #[cfg(not(loom))]
