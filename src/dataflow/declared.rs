@@ -85,35 +85,41 @@ pub(crate) fn submit<A: Accesses>(
                 accesses.hold_shares(&mut |_| share.take());
             }
         }
-        _ => with_logs(&accesses, runtime, |after, logs| {
-            let mut note = |target: &dyn Target, share: Option<ReadShare>| {
-                if let Some(share) = share {
-                    shares.push((held::address(target), Some(share)));
-                }
-            };
+        _ => {
+            // A task declares a few accesses: they and their locks stay on
+            // the stack (no allocation below nine).
+            let mut data: Few<(&dyn Target, Mode)> = Few::default();
+            accesses.declare_all(&mut |d| match d {
+                Declared::Data(target, mode) => data.push((target, mode)),
+                Declared::After(dep) => plain.push(dep.clone()),
+            });
+            let data = data.slots();
+            in_address_order(data);
+            let mut logs: Few<MutexGuard<'_, Log>> = Few::default();
+            for (target, _) in data.iter().flatten() {
+                let mut log = lock(target.log());
+                log.note_runtime(runtime);
+                logs.push(log);
+            }
+            let logs = logs.slots();
+            let data = data.iter().flatten();
             if let Some(maker) = refuse {
-                let mut logs: Few<(&mut Log, Mode, &dyn Target)> =
-                    logs.fold(Few::default(), |mut f, l| {
-                        f.push(l);
-                        f
+                refused = logs
+                    .iter()
+                    .flatten()
+                    .zip(data.clone())
+                    .find_map(|(log, &(t, mode))| {
+                        maker.conflict(t, mode, write_pending(log, mode))
                     });
-                refused = logs.slots().iter().flatten().find_map(|(log, mode, t)| {
-                    maker.conflict(*t, *mode, write_pending(log, *mode))
-                });
-                if refused.is_none() {
-                    for (log, mode, t) in logs.slots().iter_mut().flatten() {
-                        note(*t, record(log, *mode, *t, &mut reg, holding, &mut behind));
+            }
+            if refused.is_none() {
+                for (log, &(target, mode)) in logs.iter_mut().flatten().zip(data) {
+                    if let Some(share) = record(log, mode, target, &mut reg, holding, &mut behind) {
+                        shares.push((held::address(target), Some(share)));
                     }
                 }
-            } else {
-                for (log, mode, t) in logs {
-                    note(t, record(log, mode, t, &mut reg, holding, &mut behind));
-                }
             }
-            for dep in after {
-                plain.push(dep.clone());
-            }
-        }),
+        }
     }
     if let Some(conflict) = refused {
         return Err(conflict);
@@ -214,6 +220,7 @@ fn record(
 /// # Panics
 /// When one handle is declared twice, other than for two reads (before
 /// anything is recorded).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) fn with_logs<'s, A: Accesses>(
     accesses: &'s A,
     runtime: &Arc<Registry>,
