@@ -63,6 +63,11 @@ pub(crate) mod sealed {
         /// reads of the handle's current version (`take` gives it, by
         /// handle) until the access is dropped.
         fn hold_share(&mut self, _take: &mut dyn FnMut(&dyn Target) -> Option<ReadShare>) {}
+
+        /// Whether it is a recover access.
+        fn recovers(&self) -> bool {
+            false
+        }
     }
 
     /// Implemented by the access sets of this crate only.
@@ -78,6 +83,10 @@ pub(crate) mod sealed {
 
         /// [`SealedAccess::hold_share`] for each access of the set.
         fn hold_shares(&mut self, take: &mut dyn FnMut(&dyn Target) -> Option<ReadShare>);
+
+        /// Whether the set has a recover access (known without a walk
+        /// through `declare_all` for a single access or a tuple).
+        fn recovers(&self) -> bool;
     }
 }
 
@@ -176,6 +185,10 @@ macro_rules! single_access_set {
             ) {
                 sealed::SealedAccess::hold_share(self, take)
             }
+
+            fn recovers(&self) -> bool {
+                sealed::SealedAccess::recovers(self)
+            }
         }
 
         impl<T: Send + Sync> Accesses for $ty<T> {
@@ -197,6 +210,10 @@ impl sealed::SealedAccesses for Dep {
     }
 
     fn hold_shares(&mut self, _take: &mut dyn FnMut(&dyn sealed::Target) -> Option<ReadShare>) {}
+
+    fn recovers(&self) -> bool {
+        false
+    }
 }
 
 impl Accesses for Dep {
@@ -229,6 +246,10 @@ macro_rules! tuple_access_set {
                 take: &mut dyn FnMut(&dyn sealed::Target) -> Option<ReadShare>,
             ) {
                 $( self.$idx.hold_shares(take); )+
+            }
+
+            fn recovers(&self) -> bool {
+                false $( || self.$idx.recovers() )+
             }
         }
 
@@ -263,6 +284,10 @@ impl<A: Access> sealed::SealedAccesses for Vec<A> {
             a.hold_share(take);
         }
     }
+
+    fn recovers(&self) -> bool {
+        self.iter().any(|a| a.recovers())
+    }
 }
 
 impl<A: Access> Accesses for Vec<A> {
@@ -287,6 +312,10 @@ impl<A: Access, const N: usize> sealed::SealedAccesses for [A; N] {
         for a in self {
             a.hold_share(take);
         }
+    }
+
+    fn recovers(&self) -> bool {
+        self.iter().any(|a| a.recovers())
     }
 }
 

@@ -8,7 +8,7 @@
 
 use crate::core::error::{CancelledBecause, JoinError};
 use crate::core::registry::Registry;
-use crate::core::sync::{lock, Mutex};
+use crate::core::sync::{lock, AtomicBool, Mutex, Ordering};
 use crate::dataflow::access::sealed::{SealedAccess, Target};
 use crate::dataflow::access::{Access, Declared, Mode};
 use crate::dataflow::event::Dep;
@@ -223,10 +223,25 @@ impl<T: Send + Sync> Target for Inner<T> {
     }
 
     unsafe fn set_poison(&self, cause: Option<Arc<str>>) {
+        if cause.is_some() {
+            // Before the poison, and so before the turn ends.
+            EVER_POISONED.store(true, Ordering::Relaxed);
+        }
         // SAFETY: the caller's write has its turn: nobody else touches the
         // slot.
         unsafe { (*self.slot.get()).poison = cause };
     }
+}
+
+/// Whether any handle was ever poisoned: until one is, an access need not
+/// look for poison (a declared task's hot path). Set before the poison is,
+/// by the writer that has the turn, so an access after that write, which
+/// starts after the turn ended, sees it set.
+static EVER_POISONED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a handle may be poisoned (see [`EVER_POISONED`]).
+pub(crate) fn poison_possible() -> bool {
+    EVER_POISONED.load(Ordering::Relaxed)
 }
 
 impl<T: Send + Sync> Data<T> {
@@ -629,6 +644,10 @@ macro_rules! access_type {
 
             fn data(&self) -> Option<(&dyn Target, Mode)> {
                 Some((&*self.inner, $mode))
+            }
+
+            fn recovers(&self) -> bool {
+                $mode == Mode::Recover
             }
 
             $(

@@ -17,7 +17,7 @@ use crate::core::sync::{lock, MutexGuard};
 use crate::core::unwind::{drop_or_report, panic_message};
 use crate::dataflow::access::sealed::Target;
 use crate::dataflow::access::{Accesses, Declared, Mode};
-use crate::dataflow::data::{poisoned_message, Log, Recorded};
+use crate::dataflow::data::{poison_possible, poisoned_message, Log, Recorded};
 use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
 use crate::dataflow::held::{self, Behind, Conflict, Held, Snapshot};
@@ -323,25 +323,23 @@ impl<T, const N: usize> Default for Few<T, N> {
 impl<T, const N: usize> Few<T, N> {
     #[inline(always)]
     pub(crate) fn push(&mut self, value: T) {
-        if let Few::Inline(len, slots) = self {
-            if let Some(slot) = slots.get_mut(*len) {
-                *slot = Some(value);
-                *len += 1;
-                return;
-            }
-        }
-        self.push_more(value);
-    }
-
-    #[cold]
-    fn push_more(&mut self, value: T) {
         match self {
-            Few::Inline(_, slots) => {
-                let mut heap: Vec<Option<T>> = slots.iter_mut().map(Option::take).collect();
-                heap.push(Some(value));
-                *self = Few::Heap(heap);
+            Few::Inline(len, slots) if *len < N => {
+                slots[*len] = Some(value);
+                *len += 1;
             }
             Few::Heap(heap) => heap.push(Some(value)),
+            Few::Inline(..) => self.push_more(value),
+        }
+    }
+
+    /// The first value beyond `N`: to the heap.
+    #[cold]
+    fn push_more(&mut self, value: T) {
+        if let Few::Inline(_, slots) = self {
+            let mut heap: Vec<Option<T>> = slots.iter_mut().map(Option::take).collect();
+            heap.push(Some(value));
+            *self = Few::Heap(heap);
         }
     }
 
@@ -365,7 +363,7 @@ impl<A: Accesses> Submission<A> {
         body: impl for<'a> FnOnce(A::Refs<'a>) -> R,
     ) -> R {
         let accesses = self.accesses.take().expect("a submission runs once");
-        let result = with_turn(&accesses, &format_args!("task `{task}`"), body);
+        let result = with_turn(&accesses, &format_args!("task `{task}`"), true, body);
         // Lets the next accesses run: the task's handles first (each read
         // drops its handle before its share of the reads, so a waiting
         // `into_inner` finds the value unshared), then its turn.
@@ -389,7 +387,9 @@ impl<A: Accesses> Submission<A> {
 /// to it is a recover) and poisons what it would have written; a panic in
 /// `body` poisons what it writes; a recover access that returns clears the
 /// poison. `who` names the code in a poison's cause (``task `...` ``,
-/// `graph node '...'`).
+/// `graph node '...'`). With `note_held`, the handles are noted as held on
+/// this thread while `body` runs (a graph's node passes `false`: its run's
+/// handles are held there already).
 ///
 /// Returns the panic's payload (or, for a refusal, a [`CancelledBecause`]
 /// saying which handle is poisoned) as `Err`, for the caller to resume once
@@ -397,21 +397,37 @@ impl<A: Accesses> Submission<A> {
 pub(crate) fn with_turn<A: Accesses, R>(
     accesses: &A,
     who: &dyn fmt::Display,
+    note_held: bool,
     body: impl for<'a> FnOnce(A::Refs<'a>) -> R,
 ) -> Result<R, Box<dyn Any + Send>> {
-    // One walk over the accesses: note them as held on this thread, look
-    // for poison, and see whether any clears it.
+    // One walk over the accesses: note them as held on this thread (unless
+    // the caller does), look for poison (if any handle ever was), and see
+    // whether any clears it.
     let mut poisoned = None;
     let mut recovers = false;
-    let held = Held::enter(accesses, |t, mode| {
+    let poison_possible = poison_possible();
+    let mut look = |t: &dyn Target, mode: Mode| {
         recovers |= mode == Mode::Recover;
-        if poisoned.is_none() && mode != Mode::Recover {
+        if poison_possible && poisoned.is_none() && mode != Mode::Recover {
             // SAFETY: every access has its turn (caller).
             if let Some(cause) = unsafe { t.poison() } {
                 poisoned = Some((t.describe(), cause));
             }
         }
-    });
+    };
+    let held = if note_held {
+        Some(Held::enter(accesses, look))
+    } else if !poison_possible && !accesses.recovers() {
+        // Nothing to note, to look for or to clear: no walk.
+        None
+    } else {
+        accesses.declare_all(&mut |d| {
+            if let Declared::Data(t, mode) = d {
+                look(t, mode);
+            }
+        });
+        None
+    };
     if let Some((handle, cause)) = poisoned {
         drop(held);
         // What this code would have written is not written either.

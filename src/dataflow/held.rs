@@ -146,6 +146,10 @@ pub(crate) fn contains(address: usize) -> bool {
 /// A handle of `run` that a task running on this thread declared, or
 /// another graph run one of whose nodes runs on it.
 pub(crate) fn find_in(run: &RunHandles) -> Option<usize> {
+    if !anything_here() {
+        // Nothing held: no need to look up each of the run's handles.
+        return None;
+    }
     HELD.try_with(|h| {
         let h = h.borrow();
         run.keys().copied().find(|&a| h.mode_of(a).is_some())

@@ -112,7 +112,7 @@ impl Device {
             let who = format_args!("GPU task `{}`", std::any::type_name::<F>());
             // As a CPU task's: poison refused, held on this thread, a panic
             // poisoning what it writes, a recover clearing it.
-            let ran = with_turn(&accesses, &who, |refs| f(s, refs));
+            let ran = with_turn(&accesses, &who, true, |refs| f(s, refs));
             if let Ok(Err(e)) = &ran {
                 // The work it enqueued before failing may have written part
                 // of what it writes.

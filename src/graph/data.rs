@@ -69,7 +69,9 @@ where
 {
     fn run(&mut self) {
         let f = &mut self.f;
-        if let Err(payload) = with_turn(&self.accesses, &self.who, |refs| f(refs)) {
+        // Held on this thread already, with the run's other handles (see
+        // `replay.rs`).
+        if let Err(payload) = with_turn(&self.accesses, &self.who, false, |refs| f(refs)) {
             // A refusal (a declared handle is poisoned) fails the node as a
             // panic with its message would: reported with the node, its
             // successors skipped.
