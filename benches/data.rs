@@ -89,6 +89,9 @@ fn tiled_cholesky(c: &mut Criterion) {
         let mut tiles = Tiles::from_matrix(&a, t);
         cholesky::factor_rayon_barrier(&pools.rayon, &mut tiles);
         check("rayon", &tiles);
+        let mut tiles = Tiles::from_matrix(&a, t);
+        cholesky::factor_promises(&pools.selvedge, &mut tiles);
+        check("selvedge promises by hand", &tiles);
         eprintln!(
             "cholesky: n = {N}, tiles of {t}, {} threads, all versions agree",
             pools.threads
@@ -112,6 +115,13 @@ fn tiled_cholesky(c: &mut Criterion) {
             b.iter_batched_ref(
                 || Tiles::from_matrix(&a, t),
                 |tiles| graph.factor(&pools.selvedge, tiles),
+                BatchSize::LargeInput,
+            )
+        });
+        g.bench_function("selvedge promises by hand", |b| {
+            b.iter_batched_ref(
+                || Tiles::from_matrix(&a, t),
+                |tiles| cholesky::factor_promises(&pools.selvedge, tiles),
                 BatchSize::LargeInput,
             )
         });

@@ -5,8 +5,10 @@
 //! step starts on the tiles that are ready instead of waiting at a barrier.
 //!
 //! In the same run it times the serial tile loop, faer's own (untiled,
-//! single-threaded) Cholesky, the same tasks as a `selvedge::Graph` built
-//! once and replayed for each matrix, and the same tile algorithm with
+//! single-threaded) Cholesky, the same tasks made with `spawn_delayed` and
+//! promises tracked by hand (what the declarations replace), the same
+//! tasks as a `selvedge::Graph` built once and replayed for each matrix,
+//! and the same tile algorithm with
 //! rayon and a barrier after each half-step, taking turns sample by sample; it checks
 //! every factor against the serial one and prints the residual
 //! ‖A − L·Lᵀ‖/‖A‖.
@@ -131,6 +133,10 @@ fn main() {
         (
             "selvedge, declared access",
             Box::new(|tiles: &mut Tiles| cholesky::factor_selvedge(&rt, tiles)),
+        ),
+        (
+            "selvedge, the same with promises by hand",
+            Box::new(|tiles: &mut Tiles| cholesky::factor_promises(&rt, tiles)),
         ),
         (
             "selvedge, the same as a Graph, replayed",

@@ -1,5 +1,5 @@
 //! Tiled Cholesky factorisation (A = L·Lᵀ, lower), the same tile algorithm
-//! three ways, shared by `examples/cholesky.rs` and `benches/cholesky.rs`:
+//! five ways, shared by `examples/cholesky.rs` and `benches/cholesky.rs`:
 //!
 //! - **serial**: the tile loop on the calling thread;
 //! - **selvedge dataflow**: every tile a [`Data`], every kernel call a task
@@ -11,6 +11,11 @@
 //!   writes (the edges come from the declarations alone), replayed on
 //!   every factorisation: a first node per tile swaps the input tile in,
 //!   a last node per tile swaps the factor out;
+//! - **selvedge promises by hand**: the same tasks with `spawn_delayed`,
+//!   every tile behind a `Mutex`, each task waiting for the promises of
+//!   the tasks before it that touch its tiles (the last write of each
+//!   tile it reads; the last write and the reads since of the tile it
+//!   writes), tracked by hand: what the declared version replaces;
 //! - **rayon with barriers**: each step's triangular solves in one
 //!   `par_iter`, then its updates in another, then the next step: the
 //!   bulk-synchronous way to write it with fork-join.
@@ -267,6 +272,108 @@ pub fn factor_selvedge(rt: &selvedge::Runtime, tiles: &mut Tiles) {
         // the wait runs tasks meanwhile.
         data.into_iter().map(Data::into_inner).collect()
     });
+}
+
+/// The tile algorithm as dataflow on `rt` with promises written by hand:
+/// each kernel call a `spawn_delayed` task on the promises of the calls
+/// before it that touch its tiles, tracked per tile as `Data` would (the
+/// last write; the reads since), each tile behind a `Mutex` (never
+/// contended: the promises order the tasks). Returns once every task
+/// finished.
+pub fn factor_promises(rt: &selvedge::Runtime, tiles: &mut Tiles) {
+    use selvedge::Promise;
+    /// A tile, and the promises of the last task that wrote it and of the
+    /// tasks that read it since.
+    struct Tracked {
+        tile: Arc<Mutex<Mat<f64>>>,
+        last_write: Option<Promise>,
+        reads: Vec<Promise>,
+    }
+    let nt = tiles.nt;
+    let mut tracked: Vec<Tracked> = std::mem::take(&mut tiles.tiles)
+        .into_iter()
+        .map(|m| Tracked {
+            tile: Arc::new(Mutex::new(m)),
+            last_write: None,
+            reads: Vec::new(),
+        })
+        .collect();
+    rt.run(|| {
+        // Submits `kernel` on the tiles at `reads` (read) and `write`.
+        let mut submit = |reads: &[usize], write: usize, kernel: Kernel| {
+            let done = Promise::new();
+            let mut deps = Vec::with_capacity(4);
+            for &r in reads {
+                deps.extend(tracked[r].last_write.as_ref().map(Promise::dep));
+            }
+            let w = &mut tracked[write];
+            deps.extend(w.last_write.as_ref().map(Promise::dep));
+            deps.extend(w.reads.drain(..).map(|p| p.dep()));
+            let inputs: Vec<_> = reads.iter().map(|&r| tracked[r].tile.clone()).collect();
+            let output = tracked[write].tile.clone();
+            let fulfil = done.clone();
+            selvedge::spawn_delayed(deps, move || {
+                let inputs: Vec<_> = inputs.iter().map(|t| t.lock().unwrap()).collect();
+                let mut c = output.lock().unwrap();
+                match (kernel, &inputs[..]) {
+                    (Kernel::Potrf, []) => potrf(&mut c),
+                    (Kernel::Trsm, [l]) => trsm(l, &mut c),
+                    (Kernel::Syrk, [a]) => syrk(a, &mut c),
+                    (Kernel::Gemm, [a, b]) => gemm(a, b, &mut c),
+                    _ => unreachable!("a kernel with the wrong tiles"),
+                }
+                drop((inputs, c));
+                fulfil.fulfill();
+            })
+            .detach();
+            for &r in reads {
+                tracked[r].reads.push(done.clone());
+            }
+            tracked[write].last_write = Some(done);
+        };
+        let at = |i: usize, j: usize| index(nt, i, j);
+        for k in 0..nt {
+            submit(&[], at(k, k), Kernel::Potrf);
+            for i in k + 1..nt {
+                submit(&[at(k, k)], at(i, k), Kernel::Trsm);
+            }
+            for i in k + 1..nt {
+                submit(&[at(i, k)], at(i, i), Kernel::Syrk);
+                for j in k + 1..i {
+                    submit(&[at(i, k), at(j, k)], at(i, j), Kernel::Gemm);
+                }
+            }
+        }
+    });
+    // Every tile's last task (its last write) and the reads since.
+    for t in &tracked {
+        let deps: Vec<_> = t
+            .last_write
+            .iter()
+            .chain(&t.reads)
+            .map(Promise::dep)
+            .collect();
+        rt.submit_delayed(deps, || ()).join();
+    }
+    tiles.tiles = tracked
+        .into_iter()
+        .map(|t| {
+            Arc::try_unwrap(t.tile)
+                .ok()
+                .expect("every task finished")
+                .into_inner()
+                .unwrap()
+        })
+        .collect();
+}
+
+/// Which kernel a hand-ordered task runs.
+#[derive(Clone, Copy)]
+enum Kernel {
+    Potrf,
+    Trsm,
+    Syrk,
+    Gemm,
 }
 
 /// The tile algorithm as a graph, built once for an `nt × nt` grid and
