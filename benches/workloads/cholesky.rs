@@ -359,8 +359,7 @@ pub fn factor_promises(rt: &selvedge::Runtime, tiles: &mut Tiles) {
         .into_iter()
         .map(|t| {
             Arc::try_unwrap(t.tile)
-                .ok()
-                .expect("every task finished")
+                .unwrap_or_else(|_| panic!("a task still holds a tile after they all finished"))
                 .into_inner()
                 .unwrap()
         })
