@@ -313,7 +313,8 @@ pub fn factor_promises(rt: &selvedge::Runtime, tiles: &mut Tiles) {
             let output = tracked[write].tile.clone();
             let fulfil = done.clone();
             selvedge::spawn_delayed(deps, move || {
-                let inputs: Vec<_> = inputs.iter().map(|t| t.lock().unwrap()).collect();
+                let inputs_held = inputs;
+                let inputs: Vec<_> = inputs_held.iter().map(|t| t.lock().unwrap()).collect();
                 let mut c = output.lock().unwrap();
                 match (kernel, &inputs[..]) {
                     (Kernel::Potrf, []) => potrf(&mut c),
@@ -323,6 +324,9 @@ pub fn factor_promises(rt: &selvedge::Runtime, tiles: &mut Tiles) {
                     _ => unreachable!("a kernel with the wrong tiles"),
                 }
                 drop((inputs, c));
+                // The tiles let go before the promise is kept: whoever
+                // waits for the last tasks takes the tiles back.
+                drop((inputs_held, output));
                 fulfil.fulfill();
             })
             .detach();

@@ -40,6 +40,7 @@ fn the_write_after_a_versions_reads_runs_once_after_all_of_them() {
             let (value, writes) = (value.clone(), writes.clone());
             move |outcome: Outcome| match outcome {
                 Outcome::Ready(w) => {
+                    // SAFETY: loom checks this write against the reads.
                     value.0.with_mut(|v| unsafe { *v = 8 });
                     writes.fetch_add(1, Ordering::SeqCst);
                     // SAFETY: the outcome hands the waiter over.
@@ -61,6 +62,7 @@ fn the_write_after_a_versions_reads_runs_once_after_all_of_them() {
         let reader = || {
             let (g, value, settle) = (Shared(g), value.clone(), settle.clone());
             thread::spawn(move || {
+                // SAFETY: loom checks this read against the write.
                 assert_eq!(value.0.with(|v| unsafe { *v }), 7, "read after the write");
                 // SAFETY: this thread's share.
                 unsafe { Group::release_shares(g.0, 1, settle) };

@@ -27,7 +27,7 @@ impl Mode {
 pub(crate) mod sealed {
     use super::Declared;
     use crate::core::sync::Mutex;
-    use crate::dataflow::data::Log;
+    use crate::dataflow::log::Log;
     use crate::dataflow::readers::ReadShare;
     use std::sync::Arc;
 

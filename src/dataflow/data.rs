@@ -13,13 +13,13 @@ use crate::dataflow::access::sealed::{SealedAccess, Target};
 use crate::dataflow::access::{Access, Declared, Mode};
 use crate::dataflow::event::Dep;
 use crate::dataflow::held;
-use crate::dataflow::readers::{ReadShare, Readers};
+use crate::dataflow::log::{Log, Recorded};
+use crate::dataflow::readers::ReadShare;
 use crate::dataflow::turn::Turn;
 use crossbeam_utils::CachePadded;
-use std::any::Any;
 use std::cell::UnsafeCell;
 use std::fmt;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 /// A shared value that tasks access by declaring it: [`Data::read`] gives
 /// a task `&T`, [`Data::write`] gives it `&mut T`, and the runtime orders
@@ -80,110 +80,6 @@ pub(crate) struct Inner<T> {
 struct Slot<T> {
     value: T,
     poison: Option<Arc<str>>,
-}
-
-/// The ordering state of one handle, touched only while a task that
-/// declares it is submitted (under the mutex): the last write and every
-/// read since it.
-#[derive(Default)]
-pub struct Log {
-    last_write: Option<Recorded>,
-    /// The CPU tasks' reads since the last write, as one completion (see
-    /// `readers.rs`): the log's share, and the completion as an entry.
-    readers: Option<(Readers, Recorded)>,
-    /// The other reads since the last write (GPU tasks', graph runs',
-    /// `read_now`'s), each its own completion.
-    reads: Vec<Recorded>,
-    /// The runtime of the latest access: where a wait from outside a task
-    /// (`into_inner`, `read_now`) parks its waiting task.
-    pub(crate) runtime: Weak<Registry>,
-}
-
-/// One access in a handle's log: its completion, and for a GPU task what
-/// the same device's later tasks wait for on the device instead (the GPU
-/// layer's sync object: its event and when it is recorded).
-#[derive(Clone)]
-pub(crate) struct Recorded {
-    /// Fulfilled once the access is over (for a GPU task: its work is
-    /// complete on the device), or, if it never ran, once the accesses
-    /// before it are (see `turn.rs`): never broken.
-    pub(crate) done: Dep,
-    /// Read by GPU tasks only (feature `cuda`).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) device: Option<Arc<dyn Any + Send + Sync>>,
-}
-
-impl Recorded {
-    /// A CPU task's access.
-    pub(crate) fn host(done: Dep) -> Self {
-        Self { done, device: None }
-    }
-}
-
-impl Log {
-    /// The accesses a new access in `mode` waits for, skipping those
-    /// finished already: the last write, and for a write the reads since.
-    pub(crate) fn before(&self, mode: Mode) -> impl Iterator<Item = &Recorded> {
-        let (readers, reads) = if mode.writes() {
-            (self.readers.as_ref().map(|(_, r)| r), &self.reads[..])
-        } else {
-            (None, &[][..])
-        };
-        self.last_write
-            .iter()
-            .chain(readers)
-            .chain(reads)
-            .filter(|r| !r.done.is_fulfilled())
-    }
-
-    /// Records a CPU task's read: returns its share of the reads of the
-    /// current version.
-    pub(crate) fn record_read(&mut self) -> ReadShare {
-        let (readers, _) = self.readers.get_or_insert_with(|| {
-            let readers = Readers::new();
-            let done = Recorded::host(readers.dep());
-            (readers, done)
-        });
-        readers.share()
-    }
-
-    /// Records a new access in `mode` (for a CPU task's read,
-    /// [`Log::record_read`]).
-    pub(crate) fn record(&mut self, mode: Mode, access: Recorded) {
-        if mode.writes() {
-            self.reads.clear();
-            // The log's share of the reads: the last one once they ended.
-            self.readers = None;
-            self.last_write = Some(access);
-        } else {
-            // Drops the reads that finished, now and then, so a value read
-            // many times between writes keeps a short list.
-            if self.reads.len() == self.reads.capacity() && self.reads.len() >= 8 {
-                self.reads.retain(|r| !r.done.is_fulfilled());
-            }
-            self.reads.push(access);
-        }
-    }
-
-    /// Every access not finished yet, as dependencies. The CPU reads so
-    /// far are closed to newcomers (later reads form another group), so
-    /// their completion comes once they end, not at the next write.
-    pub(crate) fn pending(&mut self) -> Vec<Dep> {
-        if let Some((share, done)) = self.readers.take() {
-            drop(share);
-            self.reads.push(done);
-        }
-        self.before(Mode::Write).map(|r| r.done.clone()).collect()
-    }
-
-    /// Notes `runtime` as the latest access's.
-    pub(crate) fn note_runtime(&mut self, runtime: &Arc<Registry>) {
-        // Compared first: a downgrade is a write to the runtime's shared
-        // counts.
-        if Weak::as_ptr(&self.runtime) != Arc::as_ptr(runtime) {
-            self.runtime = Arc::downgrade(runtime);
-        }
-    }
 }
 
 // SAFETY: the value is reached only by the task whose declared access has
@@ -656,6 +552,16 @@ macro_rules! access_type {
                 }
             )?
         }
+
+        $(
+            #[cfg(test)]
+            impl<T> $name<T> {
+                /// Whether it holds its task's share of the reads.
+                pub(crate) fn holds_share(&self) -> bool {
+                    self.$share.is_some()
+                }
+            }
+        )?
 
         impl<T: Send + Sync> Access for $name<T> {
             type Ref<'a> = $ref where Self: 'a;

@@ -1,13 +1,14 @@
 //! Submitting a task with declared accesses: under the locks of the handles
 //! it declares (taken in address order, so concurrent submissions agree on
 //! one order), its dependencies are read off each handle's log and its own
-//! completion is recorded there (for its writes, its turn; for its reads, a
-//! share of the version's reads, `readers.rs`); when it runs, it checks for
-//! poison, hands the closure its references, and then ends its turn and
-//! drops its shares, which is what lets the next accesses run. That happens
+//! completions are recorded there: for its writes, its turn (`turn.rs`);
+//! for each read, a share of the reads of the version it reads
+//! (`readers.rs`). When it runs, it checks for poison, hands the closure
+//! its references, then drops its accesses (with them its read shares) and
+//! ends its turn, which is what lets the next accesses run. That happens
 //! whether the closure returned or panicked (a panic poisons what it
-//! wrote); a task dropped unrun passes its turn on once the accesses before
-//! it are over (`turn.rs`).
+//! wrote). A task dropped unrun drops its read shares at once, and passes
+//! its turn on once the accesses before it are over.
 
 use crate::core::error::CancelledBecause;
 use crate::core::handle::JoinHandle;
@@ -17,10 +18,11 @@ use crate::core::sync::{lock, MutexGuard};
 use crate::core::unwind::{drop_or_report, panic_message};
 use crate::dataflow::access::sealed::Target;
 use crate::dataflow::access::{Accesses, Declared, Mode};
-use crate::dataflow::data::{poison_possible, poisoned_message, Log, Recorded};
+use crate::dataflow::data::{poison_possible, poisoned_message};
 use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
 use crate::dataflow::held::{self, Behind, Conflict, Held, Snapshot};
+use crate::dataflow::log::{Log, Recorded};
 use crate::dataflow::one_or_many::Deps;
 use crate::dataflow::readers::ReadShare;
 use crate::dataflow::turn::Turn;
@@ -64,8 +66,9 @@ pub(crate) fn submit<A: Accesses>(
     // The plain `Dep`s it declares: waited for, but not part of its turn
     // (they are not accesses before it, and may never be fulfilled).
     let mut plain = Deps::NONE;
-    // For a set of several accesses, its reads' shares, by handle address.
-    let mut shares: Few<(usize, Option<ReadShare>), 4> = Few::default();
+    // For a set of several accesses, its reads' shares, by handle address
+    // (with a count of the handle's reads, below).
+    let mut shares: Few<(usize, usize, Option<ReadShare>), 4> = Few::default();
     let mut behind = None;
     let mut refused = None;
     // Whether this thread holds anything: then each access is checked
@@ -74,8 +77,8 @@ pub(crate) fn submit<A: Accesses>(
     let holding = held::anything_here();
     match (accesses.only_data(), refuse) {
         (Some((target, mode)), None) => {
-            // One handle's access, nothing to refuse: no sorting, no
-            // gathering (what `with_logs` does for any set).
+            // One handle's access, nothing to refuse: no gathering, no
+            // sorting, no list of locks.
             let mut log = lock(target.log());
             log.note_runtime(runtime);
             let share = record(&mut log, mode, target, &mut reg, holding, &mut behind);
@@ -115,7 +118,7 @@ pub(crate) fn submit<A: Accesses>(
             if refused.is_none() {
                 for (log, &(target, mode)) in logs.iter_mut().flatten().zip(data) {
                     if let Some(share) = record(log, mode, target, &mut reg, holding, &mut behind) {
-                        shares.push((held::address(target), Some(share)));
+                        shares.push((held::address(target), 0, Some(share)));
                     }
                 }
             }
@@ -129,15 +132,32 @@ pub(crate) fn submit<A: Accesses>(
         mut waits,
     } = reg;
     if !shares.slots().is_empty() {
-        // Each read holds its share (a handle read twice is recorded once).
-        accesses.hold_shares(&mut |t| {
+        // Each read holds its share. A handle read twice is recorded once:
+        // its share goes to its last read, which a tuple, a vector or an
+        // array drops last, so that no handle of the task is alive when
+        // its reads are over (a waiting `into_inner` finds the value
+        // unshared). First the reads of each handle are counted.
+        fn find<'s>(
+            shares: &'s mut Few<(usize, usize, Option<ReadShare>), 4>,
+            t: &dyn Target,
+        ) -> Option<&'s mut (usize, usize, Option<ReadShare>)> {
             let at = held::address(t);
-            let (_, share) = shares
-                .slots()
-                .iter_mut()
-                .flatten()
-                .find(|(a, _)| *a == at)?;
-            share.take()
+            shares.slots().iter_mut().flatten().find(|(a, ..)| *a == at)
+        }
+        accesses.hold_shares(&mut |t| {
+            if let Some((_, reads, _)) = find(&mut shares, t) {
+                *reads += 1;
+            }
+            None
+        });
+        accesses.hold_shares(&mut |t| {
+            let (_, reads, share) = find(&mut shares, t)?;
+            *reads -= 1;
+            if *reads == 0 {
+                share.take()
+            } else {
+                None
+            }
         });
     }
     if let Some(turn) = &mut turn {
@@ -200,6 +220,11 @@ fn record(
 ) -> Option<ReadShare> {
     if holding && behind.is_none() {
         *behind = held::conflict_here(target, mode, write_pending(log, mode));
+    }
+    if mode.writes() {
+        // The reads so far closed first: if they all ended, the write need
+        // not wait for their group.
+        log.close_reads();
     }
     for before in log.before(mode) {
         reg.waits.push(before.done.clone());
@@ -557,4 +582,37 @@ where
         behind.note(handle.block());
     }
     handle
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Data;
+
+    /// A handle read twice by one task is one record with one share of the
+    /// version's reads: the share must go to the read a tuple or a vector
+    /// drops last, so that when the reads are over (a waiting `into_inner`
+    /// may wake) no handle of the task is left.
+    #[test]
+    fn a_handle_read_twice_gives_its_share_to_the_read_dropped_last() {
+        let (a, b) = (Data::new(1), Data::new(2));
+        let runtime = current_registry();
+        let Ok(t) = submit((a.read(), b.write(), a.read()), runtime, None) else {
+            unreachable!()
+        };
+        let (first, _, last) = t.submission.accesses.as_ref().unwrap();
+        assert!(!first.holds_share() && last.holds_share());
+        let Ok(v) = submit(vec![a.read(), a.read(), a.read()], runtime, None) else {
+            unreachable!()
+        };
+        let held: Vec<bool> = v
+            .submission
+            .accesses
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|r| r.holds_share())
+            .collect();
+        assert_eq!(held, [false, false, true]);
+    }
 }

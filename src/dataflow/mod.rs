@@ -16,6 +16,8 @@ pub(crate) mod event;
 #[cfg(not(loom))]
 pub(crate) mod held;
 #[cfg(not(loom))]
+pub(crate) mod log;
+#[cfg(not(loom))]
 pub(crate) mod loop_promise;
 #[cfg(not(loom))]
 pub(crate) mod one_or_many;

@@ -1,10 +1,9 @@
-//! `OneOrMany`: a few values, one kept in place, more in a vector: what a
-//! declared task waits for ([`Deps`]), and its shares of the reads it
-//! belongs to. Most tasks have one of each (a chain of writes, reads after
-//! a write), so they allocate nothing. The whole is no bigger than a
-//! vector: these live in every declared task's closure, which is written
-//! into the task's block, and more inline slots made that longer for every
-//! task.
+//! `OneOrMany`: a few values, one kept in place, more in a vector; as
+//! [`Deps`], what a declared task waits for. Most declared tasks wait for
+//! at most one earlier access (a chain of writes, reads after a write), so
+//! they allocate nothing. The whole is no bigger than a vector: it lives in
+//! every declared writer's turn, inside the task's closure, which is
+//! written into the task's block.
 
 use crate::dataflow::event::Dep;
 

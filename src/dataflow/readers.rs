@@ -5,17 +5,19 @@
 //! Each read task holds a [`ReadShare`]; the handle's log holds the
 //! [`Readers`], which counts the shares it hands out. The count in the
 //! promise group (`event.rs`) starts far above any number of reads: each
-//! share dropped takes one off, and the log, once the next write is
-//! recorded, takes off the rest of the head start. Whoever brings it to
-//! zero fulfills the completion. So handing out a share is a plain
-//! increment under the log's lock, nothing the threads running the reads
-//! touch; a read costs its task one atomic decrement, with no completion
-//! of its own to make, record, fulfill and later sweep from the log.
+//! share dropped takes one off, and the log, once it closes the group
+//! (when the next write is recorded, when something waits for every
+//! pending access, or when the handle goes), takes off the rest of the
+//! head start. Whoever brings it to zero fulfills the completion. So
+//! handing out a share is a plain increment under the log's lock, nothing
+//! the threads running the reads touch, and a read costs its task one
+//! atomic decrement: the reads between two writes need one completion
+//! between them, not one each.
 //!
-//! A read task cancelled before it ran drops its share unrun, passing its
-//! turn on at once: whatever waits for a version's reads (the next write,
-//! a wait for every pending access) also waits for the write that made the
-//! version, which every one of those reads came after.
+//! A read task cancelled before it ran drops its share unrun, at once:
+//! whatever waits for a version's reads (the next write, a wait for every
+//! pending access) also waits for the write that made the version, which
+//! every one of those reads came after.
 
 use crate::dataflow::event::{Dep, Group};
 use crate::dataflow::settle::settle;
@@ -57,10 +59,20 @@ impl Readers {
         Self { group, shared: 0 }
     }
 
+    /// Whether it has handed out as many shares as its head start allows
+    /// (the log then closes it and starts another).
+    pub(crate) fn is_full(&self) -> bool {
+        self.shared == HEAD_START - 1
+    }
+
     /// A share for one more read.
+    ///
+    /// # Panics
+    /// When it [`is_full`](Readers::is_full): the count would reach zero
+    /// while the group is open.
     pub(crate) fn share(&mut self) -> ReadShare {
+        assert!(!self.is_full(), "selvedge: a group of reads past its count");
         // Counted ahead (the head start): nothing shared is touched.
-        assert!(self.shared < HEAD_START, "too many reads of one version");
         self.shared += 1;
         ReadShare { group: self.group }
     }

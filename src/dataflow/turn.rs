@@ -1,5 +1,7 @@
-//! `Turn`: one access's completion in a `Data` handle's order, which the
-//! accesses after it wait for.
+//! `Turn`: a completion in a `Data` handle's order that the accesses after
+//! it wait for: a task's writes' (one for all it writes), a `read_now`
+//! guard's, a graph run's. (A task's reads share their version's
+//! completion instead: `readers.rs`.)
 //!
 //! An access that ran ends its turn by fulfilling the completion. One that
 //! never runs (its task was cancelled: a dependency it declared broke, or

@@ -7,10 +7,10 @@
 //! since, with no host round trip between GPU tasks.
 
 use crate::dataflow::access::Accesses;
-use crate::dataflow::data::Recorded;
 use crate::dataflow::declared::{set_written_poison, with_logs, with_turn, write_pending};
 use crate::dataflow::event::Dep;
 use crate::dataflow::held::{self, Behind};
+use crate::dataflow::log::Recorded;
 use crate::gpu::device::Device;
 use crate::gpu::error::GpuError;
 use crate::gpu::raw::RawEvent;

@@ -1,0 +1,134 @@
+//! `Log`: the ordering state of one `Data` handle, touched only while an
+//! access to it is recorded (under the handle's mutex): the last write and
+//! the reads since it, each as the completion the next accesses wait for.
+
+use crate::core::registry::Registry;
+use crate::dataflow::access::Mode;
+use crate::dataflow::event::Dep;
+use crate::dataflow::readers::{ReadShare, Readers};
+use std::any::Any;
+use std::sync::{Arc, Weak};
+
+/// The ordering state of one handle: the last write and every read since.
+#[derive(Default)]
+pub struct Log {
+    last_write: Option<Recorded>,
+    /// The CPU tasks' reads of the current version, as one completion (see
+    /// `readers.rs`), open to more reads: the log's part of the count, and
+    /// the completion as an entry.
+    readers: Option<(Readers, Recorded)>,
+    /// The other reads since the last write, each with its completion:
+    /// GPU tasks', graph runs', `read_now`'s, and groups of CPU reads
+    /// closed before the next write (see [`Log::close_reads`]).
+    reads: Vec<Recorded>,
+    /// The runtime of the latest access: where a wait from outside a task
+    /// (`into_inner`, `read_now`) parks its waiting task.
+    pub(crate) runtime: Weak<Registry>,
+}
+
+/// One access in a handle's log (or a group of CPU reads): its completion,
+/// and for a GPU task what the same device's later tasks wait for on the
+/// device instead (the GPU layer's sync object: its event and when it is
+/// recorded).
+#[derive(Clone)]
+pub(crate) struct Recorded {
+    /// Fulfilled once the access is over (for a GPU task: its work is
+    /// complete on the device), or, if it never ran, once the accesses
+    /// before it are (see `turn.rs`; a read that never ran just leaves its
+    /// group): never broken.
+    pub(crate) done: Dep,
+    /// Read by GPU tasks only (feature `cuda`).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) device: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+impl Recorded {
+    /// A CPU task's access.
+    pub(crate) fn host(done: Dep) -> Self {
+        Self { done, device: None }
+    }
+}
+
+impl Log {
+    /// The accesses a new access in `mode` waits for, skipping those
+    /// finished already: the last write, and for a write the reads since.
+    pub(crate) fn before(&self, mode: Mode) -> impl Iterator<Item = &Recorded> {
+        let (readers, reads) = if mode.writes() {
+            (self.readers.as_ref().map(|(_, r)| r), &self.reads[..])
+        } else {
+            (None, &[][..])
+        };
+        self.last_write
+            .iter()
+            .chain(readers)
+            .chain(reads)
+            .filter(|r| !r.done.is_fulfilled())
+    }
+
+    /// Records a CPU task's read: returns its share of the reads of the
+    /// current version.
+    pub(crate) fn record_read(&mut self) -> ReadShare {
+        if self.readers.as_ref().is_some_and(|(r, _)| r.is_full()) {
+            // As many reads as the count can take: later ones form
+            // another group.
+            self.close_reads();
+        }
+        let (readers, _) = self.readers.get_or_insert_with(|| {
+            let readers = Readers::new();
+            let done = Recorded::host(readers.dep());
+            (readers, done)
+        });
+        readers.share()
+    }
+
+    /// Closes the current version's group of CPU reads to newcomers (later
+    /// reads form another group): its completion comes once the reads in
+    /// it ended, and stays in the log as one of the reads since the last
+    /// write.
+    pub(crate) fn close_reads(&mut self) {
+        if let Some((readers, done)) = self.readers.take() {
+            drop(readers);
+            self.push_read(done);
+        }
+    }
+
+    /// Records a new access in `mode` (for a CPU task's read,
+    /// [`Log::record_read`]).
+    pub(crate) fn record(&mut self, mode: Mode, access: Recorded) {
+        if mode.writes() {
+            self.reads.clear();
+            // The log's part of the reads' count: the reads' completion
+            // comes once they ended.
+            self.readers = None;
+            self.last_write = Some(access);
+        } else {
+            self.push_read(access);
+        }
+    }
+
+    fn push_read(&mut self, access: Recorded) {
+        // Drops the reads that finished, now and then, so a value read many
+        // times between writes keeps a short list.
+        if self.reads.len() == self.reads.capacity() && self.reads.len() >= 8 {
+            self.reads.retain(|r| !r.done.is_fulfilled());
+        }
+        self.reads.push(access);
+    }
+
+    /// Every access not finished yet, as dependencies; the CPU reads so far
+    /// closed first (see [`Log::close_reads`]), so that their completion
+    /// comes once they ended, not at the next write.
+    pub(crate) fn pending(&mut self) -> Vec<Dep> {
+        self.close_reads();
+        self.before(Mode::Write).map(|r| r.done.clone()).collect()
+    }
+
+    /// Notes `runtime` as the latest access's.
+    pub(crate) fn note_runtime(&mut self, runtime: &Arc<Registry>) {
+        // Compared first: a downgrade is a write to the runtime's shared
+        // counts.
+        if Weak::as_ptr(&self.runtime) != Arc::as_ptr(runtime) {
+            self.runtime = Arc::downgrade(runtime);
+        }
+    }
+}
