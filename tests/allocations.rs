@@ -203,23 +203,30 @@ fn delayed_tasks_and_promises_do_not_allocate_after_warm_up() {
 }
 
 #[test]
-fn declared_accesses_after_at_most_one_pending_access_do_not_allocate() {
+fn declared_accesses_do_not_allocate_after_warm_up() {
     // Per round, all made before any runs: a chain of writes to one handle
-    // (each after the write before it), and reads of another after its one
-    // write of the round (each after that write). A task's completion and
-    // its node come from the worker's block pool, and what it waits for
-    // (one pending access) is kept in place; the handles' logs keep the
-    // room they grew in the warm-up.
+    // (each after the write before it); reads of another after its one
+    // write of the round (each after that write); and updates of a third
+    // that read the first two, as a tiled kernel does (each after three
+    // pending accesses). A task's completion and its node come from the
+    // worker's block pool, what it waits for is kept on the stack, its
+    // reads share their version's completion, and the handles' logs keep
+    // the room they grew in the warm-up.
     const TASKS: usize = 1_000;
     let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
     let (allocs, sum) = rt.run(|| {
         let (chain, read) = (selvedge::Data::new(0u64), selvedge::Data::new(0u64));
+        let update = selvedge::Data::new(0u64);
         let mut handles = Vec::with_capacity(TASKS);
         let mut round = || {
             selvedge::spawn_with(read.write(), |v| *v += 1).detach();
             for _ in 0..TASKS {
                 selvedge::spawn_with(chain.write(), |v| *v += 1).detach();
                 handles.push(selvedge::spawn_with(read.read(), |v| *v));
+                selvedge::spawn_with((chain.read(), read.read(), update.write()), |(c, r, u)| {
+                    *u = c + r
+                })
+                .detach();
             }
             handles.drain(..).map(|h| h.join()).sum::<u64>()
         };
@@ -229,14 +236,18 @@ fn declared_accesses_after_at_most_one_pending_access_do_not_allocate() {
             sum += round();
         }
         let allocs = allocations() - before;
-        (allocs, sum + chain.into_inner())
+        (allocs, sum + chain.into_inner() + update.into_inner())
     });
-    // Round r's reads each see r; the chain ends at 5 * TASKS.
-    assert_eq!(sum, TASKS as u64 * (1 + 2 + 3 + 4 + 5 + 5));
+    // Round r's reads each see r; the chain ends at 5 * TASKS, and the
+    // last update saw it and 5.
+    assert_eq!(
+        sum,
+        TASKS as u64 * (1 + 2 + 3 + 4 + 5 + 5) + 5 * TASKS as u64 + 5
+    );
     assert_eq!(
         allocs,
         0,
         "{allocs} allocations for 3 rounds of {} declared tasks",
-        2 * TASKS + 1
+        3 * TASKS + 1
     );
 }

@@ -23,7 +23,6 @@ use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
 use crate::dataflow::held::{self, Behind, Conflict, Held, Snapshot};
 use crate::dataflow::log::{Log, Recorded};
-use crate::dataflow::one_or_many::Deps;
 use crate::dataflow::readers::ReadShare;
 use crate::dataflow::turn::Turn;
 use std::any::Any;
@@ -61,11 +60,8 @@ pub(crate) fn submit<A: Accesses>(
 ) -> Result<Submitted<A>, Conflict> {
     let mut reg = Registration {
         turn: None,
-        waits: Deps::NONE,
+        waits: Few::default(),
     };
-    // The plain `Dep`s it declares: waited for, but not part of its turn
-    // (they are not accesses before it, and may never be fulfilled).
-    let mut plain = Deps::NONE;
     // For a set of several accesses, its reads' shares, by handle address
     // (with a count of the handle's reads, below).
     let mut shares: Few<(usize, usize, Option<ReadShare>), 4> = Few::default();
@@ -94,7 +90,9 @@ pub(crate) fn submit<A: Accesses>(
             let mut data: Few<(&dyn Target, Mode)> = Few::default();
             accesses.declare_all(&mut |d| match d {
                 Declared::Data(target, mode) => data.push((target, mode)),
-                Declared::After(dep) => plain.push(dep.clone()),
+                // Waited for, but not part of its turn (not an access
+                // before it, and maybe never fulfilled).
+                Declared::After(dep) => reg.waits.push(dep.clone()),
             });
             let data = data.slots();
             in_address_order(data);
@@ -127,10 +125,7 @@ pub(crate) fn submit<A: Accesses>(
     if let Some(conflict) = refused {
         return Err(conflict);
     }
-    let Registration {
-        mut turn,
-        mut waits,
-    } = reg;
+    let Registration { turn, waits } = reg;
     if !shares.slots().is_empty() {
         // Each read holds its share. A handle read twice is recorded once:
         // its share goes to its last read, which a tuple, a vector or an
@@ -160,17 +155,6 @@ pub(crate) fn submit<A: Accesses>(
             }
         });
     }
-    if let Some(turn) = &mut turn {
-        // A turn passed on unrun waits for the accesses before it.
-        for dep in waits.iter() {
-            turn.after(dep.clone());
-        }
-    }
-    if !plain.is_bare() {
-        for dep in plain {
-            waits.push(dep);
-        }
-    }
     let (behind, token) = behind.map(|c| Behind::new(&c)).unzip();
     let submission = Submission {
         accesses: Some(accesses),
@@ -188,14 +172,15 @@ pub(crate) fn submit<A: Accesses>(
 struct Registration {
     /// Its writes' completion, made with the first write.
     turn: Option<Turn>,
-    /// What it waits for.
-    waits: Deps,
+    /// What it waits for: a few kept on the stack (it goes to the task's
+    /// waiting record, not into its closure).
+    waits: Few<Dep, 4>,
 }
 
 /// What [`submit`] registered: what the task waits for, what its closure
 /// runs, and whether a join of it on this thread could never end.
 pub(crate) struct Submitted<A> {
-    pub(crate) deps: Deps,
+    pub(crate) deps: Few<Dep, 4>,
     pub(crate) submission: Submission<A>,
     pub(crate) behind: Option<Behind>,
 }
@@ -221,21 +206,24 @@ fn record(
     if holding && behind.is_none() {
         *behind = held::conflict_here(target, mode, write_pending(log, mode));
     }
-    if mode.writes() {
-        // The reads so far closed first: if they all ended, the write need
-        // not wait for their group.
-        log.close_reads();
+    if !mode.writes() {
+        for before in log.before(mode) {
+            reg.waits.push(before.done.clone());
+        }
+        return Some(log.record_read());
     }
+    // The reads so far closed first: if they all ended, the write need not
+    // wait for their group.
+    log.close_reads();
+    let turn = reg.turn.get_or_insert_with(Turn::new);
     for before in log.before(mode) {
+        // A turn passed on unrun waits for the accesses before its writes
+        // (what the task's reads come after does not order its writes).
+        turn.after(before.done.clone());
         reg.waits.push(before.done.clone());
     }
-    if mode.writes() {
-        let turn = reg.turn.get_or_insert_with(Turn::new);
-        log.record(mode, Recorded::host(turn.dep()));
-        None
-    } else {
-        Some(log.record_read())
-    }
+    log.record(mode, Recorded::host(turn.dep()));
+    None
 }
 
 /// Locks the logs of the handles `accesses` declares, all at once, and
@@ -377,6 +365,53 @@ impl<T, const N: usize> Few<T, N> {
         }
     }
 }
+
+impl<T, const N: usize> IntoIterator for Few<T, N> {
+    type Item = T;
+    type IntoIter = FewIter<T, N>;
+
+    fn into_iter(self) -> FewIter<T, N> {
+        match self {
+            Few::Inline(len, slots) => FewIter::Inline(len, slots.into_iter()),
+            Few::Heap(heap) => FewIter::Heap(heap.into_iter()),
+        }
+    }
+}
+
+/// [`Few`] taken apart, with an exact length (a task that waits for
+/// nothing is seen to be ready without looking): for a `Few` only pushed
+/// to (no slot emptied since).
+pub(crate) enum FewIter<T, const N: usize> {
+    /// The values left, at the front of the slots.
+    Inline(usize, std::array::IntoIter<Option<T>, N>),
+    Heap(std::vec::IntoIter<Option<T>>),
+}
+
+impl<T, const N: usize> Iterator for FewIter<T, N> {
+    type Item = T;
+
+    #[inline]
+    fn next(&mut self) -> Option<T> {
+        match self {
+            FewIter::Inline(0, _) => None,
+            FewIter::Inline(left, slots) => {
+                *left -= 1;
+                slots.next().flatten()
+            }
+            FewIter::Heap(values) => values.next().flatten(),
+        }
+    }
+
+    #[inline]
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match self {
+            FewIter::Inline(left, _) => (*left, Some(*left)),
+            FewIter::Heap(values) => values.size_hint(),
+        }
+    }
+}
+
+impl<T, const N: usize> ExactSizeIterator for FewIter<T, N> {}
 
 impl<A: Accesses> Submission<A> {
     /// Runs `body` with the declared references, once every access has its

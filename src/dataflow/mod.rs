@@ -20,8 +20,6 @@ pub(crate) mod log;
 #[cfg(not(loom))]
 pub(crate) mod loop_promise;
 #[cfg(not(loom))]
-pub(crate) mod one_or_many;
-#[cfg(not(loom))]
 pub(crate) mod promise;
 #[cfg(not(loom))]
 pub(crate) mod readers;
@@ -31,3 +29,5 @@ pub(crate) mod settle;
 pub(crate) mod task_dep;
 #[cfg(not(loom))]
 pub(crate) mod turn;
+#[cfg(not(loom))]
+pub(crate) mod turn_deps;

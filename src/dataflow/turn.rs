@@ -13,16 +13,16 @@
 //! left it. (Nothing of the value was touched by the cancelled one.)
 
 use crate::dataflow::event::Dep;
-use crate::dataflow::one_or_many::Deps;
 use crate::dataflow::promise::Promise;
 use crate::dataflow::settle::relay;
+use crate::dataflow::turn_deps::TurnDeps;
 
 /// An access's completion, and the completions it waits for.
 pub(crate) struct Turn {
     done: Option<Promise>,
     /// The completions of the accesses before it that were not over yet
     /// when it was recorded: what a turn passed on waits for.
-    before: Deps,
+    before: TurnDeps,
 }
 
 impl Turn {
@@ -30,7 +30,7 @@ impl Turn {
     pub(crate) fn new() -> Self {
         Self {
             done: Some(Promise::new()),
-            before: Deps::NONE,
+            before: TurnDeps::NONE,
         }
     }
 
@@ -46,7 +46,7 @@ impl Turn {
     }
 
     /// The completions it comes after.
-    pub(crate) fn before(&self) -> &Deps {
+    pub(crate) fn before(&self) -> &TurnDeps {
         &self.before
     }
 
@@ -71,7 +71,7 @@ impl Drop for Turn {
     fn drop(&mut self) {
         if let Some(done) = self.done.take() {
             relay(
-                std::mem::replace(&mut self.before, Deps::NONE),
+                std::mem::replace(&mut self.before, TurnDeps::NONE),
                 done.into_group(),
             );
         }
