@@ -62,9 +62,6 @@ pub(crate) fn submit<A: Accesses>(
         turn: None,
         waits: Few::default(),
     };
-    // For a set of several accesses, its reads' shares, by handle address
-    // (with a count of the handle's reads, below).
-    let mut shares: Few<(usize, usize, Option<ReadShare>), 4> = Few::default();
     let mut behind = None;
     let mut refused = None;
     // Whether this thread holds anything: then each access is checked
@@ -85,87 +82,109 @@ pub(crate) fn submit<A: Accesses>(
             }
         }
         _ => {
+            // Its reads' shares, by handle address (with a count of the
+            // handle's reads, for `give_shares`).
+            let mut shares: Few<(usize, usize, Option<ReadShare>), 4> = Few::default();
+            let read_twice;
             // A task declares a few accesses: they and their locks stay on
-            // the stack (no allocation below nine).
-            let mut data: Few<(&dyn Target, Mode)> = Few::default();
-            accesses.declare_all(&mut |d| match d {
-                Declared::Data(target, mode) => data.push((target, mode)),
-                // Waited for, but not part of its turn (not an access
-                // before it, and maybe never fulfilled).
-                Declared::After(dep) => reg.waits.push(dep.clone()),
-            });
-            let data = data.slots();
-            in_address_order(data);
-            let mut logs: Few<MutexGuard<'_, Log>> = Few::default();
-            for (target, _) in data.iter().flatten() {
-                let mut log = lock(target.log());
-                log.note_runtime(runtime);
-                logs.push(log);
-            }
-            let logs = logs.slots();
-            let data = data.iter().flatten();
-            if let Some(maker) = refuse {
-                refused = logs
-                    .iter()
-                    .flatten()
-                    .zip(data.clone())
-                    .find_map(|(log, &(t, mode))| {
-                        maker.conflict(t, mode, write_pending(log, mode))
-                    });
-            }
-            if refused.is_none() {
-                for (log, &(target, mode)) in logs.iter_mut().flatten().zip(data) {
-                    if let Some(share) = record(log, mode, target, &mut reg, holding, &mut behind) {
-                        shares.push((held::address(target), 0, Some(share)));
+            // the stack (no allocation below nine), until its reads get
+            // their shares.
+            {
+                let mut data: Few<(&dyn Target, Mode)> = Few::default();
+                accesses.declare_all(&mut |d| match d {
+                    Declared::Data(target, mode) => data.push((target, mode)),
+                    // Waited for, but not part of its turn (not an access
+                    // before it, and maybe never fulfilled).
+                    Declared::After(dep) => reg.waits.push(dep.clone()),
+                });
+                let data = data.slots();
+                read_twice = in_address_order(data);
+                let mut logs: Few<MutexGuard<'_, Log>> = Few::default();
+                for (target, _) in data.iter().flatten() {
+                    let mut log = lock(target.log());
+                    log.note_runtime(runtime);
+                    logs.push(log);
+                }
+                let logs = logs.slots();
+                let data = data.iter().flatten();
+                if let Some(maker) = refuse {
+                    refused =
+                        logs.iter()
+                            .flatten()
+                            .zip(data.clone())
+                            .find_map(|(log, &(t, mode))| {
+                                maker.conflict(t, mode, write_pending(log, mode))
+                            });
+                }
+                if refused.is_none() {
+                    for (log, &(target, mode)) in logs.iter_mut().flatten().zip(data) {
+                        if let Some(share) =
+                            record(log, mode, target, &mut reg, holding, &mut behind)
+                        {
+                            shares.push((held::address(target), 0, Some(share)));
+                        }
                     }
                 }
+            }
+            if !shares.slots().is_empty() {
+                give_shares(&mut accesses, &mut shares, read_twice);
             }
         }
     }
     if let Some(conflict) = refused {
         return Err(conflict);
     }
-    let Registration { turn, waits } = reg;
-    if !shares.slots().is_empty() {
-        // Each read holds its share. A handle read twice is recorded once:
-        // its share goes to its last read, which a tuple, a vector or an
-        // array drops last, so that no handle of the task is alive when
-        // its reads are over (a waiting `into_inner` finds the value
-        // unshared). First the reads of each handle are counted.
-        fn find<'s>(
-            shares: &'s mut Few<(usize, usize, Option<ReadShare>), 4>,
-            t: &dyn Target,
-        ) -> Option<&'s mut (usize, usize, Option<ReadShare>)> {
-            let at = held::address(t);
-            shares.slots().iter_mut().flatten().find(|(a, ..)| *a == at)
-        }
-        accesses.hold_shares(&mut |t| {
-            if let Some((_, reads, _)) = find(&mut shares, t) {
-                *reads += 1;
-            }
-            None
-        });
-        accesses.hold_shares(&mut |t| {
-            let (_, reads, share) = find(&mut shares, t)?;
-            *reads -= 1;
-            if *reads == 0 {
-                share.take()
-            } else {
-                None
-            }
-        });
-    }
     let (behind, token) = behind.map(|c| Behind::new(&c)).unzip();
     let submission = Submission {
         accesses: Some(accesses),
-        turn,
+        turn: reg.turn,
         _behind: token,
     };
     Ok(Submitted {
-        deps: waits,
+        deps: reg.waits,
         submission,
         behind,
     })
+}
+
+/// Gives each read of `accesses` its share of its version's reads, from
+/// `shares` (by handle address, with a count of 0). A handle read twice
+/// (`read_twice`: some handle is) is recorded once: its share goes to its
+/// last read, which a tuple, a vector or an array drops last, so that no
+/// handle of the task is alive when its reads are over (a waiting
+/// `into_inner` finds the value unshared).
+fn give_shares<A: Accesses>(
+    accesses: &mut A,
+    shares: &mut Few<(usize, usize, Option<ReadShare>), 4>,
+    read_twice: bool,
+) {
+    fn find<'s>(
+        shares: &'s mut Few<(usize, usize, Option<ReadShare>), 4>,
+        t: &dyn Target,
+    ) -> Option<&'s mut (usize, usize, Option<ReadShare>)> {
+        let at = held::address(t);
+        shares.slots().iter_mut().flatten().find(|(a, ..)| *a == at)
+    }
+    if !read_twice {
+        accesses.hold_shares(&mut |t| find(shares, t)?.2.take());
+        return;
+    }
+    // First the reads of each handle are counted.
+    accesses.hold_shares(&mut |t| {
+        if let Some((_, reads, _)) = find(shares, t) {
+            *reads += 1;
+        }
+        None
+    });
+    accesses.hold_shares(&mut |t| {
+        let (_, reads, share) = find(shares, t)?;
+        *reads -= 1;
+        if *reads == 0 {
+            share.take()
+        } else {
+            None
+        }
+    });
 }
 
 /// What a task's accesses registered so far, while they are recorded.
@@ -272,9 +291,12 @@ pub(crate) fn with_logs<'s, A: Accesses>(
 /// handles in the same order, so they cannot deadlock, and each one's
 /// accesses are recorded at once: no task can end up ordered both before
 /// and after another.
-pub(crate) fn in_address_order(data: &mut [Option<(&dyn Target, Mode)>]) {
+///
+/// Returns whether it merged any: whether a handle is read twice.
+pub(crate) fn in_address_order(data: &mut [Option<(&dyn Target, Mode)>]) -> bool {
     data.sort_unstable_by_key(|slot| slot.map(|(t, _)| held::address(t)));
     let mut kept: Option<(&dyn Target, Mode)> = None;
+    let mut merged = false;
     for slot in data.iter_mut() {
         let Some((t, mode)) = *slot else { continue };
         if let Some((before, before_mode)) = kept {
@@ -282,6 +304,7 @@ pub(crate) fn in_address_order(data: &mut [Option<(&dyn Target, Mode)>]) {
                 if before_mode == Mode::Read && mode == Mode::Read {
                     // One access to the handle, however many reads.
                     *slot = None;
+                    merged = true;
                     continue;
                 }
                 panic!(
@@ -295,6 +318,7 @@ pub(crate) fn in_address_order(data: &mut [Option<(&dyn Target, Mode)>]) {
         }
         kept = Some((t, mode));
     }
+    merged
 }
 
 /// Locks the logs of the handles in `data` (distinct, in address order),
@@ -356,6 +380,13 @@ impl<T, const N: usize> Few<T, N> {
         }
     }
 
+    /// Takes the values out, one by one (at most as many as there are
+    /// slots: a `Few` with nothing pushed is seen to be empty without
+    /// looking).
+    pub(crate) fn take_all(&mut self) -> impl Iterator<Item = T> + '_ {
+        self.slots().iter_mut().filter_map(Option::take)
+    }
+
     /// The values pushed, each `Some`.
     #[inline]
     pub(crate) fn slots(&mut self) -> &mut [Option<T>] {
@@ -365,53 +396,6 @@ impl<T, const N: usize> Few<T, N> {
         }
     }
 }
-
-impl<T, const N: usize> IntoIterator for Few<T, N> {
-    type Item = T;
-    type IntoIter = FewIter<T, N>;
-
-    fn into_iter(self) -> FewIter<T, N> {
-        match self {
-            Few::Inline(len, slots) => FewIter::Inline(len, slots.into_iter()),
-            Few::Heap(heap) => FewIter::Heap(heap.into_iter()),
-        }
-    }
-}
-
-/// [`Few`] taken apart, with an exact length (a task that waits for
-/// nothing is seen to be ready without looking): for a `Few` only pushed
-/// to (no slot emptied since).
-pub(crate) enum FewIter<T, const N: usize> {
-    /// The values left, at the front of the slots.
-    Inline(usize, std::array::IntoIter<Option<T>, N>),
-    Heap(std::vec::IntoIter<Option<T>>),
-}
-
-impl<T, const N: usize> Iterator for FewIter<T, N> {
-    type Item = T;
-
-    #[inline]
-    fn next(&mut self) -> Option<T> {
-        match self {
-            FewIter::Inline(0, _) => None,
-            FewIter::Inline(left, slots) => {
-                *left -= 1;
-                slots.next().flatten()
-            }
-            FewIter::Heap(values) => values.next().flatten(),
-        }
-    }
-
-    #[inline]
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        match self {
-            FewIter::Inline(left, _) => (*left, Some(*left)),
-            FewIter::Heap(values) => values.size_hint(),
-        }
-    }
-}
-
-impl<T, const N: usize> ExactSizeIterator for FewIter<T, N> {}
 
 impl<A: Accesses> Submission<A> {
     /// Runs `body` with the declared references, once every access has its
@@ -600,14 +584,14 @@ where
     R: Send + 'static,
 {
     let Ok(Submitted {
-        deps,
+        mut deps,
         submission,
         behind,
     }) = submit(accesses, runtime, None)
     else {
         unreachable!("only a scope's submission is refused")
     };
-    let handle = delayed::submit_delayed_as::<F, _, _, _>(runtime, deps, move || {
+    let handle = delayed::submit_delayed_as::<F, _, _, _>(runtime, deps.take_all(), move || {
         // `f` first: a task cancelled unrun drops the user's closure (and
         // the handles it captured) before its submission passes the turn.
         let f = f;

@@ -243,7 +243,9 @@ impl<'scope> Scope<'scope> {
     {
         let submitted = declared::submit(accesses, self.runtime(), self.owner_holds.as_deref());
         let Submitted {
-            deps, submission, ..
+            mut deps,
+            submission,
+            ..
         } = submitted.unwrap_or_else(|conflict| panic!("{}", conflict.scope_message()));
         let task = self.new_task(move |s| {
             // `f` first: a task cancelled unrun drops the user's closure
@@ -252,7 +254,7 @@ impl<'scope> Scope<'scope> {
             let f = f;
             submission.run(std::any::type_name::<F>(), move |refs| f(s, refs))
         });
-        delayed::delay::<F>(self.runtime(), task, deps);
+        delayed::delay::<F>(self.runtime(), task, deps.take_all());
     }
 
     fn runtime(&self) -> &Arc<Registry> {
