@@ -251,6 +251,14 @@ macro_rules! tuple_access_set {
             fn recovers(&self) -> bool {
                 false $( || self.$idx.recovers() )+
             }
+
+            fn only_data(&self) -> Option<(&dyn sealed::Target, Mode)> {
+                // A tuple of one (the others have more than one access).
+                match &[$(self.$idx.only_data()),+][..] {
+                    [only] => *only,
+                    _ => None,
+                }
+            }
         }
 
         impl<$($name: Accesses),+> Accesses for ($($name,)+) {
@@ -288,6 +296,13 @@ impl<A: Access> sealed::SealedAccesses for Vec<A> {
     fn recovers(&self) -> bool {
         self.iter().any(|a| a.recovers())
     }
+
+    fn only_data(&self) -> Option<(&dyn sealed::Target, Mode)> {
+        match &self[..] {
+            [a] => a.data(),
+            _ => None,
+        }
+    }
 }
 
 impl<A: Access> Accesses for Vec<A> {
@@ -316,6 +331,13 @@ impl<A: Access, const N: usize> sealed::SealedAccesses for [A; N] {
 
     fn recovers(&self) -> bool {
         self.iter().any(|a| a.recovers())
+    }
+
+    fn only_data(&self) -> Option<(&dyn sealed::Target, Mode)> {
+        match &self[..] {
+            [a] => a.data(),
+            _ => None,
+        }
     }
 }
 
