@@ -281,29 +281,41 @@ tuple_access_set!(A 0, B 1, C 2, D 3, E 4, F 5);
 tuple_access_set!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
 tuple_access_set!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
 
-impl<A: Access> sealed::SealedAccesses for Vec<A> {
-    fn declare_all<'s>(&'s self, each: &mut dyn FnMut(Declared<'s>)) {
-        for a in self {
-            a.declare(each);
-        }
-    }
-    fn hold_shares(&mut self, take: &mut dyn FnMut(&dyn sealed::Target) -> Option<ReadShare>) {
-        for a in self {
-            a.hold_share(take);
-        }
-    }
+/// `SealedAccesses` for a collection of accesses of one kind, through its
+/// slice: vectors and arrays.
+macro_rules! slice_access_set {
+    ($([$($generics:tt)*] $ty:ty),+) => {$(
+        impl<$($generics)*> sealed::SealedAccesses for $ty {
+            fn declare_all<'s>(&'s self, each: &mut dyn FnMut(Declared<'s>)) {
+                for a in self {
+                    a.declare(each);
+                }
+            }
 
-    fn recovers(&self) -> bool {
-        self.iter().any(|a| a.recovers())
-    }
+            fn hold_shares(
+                &mut self,
+                take: &mut dyn FnMut(&dyn sealed::Target) -> Option<ReadShare>,
+            ) {
+                for a in self {
+                    a.hold_share(take);
+                }
+            }
 
-    fn only_data(&self) -> Option<(&dyn sealed::Target, Mode)> {
-        match &self[..] {
-            [a] => a.data(),
-            _ => None,
+            fn recovers(&self) -> bool {
+                self.iter().any(|a| a.recovers())
+            }
+
+            fn only_data(&self) -> Option<(&dyn sealed::Target, Mode)> {
+                match &self[..] {
+                    [a] => a.data(),
+                    _ => None,
+                }
+            }
         }
-    }
+    )+};
 }
+
+slice_access_set!([A: Access] Vec<A>, [A: Access, const N: usize] [A; N]);
 
 impl<A: Access> Accesses for Vec<A> {
     type Refs<'a>
@@ -314,30 +326,6 @@ impl<A: Access> Accesses for Vec<A> {
     unsafe fn refs(&self) -> Self::Refs<'_> {
         // SAFETY: the caller's contract covers every member.
         self.iter().map(|a| unsafe { a.get() }).collect()
-    }
-}
-
-impl<A: Access, const N: usize> sealed::SealedAccesses for [A; N] {
-    fn declare_all<'s>(&'s self, each: &mut dyn FnMut(Declared<'s>)) {
-        for a in self {
-            a.declare(each);
-        }
-    }
-    fn hold_shares(&mut self, take: &mut dyn FnMut(&dyn sealed::Target) -> Option<ReadShare>) {
-        for a in self {
-            a.hold_share(take);
-        }
-    }
-
-    fn recovers(&self) -> bool {
-        self.iter().any(|a| a.recovers())
-    }
-
-    fn only_data(&self) -> Option<(&dyn sealed::Target, Mode)> {
-        match &self[..] {
-            [a] => a.data(),
-            _ => None,
-        }
     }
 }
 
