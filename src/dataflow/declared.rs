@@ -262,25 +262,17 @@ pub(crate) fn with_logs<'s, A: Accesses>(
     ),
 ) {
     // A task declares a few accesses: they and their locks stay on the
-    // stack (no allocation below nine; plain `Dep`s, rarer, below five).
+    // stack (no allocation below nine).
     let mut data: Few<(&dyn Target, Mode)> = Few::default();
-    let mut after: Few<&Dep, 4> = Few::default();
+    let mut after: Few<&Dep> = Few::default();
     accesses.declare_all(&mut |d| match d {
         Declared::Data(target, mode) => data.push((target, mode)),
         Declared::After(dep) => after.push(dep),
     });
     let data = data.slots();
-    let after = &mut after.slots().iter().flatten().copied();
-    if let [Some((target, mode))] = *data {
-        // One handle (the common case): nothing to sort or to gather.
-        let mut log = lock(target.log());
-        log.note_runtime(runtime);
-        record(after, &mut std::iter::once((&mut *log, mode, target)));
-        return;
-    }
     in_address_order(data);
     lock_logs(data.iter().flatten().copied(), runtime, |logs| {
-        record(after, logs)
+        record(&mut after.slots().iter().flatten().copied(), logs)
     });
 }
 
