@@ -164,6 +164,88 @@ fn a_run_is_ordered_with_the_tasks_outside_the_graph() {
     assert_eq!(d.into_inner(), 2);
 }
 
+/// Runs after the first register nothing unless something from outside
+/// the graph used its handles since: they still wait for the tasks
+/// submitted before them (on a handle the graph writes, and on one it only
+/// reads), and tasks submitted while they run wait for them.
+#[test]
+fn later_runs_stay_ordered_with_the_tasks_outside_the_graph() {
+    let _watchdog = Watchdog::new("later runs and outside tasks", Duration::from_secs(120));
+    let rt = runtime(4);
+    let d = Data::named("written", 0u64);
+    let input = Data::named("read", 1u64);
+    // What each run's node saw: (d, input).
+    let (seen_tx, seen_rx) = mpsc::channel::<(u64, u64)>();
+    let seen_tx = std::sync::Mutex::new(seen_tx);
+    const HALF_WAY: u64 = u64::MAX;
+    let mut g = Graph::new();
+    g.node_with((d.write(), input.read()), move |(v, i)| {
+        let before = *v;
+        seen_tx.lock().unwrap().send((before, *i)).unwrap();
+        *v = HALF_WAY;
+        std::thread::sleep(Duration::from_millis(30));
+        *v = before + *i;
+    });
+    let run = |g: Graph<'static>| {
+        let (g, result) = rt.submit_graph(g).join();
+        result.unwrap();
+        (g, seen_rx.recv().unwrap())
+    };
+    // The first run registers; the second has nothing new to wait for.
+    let (g, seen) = run(g);
+    assert_eq!(seen, (0, 1));
+    let (g, seen) = run(g);
+    assert_eq!(seen, (1, 1));
+    // A slow write from outside to the handle the graph writes, submitted
+    // between two runs: the next run waits for it.
+    let gate = Promise::new();
+    rt.submit_with((d.write(), gate.dep()), |(v, ())| *v = 100)
+        .detach();
+    let handle = rt.submit_graph(g);
+    // Longer than a run.
+    std::thread::sleep(Duration::from_millis(80));
+    assert!(
+        !handle.is_finished(),
+        "a run started before the write from outside it follows"
+    );
+    gate.fulfill();
+    let (g, result) = handle.join();
+    result.unwrap();
+    assert_eq!(seen_rx.recv().unwrap(), (100, 1));
+    // The same on the handle the graph only reads.
+    let gate = Promise::new();
+    rt.submit_with((input.write(), gate.dep()), |(v, ())| *v = 5)
+        .detach();
+    let handle = rt.submit_graph(g);
+    // Longer than a run.
+    std::thread::sleep(Duration::from_millis(80));
+    assert!(
+        !handle.is_finished(),
+        "a run started before the write from outside to a handle it reads"
+    );
+    gate.fulfill();
+    let (g, result) = handle.join();
+    result.unwrap();
+    assert_eq!(seen_rx.recv().unwrap(), (101, 5));
+    // A run that registered nothing: a read submitted while it runs sees
+    // its last value, never the value half way.
+    let (g, seen) = run(g);
+    assert_eq!(seen, (106, 5));
+    let handle = rt.submit_graph(g);
+    assert_eq!(seen_rx.recv().unwrap(), (111, 5));
+    let read = rt.submit_with(d.read(), |v| *v);
+    assert_eq!(
+        read.join(),
+        116,
+        "a read submitted during a later run saw it half way"
+    );
+    let (g, result) = handle.join();
+    result.unwrap();
+    drop(g);
+    assert_eq!(d.into_inner(), 116);
+    assert_eq!(input.into_inner(), 5);
+}
+
 /// A panic poisons what the node writes (for tasks after the run too); the
 /// nodes after it are skipped and poison what they would have written; a
 /// node reading a poisoned handle refuses to run; a recover node clears it.

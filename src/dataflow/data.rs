@@ -354,7 +354,7 @@ impl<T: Send + Sync> Data<T> {
         let runtime = {
             let mut log = lock(&self.inner.log);
             for before in log.before(Mode::Read) {
-                turn.after(before.done.clone());
+                turn.after(before.done);
             }
             log.record(Mode::Read, Recorded::host(turn.dep()));
             log.runtime.clone()

@@ -227,7 +227,7 @@ fn record(
     }
     if !mode.writes() {
         for before in log.before(mode) {
-            reg.waits.push(before.done.clone());
+            reg.waits.push(before.done);
         }
         return Some(log.record_read());
     }
@@ -239,7 +239,7 @@ fn record(
         // A turn passed on unrun waits for the accesses before its writes
         // (what the task's reads come after does not order its writes).
         turn.after(before.done.clone());
-        reg.waits.push(before.done.clone());
+        reg.waits.push(before.done);
     }
     log.record(mode, Recorded::host(turn.dep()));
     None

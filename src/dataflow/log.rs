@@ -6,6 +6,7 @@ use crate::core::registry::Registry;
 use crate::dataflow::access::Mode;
 use crate::dataflow::event::Dep;
 use crate::dataflow::readers::{ReadShare, Readers};
+use crate::dataflow::run_slot::RunSlot;
 use std::any::Any;
 use std::sync::{Arc, Weak};
 
@@ -32,27 +33,89 @@ pub struct Log {
 /// recorded).
 #[derive(Clone)]
 pub(crate) struct Recorded {
-    /// Fulfilled once the access is over (for a GPU task: its work is
-    /// complete on the device), or, if it never ran, once the accesses
-    /// before it are (see `turn.rs`; a read that never ran just leaves its
-    /// group): never broken.
-    pub(crate) done: Dep,
+    pub(crate) done: Completion,
     /// Read by GPU tasks only (feature `cuda`).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) device: Option<Arc<dyn Any + Send + Sync>>,
 }
 
+/// When a recorded access is over.
+#[derive(Clone)]
+pub(crate) enum Completion {
+    /// Fulfilled once the access is over (for a GPU task: its work is
+    /// complete on the device), or, if it never ran, once the accesses
+    /// before it are (see `turn.rs`; a read that never ran just leaves its
+    /// group): never broken.
+    Once(Dep),
+    /// The runs of a graph: the latest run's completion, in the slot (see
+    /// `run_slot.rs`).
+    Runs(Arc<RunSlot>),
+}
+
+/// An access recorded before a new one and not over: what the new one
+/// waits for.
+pub(crate) struct Before<'a> {
+    pub(crate) done: Dep,
+    /// Read by GPU tasks only (feature `cuda`).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) device: Option<&'a Arc<dyn Any + Send + Sync>>,
+}
+
 impl Recorded {
     /// A CPU task's access.
     pub(crate) fn host(done: Dep) -> Self {
-        Self { done, device: None }
+        Self {
+            done: Completion::Once(done),
+            device: None,
+        }
+    }
+
+    /// The runs of the graph whose slot is `slot`.
+    pub(crate) fn runs(slot: Arc<RunSlot>) -> Self {
+        Self {
+            done: Completion::Runs(slot),
+            device: None,
+        }
+    }
+
+    /// What an access recorded after this one waits for, if this one is
+    /// not over. Looking at a graph's entry notes it in the graph's slot.
+    #[inline]
+    fn waited_for(&self) -> Option<Before<'_>> {
+        let done = match &self.done {
+            Completion::Once(d) => {
+                if d.is_fulfilled() {
+                    return None;
+                }
+                d.clone()
+            }
+            Completion::Runs(slot) => slot.seen()?,
+        };
+        Some(Before {
+            done,
+            device: self.device.as_ref(),
+        })
+    }
+
+    /// Whether the entry may be dropped from the log: its access is over
+    /// (a graph's entry, its latest run; the graph registers again).
+    fn is_over(&self) -> bool {
+        match &self.done {
+            Completion::Once(d) => d.is_fulfilled(),
+            Completion::Runs(slot) => slot.seen().is_none(),
+        }
+    }
+
+    /// Whether this is the entry of the graph whose slot is `slot`.
+    fn is_runs_of(&self, slot: &Arc<RunSlot>) -> bool {
+        matches!(&self.done, Completion::Runs(s) if Arc::ptr_eq(s, slot))
     }
 }
 
 impl Log {
     /// The accesses a new access in `mode` waits for, skipping those
     /// finished already: the last write, and for a write the reads since.
-    pub(crate) fn before(&self, mode: Mode) -> impl Iterator<Item = &Recorded> {
+    pub(crate) fn before(&self, mode: Mode) -> impl Iterator<Item = Before<'_>> {
         let (readers, reads) = if mode.writes() {
             (self.readers.as_ref().map(|(_, r)| r), &self.reads[..])
         } else {
@@ -62,7 +125,7 @@ impl Log {
             .iter()
             .chain(readers)
             .chain(reads)
-            .filter(|r| !r.done.is_fulfilled())
+            .filter_map(Recorded::waited_for)
     }
 
     /// Records a CPU task's read: returns its share of the reads of the
@@ -101,6 +164,12 @@ impl Log {
             // comes once they ended.
             self.readers = None;
             self.last_write = Some(access);
+        } else if let Completion::Runs(slot) = &access.done {
+            // A graph registering again after something from outside
+            // looked: its entry from before stands for its runs still.
+            if !self.reads.iter().any(|r| r.is_runs_of(slot)) {
+                self.push_read(access);
+            }
         } else {
             self.push_read(access);
         }
@@ -110,7 +179,7 @@ impl Log {
         // Drops the reads that finished, now and then, so a value read many
         // times between writes keeps a short list.
         if self.reads.len() == self.reads.capacity() && self.reads.len() >= 8 {
-            self.reads.retain(|r| !r.done.is_fulfilled());
+            self.reads.retain(|r| !r.is_over());
         }
         self.reads.push(access);
     }
@@ -120,7 +189,7 @@ impl Log {
     /// comes once they ended, not at the next write.
     pub(crate) fn pending(&mut self) -> Vec<Dep> {
         self.close_reads();
-        self.before(Mode::Write).map(|r| r.done.clone()).collect()
+        self.before(Mode::Write).map(|r| r.done).collect()
     }
 
     /// Notes `runtime` as the latest access's.

@@ -10,7 +10,7 @@ use crate::dataflow::access::Accesses;
 use crate::dataflow::declared::{set_written_poison, with_logs, with_turn, write_pending};
 use crate::dataflow::event::Dep;
 use crate::dataflow::held::{self, Behind};
-use crate::dataflow::log::Recorded;
+use crate::dataflow::log::{Completion, Recorded};
 use crate::gpu::device::Device;
 use crate::gpu::error::GpuError;
 use crate::gpu::raw::RawEvent;
@@ -69,7 +69,7 @@ impl Device {
         let (link, promises) = self.new_link();
         let mut turns = GpuTurns::new();
         let recorded = Recorded {
-            done: turns.done().dep(),
+            done: Completion::Once(turns.done().dep()),
             device: Some(Arc::new(DataLink {
                 enqueued: turns.enqueued().dep(),
                 event: link.event().clone(),

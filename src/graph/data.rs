@@ -24,6 +24,7 @@ use crate::dataflow::data::wait_over;
 use crate::dataflow::declared::{in_address_order, lock_logs, set_written_poison, with_turn, Few};
 use crate::dataflow::held::{self, RunHandles, RunHeld};
 use crate::dataflow::log::Recorded;
+use crate::dataflow::run_slot::RunSlot;
 use crate::dataflow::turn::Turn;
 use crate::graph::chain::StreamWork;
 use std::cell::Cell;
@@ -163,6 +164,11 @@ pub(crate) struct DataUses<'g> {
     /// Whether the next run clears the poison of the handles its nodes
     /// write, once it has their turn ([`DataUses::recover_next_run`]).
     recover_next: Cell<bool>,
+    /// What the runs' entries in the handles' logs name: a run that finds
+    /// nothing from outside looked at them since the last registration
+    /// registers nothing (see `dataflow/run_slot.rs`). A new one after
+    /// every change, so the next run registers the handles as they are.
+    slot: Arc<RunSlot>,
 }
 
 /// The nodes that use one handle, for the edges the next one implies.
@@ -220,6 +226,7 @@ impl<'g> DataUses<'g> {
         self.order
             .sort_unstable_by_key(|h| h.target.cast::<()>().as_ptr() as usize);
         self.held = self.handles.iter().map(|(&a, u)| (a, u.mode)).collect();
+        self.slot = Arc::new(RunSlot::new());
     }
 
     /// The handles' addresses, for a run to note as held while its nodes
@@ -263,8 +270,10 @@ impl<'g> DataUses<'g> {
         }
     }
 
-    /// Starts a run's access to every handle: records it in their logs and
-    /// waits (working, on `w`) for the accesses recorded before it. The
+    /// Starts a run's access to every handle: records it in their logs
+    /// (unless the entries of the last registration still stand for the
+    /// graph's runs: see `dataflow/run_slot.rs`) and waits (working, on
+    /// `w`) for the accesses recorded before it. The
     /// returned access is to be finished when the run ends (it also holds
     /// the handles on this thread until then); `None` when the graph
     /// declares nothing (or its runs are part of another graph's).
@@ -292,18 +301,11 @@ impl<'g> DataUses<'g> {
         // SAFETY: the set lives in the graph, borrowed for the run; the
         // guard stays on this thread's stack (in the returned access).
         let held = unsafe { RunHeld::enter(&self.held) };
-        let data = self.order.iter().map(|h| {
-            // SAFETY: live while the graph is (see `declared_by`).
-            (unsafe { h.target.as_ref() }, h.mode)
-        });
-        lock_logs(data, &w.shared, |logs| {
-            for (log, mode, _) in logs {
-                for before in log.before(mode) {
-                    turn.after(before.done.clone());
-                }
-                log.record(mode, Recorded::host(turn.dep()));
-            }
-        });
+        match self.slot.begin_unchanged(&turn.dep()) {
+            // The entries of the last registration stand for this run now.
+            Ok(previous) => previous.into_iter().for_each(|p| turn.after(p)),
+            Err(()) => self.register(w, &mut turn),
+        }
         // Until the accesses before the run are over: the run has the turn
         // of its handles from here.
         wait_over(
@@ -318,6 +320,27 @@ impl<'g> DataUses<'g> {
             }
         }
         Some(RunAccess { turn, _held: held })
+    }
+
+    /// Records the run whose completion is `turn` in every handle's log,
+    /// each entry naming the graph's slot, and notes in `turn` the
+    /// accesses before it.
+    fn register(&self, w: &Worker, turn: &mut Turn) {
+        let data = self.order.iter().map(|h| {
+            // SAFETY: live while the graph is (see `declared_by`).
+            (unsafe { h.target.as_ref() }, h.mode)
+        });
+        lock_logs(data, &w.shared, |logs| {
+            for (log, mode, _) in logs {
+                for before in log.before(mode) {
+                    turn.after(before.done);
+                }
+                log.record(mode, Recorded::runs(self.slot.clone()));
+            }
+            // With every log still locked: no access from outside can look
+            // at the new entries before the slot names this run.
+            self.slot.registered(turn.dep());
+        });
     }
 }
 
