@@ -20,7 +20,9 @@
 //!   `selvedge::Data<u64>`, every node declaring its tile's write and its
 //!   neighbours' reads, no edge added by hand: the edges come from the
 //!   declarations, and each run is ordered with outside tasks on all the
-//!   tiles (one access to each, recorded when the run starts). The node
+//!   tiles (one access to each, recorded in the tiles' logs by the first
+//!   run and standing for the later ones while no task outside the graph
+//!   uses the tiles). The node
 //!   also stores its digest where the checksum reads it. On the 64 × 64
 //!   grid only: on the 256 × 256 grids its 65,536 handles (an estimated
 //!   23 MB, at about 350 bytes a handle and node)

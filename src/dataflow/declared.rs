@@ -207,7 +207,7 @@ pub(crate) struct Submitted<A> {
 /// Whether a new access in `mode` to a handle whose log is `log` would
 /// wait for a write not over yet.
 pub(crate) fn write_pending(log: &Log, mode: Mode) -> bool {
-    !mode.writes() && log.before(Mode::Read).next().is_some()
+    !mode.writes() && log.before_read().is_some()
 }
 
 /// Records one access of a task being submitted: its dependencies on the
@@ -226,7 +226,7 @@ fn record(
         *behind = held::conflict_here(target, mode, write_pending(log, mode));
     }
     if !mode.writes() {
-        for before in log.before(mode) {
+        if let Some(before) = log.before_read() {
             reg.waits.push(before.done);
         }
         return Some(log.record_read());

@@ -80,7 +80,7 @@ impl Recorded {
 
     /// What an access recorded after this one waits for, if this one is
     /// not over. Looking at a graph's entry notes it in the graph's slot.
-    #[inline]
+    #[inline(always)]
     fn waited_for(&self) -> Option<Before<'_>> {
         let done = match &self.done {
             Completion::Once(d) => {
@@ -126,6 +126,14 @@ impl Log {
             .chain(readers)
             .chain(reads)
             .filter_map(Recorded::waited_for)
+    }
+
+    /// What a new read waits for: the last write, if not over
+    /// ([`Log::before`] for a read, without the iterator: a read task's
+    /// submission takes this).
+    #[inline]
+    pub(crate) fn before_read(&self) -> Option<Before<'_>> {
+        self.last_write.as_ref().and_then(Recorded::waited_for)
     }
 
     /// Records a CPU task's read: returns its share of the reads of the
