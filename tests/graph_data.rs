@@ -246,6 +246,41 @@ fn later_runs_stay_ordered_with_the_tasks_outside_the_graph() {
     assert_eq!(input.into_inner(), 5);
 }
 
+/// Tasks from outside on some of a graph's handles, or on more than a run
+/// notes one by one, between two runs: the next run waits for each.
+#[test]
+fn a_run_waits_for_outside_tasks_on_few_or_many_of_its_handles() {
+    let _watchdog = Watchdog::new("outside tasks on many handles", Duration::from_secs(120));
+    let rt = runtime(4);
+    let tiles: Vec<Data<u64>> = (0..200).map(|_| Data::new(0)).collect();
+    let mut g = Graph::new();
+    for t in &tiles {
+        g.node_with(t.write(), |v| *v += 1);
+    }
+    rt.run_graph(&mut g).unwrap();
+    rt.run_graph(&mut g).unwrap();
+    for touched in [3, 200] {
+        // Slow writes from outside, held back until the run was submitted.
+        let gate = Promise::new();
+        for t in tiles.iter().take(touched) {
+            rt.submit_with((t.write(), gate.dep()), |(v, ())| *v *= 10)
+                .detach();
+        }
+        let handle = rt.submit_graph(g);
+        std::thread::sleep(Duration::from_millis(20));
+        gate.fulfill();
+        let result;
+        (g, result) = handle.join();
+        result.unwrap();
+    }
+    drop(g);
+    let values: Vec<u64> = tiles.into_iter().map(Data::into_inner).collect();
+    // Two runs (2), the first round of writes on 3 tiles (20 there), a
+    // run (21 or 3), the second round on every tile (210 or 30), a run.
+    assert_eq!(values[..3], [211; 3]);
+    assert!(values[3..].iter().all(|&v| v == 31), "{values:?}");
+}
+
 /// A panic poisons what the node writes (for tasks after the run too); the
 /// nodes after it are skipped and poison what they would have written; a
 /// node reading a poisoned handle refuses to run; a recover node clears it.

@@ -48,8 +48,8 @@ pub(crate) enum Completion {
     /// group): never broken.
     Once(Dep),
     /// The runs of a graph: the latest run's completion, in the slot (see
-    /// `run_slot.rs`).
-    Runs(Arc<RunSlot>),
+    /// `run_slot.rs`); and the handle's key there (its data's address).
+    Runs(Arc<RunSlot>, usize),
 }
 
 /// An access recorded before a new one and not over: what the new one
@@ -70,10 +70,11 @@ impl Recorded {
         }
     }
 
-    /// The runs of the graph whose slot is `slot`.
-    pub(crate) fn runs(slot: Arc<RunSlot>) -> Self {
+    /// The runs of the graph whose slot is `slot`, on the handle whose key
+    /// there is `handle`.
+    pub(crate) fn runs(slot: Arc<RunSlot>, handle: usize) -> Self {
         Self {
-            done: Completion::Runs(slot),
+            done: Completion::Runs(slot, handle),
             device: None,
         }
     }
@@ -89,7 +90,7 @@ impl Recorded {
                 }
                 d.clone()
             }
-            Completion::Runs(slot) => slot.seen()?,
+            Completion::Runs(slot, handle) => slot.seen(*handle)?,
         };
         Some(Before {
             done,
@@ -102,13 +103,13 @@ impl Recorded {
     fn is_over(&self) -> bool {
         match &self.done {
             Completion::Once(d) => d.is_fulfilled(),
-            Completion::Runs(slot) => slot.seen().is_none(),
+            Completion::Runs(slot, handle) => slot.seen(*handle).is_none(),
         }
     }
 
     /// Whether this is the entry of the graph whose slot is `slot`.
     fn is_runs_of(&self, slot: &Arc<RunSlot>) -> bool {
-        matches!(&self.done, Completion::Runs(s) if Arc::ptr_eq(s, slot))
+        matches!(&self.done, Completion::Runs(s, _) if Arc::ptr_eq(s, slot))
     }
 }
 
@@ -116,16 +117,32 @@ impl Log {
     /// The accesses a new access in `mode` waits for, skipping those
     /// finished already: the last write, and for a write the reads since.
     pub(crate) fn before(&self, mode: Mode) -> impl Iterator<Item = Before<'_>> {
+        self.entries_before(mode).filter_map(Recorded::waited_for)
+    }
+
+    /// What a new run of the graph whose slot is `slot` waits for (see
+    /// [`Log::before`]): its own entries skipped, which it replaces, and
+    /// which would name the run itself.
+    pub(crate) fn before_run<'a>(
+        &'a self,
+        mode: Mode,
+        slot: &'a Arc<RunSlot>,
+    ) -> impl Iterator<Item = Before<'a>> {
+        self.entries_before(mode)
+            .filter(move |r| !r.is_runs_of(slot))
+            .filter_map(Recorded::waited_for)
+    }
+
+    /// The entries a new access in `mode` comes after: the last write, and
+    /// for a write the reads since.
+    #[inline(always)]
+    fn entries_before(&self, mode: Mode) -> impl Iterator<Item = &Recorded> {
         let (readers, reads) = if mode.writes() {
             (self.readers.as_ref().map(|(_, r)| r), &self.reads[..])
         } else {
             (None, &[][..])
         };
-        self.last_write
-            .iter()
-            .chain(readers)
-            .chain(reads)
-            .filter_map(Recorded::waited_for)
+        self.last_write.iter().chain(readers).chain(reads)
     }
 
     /// What a new read waits for: the last write, if not over
@@ -172,7 +189,7 @@ impl Log {
             // comes once they ended.
             self.readers = None;
             self.last_write = Some(access);
-        } else if let Completion::Runs(slot) = &access.done {
+        } else if let Completion::Runs(slot, _) = &access.done {
             // A graph registering again after something from outside
             // looked: its entry from before stands for its runs still.
             if !self.reads.iter().any(|r| r.is_runs_of(slot)) {

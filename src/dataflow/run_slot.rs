@@ -1,35 +1,43 @@
 //! `RunSlot`: how a graph replayed many times stays registered in the logs
-//! of the `Data` handles its nodes declare, so that a run that follows
-//! another with nothing from outside in between registers nothing.
+//! of the `Data` handles its nodes declare, so that a run registers again
+//! only the handles something outside the graph used since the last run.
 //!
 //! A graph's run is one access to each of its handles (see
 //! `graph/data.rs`). Recording it in every handle's log costs a lock and a
 //! record per handle on every run, which for a graph of many small tiles
 //! is most of a replay. Instead, the log entry a run records names the
-//! graph's slot rather than that run's completion; the slot holds the
-//! completion of the graph's latest run. A later run whose slot says that
-//! no access from outside the graph has looked at those entries since the
-//! last registration only puts its own completion in the slot: every entry
-//! now stands for it, as a registration would have made them.
+//! graph's slot (and the handle) rather than that run's completion; the
+//! slot holds the completion of the graph's latest run. An entry that no
+//! access from outside the graph looked at since it was recorded stands
+//! for each new run as a new record would: a run only puts its completion
+//! in the slot, and records again only the handles whose entries were
+//! looked at.
 //!
-//! The protocol (every step under the slot's mutex):
-//! - An access from outside that finds an entry naming the slot in a log
-//!   (under that log's lock) notes it in the slot ([`RunSlot::seen`]) and
-//!   waits for the latest run's completion if it is not over.
-//! - A run starts without registering ([`RunSlot::begin_unchanged`]) only
-//!   if nothing was noted since the last registration; the same lock makes
-//!   an access either see the new run's completion or be noted before the
-//!   run looks.
-//! - A run that registers records its entries with every log locked and,
-//!   still holding them, puts its completion in the slot and clears what
-//!   was noted ([`RunSlot::registered`]): no access can look at an entry
-//!   in between.
+//! The protocol (the slot's state under its mutex; an entry is looked at
+//! only under its log's mutex):
+//! - An access from outside that finds an entry naming the slot notes the
+//!   entry's handle in the slot ([`RunSlot::seen`]) and waits for the
+//!   latest run's completion if it is not over.
+//! - A run asks the slot which handles were noted ([`RunSlot::begin`]);
+//!   with none, the same step puts its completion in the slot and it
+//!   starts: an access either sees the new completion or was noted before.
+//! - Otherwise the run locks those handles' logs and, holding them, puts
+//!   its completion in the slot and clears the notes
+//!   ([`RunSlot::registering`]), unless more handles were noted meanwhile
+//!   (then it tries again with those). Still holding the logs, it records
+//!   its entries there after whatever is in them. A handle not noted has
+//!   nothing after the graph's entry that the run must wait for, and an
+//!   access looking at it from now on sees the new completion.
 //!
-//! A log that forgets an entry (its list of reads swept) notes it as seen
-//! from outside too, so the next run registers again.
+//! A log that forgets an entry (its list of reads swept) notes its handle
+//! too, so the next run records it again.
 
 use crate::core::sync::{lock, Mutex};
 use crate::dataflow::event::Dep;
+
+/// Beyond this many handles noted, a run registers every handle (the
+/// notes would cost more to keep than the registration saves).
+const MOST_NOTED: usize = 64;
 
 /// The registration of one graph's runs in its handles' logs.
 pub struct RunSlot {
@@ -40,9 +48,29 @@ struct SlotState {
     /// The completion of the graph's latest run; `None` until a run
     /// registered.
     latest: Option<Dep>,
-    /// Whether an access from outside the graph looked at (or a log
-    /// forgot) one of the entries since the last registration.
-    seen: bool,
+    /// The handles whose entries an access from outside the graph looked
+    /// at (or a log forgot) since the last registration.
+    noted: Noted,
+}
+
+/// The handles a run must record again, by the address of their data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Noted {
+    /// These (in the order they were noted; possibly twice).
+    Handles(Vec<usize>),
+    /// Every handle: no run registered yet, or too many were noted.
+    All,
+}
+
+/// What a run does first (see [`RunSlot::begin`]).
+#[derive(Debug)]
+pub enum Begin {
+    /// Nothing to record: its completion is in the slot. Holds the
+    /// previous run's completion if that is not over (the new run comes
+    /// after it).
+    Unchanged(Option<Dep>),
+    /// Records these handles again first ([`RunSlot::registering`]).
+    Register(Noted),
 }
 
 impl RunSlot {
@@ -51,41 +79,63 @@ impl RunSlot {
         Self {
             state: Mutex::new(SlotState {
                 latest: None,
-                seen: false,
+                noted: Noted::All,
             }),
         }
     }
 
-    /// An access from outside the graph found an entry naming this slot:
-    /// notes it, and returns what the access waits for, the latest run's
-    /// completion, if not over yet.
-    pub fn seen(&self) -> Option<Dep> {
+    /// An access from outside the graph found the entry of `handle` naming
+    /// this slot (under that handle's log's lock): notes it, and returns
+    /// what the access waits for, the latest run's completion, if not over
+    /// yet.
+    pub fn seen(&self, handle: usize) -> Option<Dep> {
         let mut s = lock(&self.state);
-        s.seen = true;
+        if let Noted::Handles(noted) = &mut s.noted {
+            if !noted.contains(&handle) {
+                if noted.len() == MOST_NOTED {
+                    s.noted = Noted::All;
+                } else {
+                    noted.push(handle);
+                }
+            }
+        }
         s.latest.as_ref().filter(|d| !d.is_fulfilled()).cloned()
     }
 
-    /// Starts a run whose completion is `done` without registering it, if
-    /// the entries of the last registration still stand: nothing from
-    /// outside looked at them since. Returns `Err(())` when the run must
-    /// register; else the previous run's completion if it is not over yet
-    /// (the new run comes after it).
-    #[allow(clippy::result_unit_err)]
-    pub fn begin_unchanged(&self, done: &Dep) -> Result<Option<Dep>, ()> {
+    /// Starts a run whose completion is `done`: with no handle noted since
+    /// the last registration, puts `done` in the slot (the entries stand
+    /// for it); else says which handles to record again.
+    pub fn begin(&self, done: &Dep) -> Begin {
         let mut s = lock(&self.state);
-        if s.seen || s.latest.is_none() {
-            return Err(());
+        match &s.noted {
+            Noted::Handles(noted) if noted.is_empty() => {
+                let previous = s.latest.replace(done.clone());
+                Begin::Unchanged(previous.filter(|d| !d.is_fulfilled()))
+            }
+            noted => Begin::Register(noted.clone()),
         }
-        let previous = s.latest.replace(done.clone());
-        Ok(previous.filter(|d| !d.is_fulfilled()))
     }
 
-    /// A run whose completion is `done` registered: call it while every log
-    /// the run recorded an entry in is still locked.
-    pub fn registered(&self, done: Dep) {
+    /// The run whose completion is `done` holds the logs of the handles
+    /// `noted` (what [`RunSlot::begin`] or the last call returned): puts
+    /// `done` in the slot and clears the notes, returning the previous
+    /// run's completion if not over. `Err` with the handles noted now when
+    /// more were noted since (nothing changed: lock those and call again).
+    pub fn registering(&self, done: &Dep, noted: &Noted) -> Result<Option<Dep>, Noted> {
         let mut s = lock(&self.state);
-        s.latest = Some(done);
-        s.seen = false;
+        let unchanged = match (&s.noted, noted) {
+            // Notes only grow between registrations, and only this graph's
+            // runs (one at a time) clear them.
+            (Noted::Handles(now), Noted::Handles(then)) => now.len() == then.len(),
+            (Noted::All, Noted::All) => true,
+            _ => false,
+        };
+        if !unchanged {
+            return Err(s.noted.clone());
+        }
+        s.noted = Noted::Handles(Vec::new());
+        let previous = s.latest.replace(done.clone());
+        Ok(previous.filter(|d| !d.is_fulfilled()))
     }
 }
 

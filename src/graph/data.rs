@@ -22,9 +22,10 @@ use crate::dataflow::access::sealed::Target;
 use crate::dataflow::access::{Accesses, Declared, Mode};
 use crate::dataflow::data::wait_over;
 use crate::dataflow::declared::{in_address_order, lock_logs, set_written_poison, with_turn, Few};
+use crate::dataflow::event::Dep;
 use crate::dataflow::held::{self, RunHandles, RunHeld};
 use crate::dataflow::log::Recorded;
-use crate::dataflow::run_slot::RunSlot;
+use crate::dataflow::run_slot::{Begin, Noted, RunSlot};
 use crate::dataflow::turn::Turn;
 use crate::graph::chain::StreamWork;
 use std::cell::Cell;
@@ -301,10 +302,17 @@ impl<'g> DataUses<'g> {
         // SAFETY: the set lives in the graph, borrowed for the run; the
         // guard stays on this thread's stack (in the returned access).
         let held = unsafe { RunHeld::enter(&self.held) };
-        match self.slot.begin_unchanged(&turn.dep()) {
+        let done = turn.dep();
+        let mut noted = match self.slot.begin(&done) {
             // The entries of the last registration stand for this run now.
-            Ok(previous) => previous.into_iter().for_each(|p| turn.after(p)),
-            Err(()) => self.register(w, &mut turn),
+            Begin::Unchanged(previous) => {
+                previous.into_iter().for_each(|p| turn.after(p));
+                None
+            }
+            Begin::Register(noted) => Some(noted),
+        };
+        while let Some(handles) = noted {
+            noted = self.register(w, &mut turn, &done, handles);
         }
         // Until the accesses before the run are over: the run has the turn
         // of its handles from here.
@@ -322,25 +330,52 @@ impl<'g> DataUses<'g> {
         Some(RunAccess { turn, _held: held })
     }
 
-    /// Records the run whose completion is `turn` in every handle's log,
-    /// each entry naming the graph's slot, and notes in `turn` the
-    /// accesses before it.
-    fn register(&self, w: &Worker, turn: &mut Turn) {
-        let data = self.order.iter().map(|h| {
+    /// Records the run whose completion is `turn` (`done`) again in the
+    /// logs of the handles `noted`, each entry naming the graph's slot,
+    /// and notes in `turn` the accesses before it. `Some` with the handles
+    /// to record instead when more were noted meanwhile (nothing recorded).
+    fn register(&self, w: &Worker, turn: &mut Turn, done: &Dep, noted: Noted) -> Option<Noted> {
+        let subset: Vec<Handle<'g>>;
+        let handles: &[Handle<'g>] = match &noted {
+            Noted::All => &self.order,
+            Noted::Handles(keys) => {
+                let mut keys = keys.clone();
+                keys.sort_unstable();
+                keys.dedup();
+                subset = keys
+                    .iter()
+                    .filter_map(|k| self.handles.get(k))
+                    .map(|u| Handle {
+                        target: u.target,
+                        mode: u.mode,
+                    })
+                    .collect();
+                &subset
+            }
+        };
+        let data = handles.iter().map(|h| {
             // SAFETY: live while the graph is (see `declared_by`).
             (unsafe { h.target.as_ref() }, h.mode)
         });
+        let mut more = None;
         lock_logs(data, &w.shared, |logs| {
-            for (log, mode, _) in logs {
-                for before in log.before(mode) {
-                    turn.after(before.done);
+            // With the logs locked: nothing can look at their entries
+            // between the slot naming this run and the new entries.
+            match self.slot.registering(done, &noted) {
+                Err(now) => more = Some(now),
+                Ok(previous) => {
+                    previous.into_iter().for_each(|p| turn.after(p));
+                    for (log, mode, target) in logs {
+                        for before in log.before_run(mode, &self.slot) {
+                            turn.after(before.done);
+                        }
+                        let key = std::ptr::from_ref(target).cast::<()>() as usize;
+                        log.record(mode, Recorded::runs(self.slot.clone(), key));
+                    }
                 }
-                log.record(mode, Recorded::runs(self.slot.clone()));
             }
-            // With every log still locked: no access from outside can look
-            // at the new entries before the slot names this run.
-            self.slot.registered(turn.dep());
         });
+        more
     }
 }
 
