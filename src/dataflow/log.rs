@@ -10,6 +10,10 @@ use crate::dataflow::run_slot::RunSlot;
 use std::any::Any;
 use std::sync::{Arc, Weak};
 
+// A handle's log and its lock fill one cache-padded line of the handle's
+// allocation: a byte more would double that padding for every `Data`.
+static_assertions::const_assert!(size_of::<crate::core::sync::Mutex<Log>>() <= 128);
+
 /// The ordering state of one handle: the last write and every read since.
 #[derive(Default)]
 pub struct Log {
@@ -48,8 +52,8 @@ pub(crate) enum Completion {
     /// group): never broken.
     Once(Dep),
     /// The runs of a graph: the latest run's completion, in the slot (see
-    /// `run_slot.rs`); and the handle's key there (its data's address).
-    Runs(Arc<RunSlot>, usize),
+    /// `run_slot.rs`), which knows the handle by its log's address.
+    Runs(Arc<RunSlot>),
 }
 
 /// An access recorded before a new one and not over: what the new one
@@ -70,19 +74,19 @@ impl Recorded {
         }
     }
 
-    /// The runs of the graph whose slot is `slot`, on the handle whose key
-    /// there is `handle`.
-    pub(crate) fn runs(slot: Arc<RunSlot>, handle: usize) -> Self {
+    /// The runs of the graph whose slot is `slot`.
+    pub(crate) fn runs(slot: Arc<RunSlot>) -> Self {
         Self {
-            done: Completion::Runs(slot, handle),
+            done: Completion::Runs(slot),
             device: None,
         }
     }
 
     /// What an access recorded after this one waits for, if this one is
-    /// not over. Looking at a graph's entry notes it in the graph's slot.
+    /// not over. Looking at a graph's entry notes its handle (by `log`,
+    /// the address of the log holding it) in the graph's slot.
     #[inline(always)]
-    fn waited_for(&self) -> Option<Before<'_>> {
+    fn waited_for(&self, log: usize) -> Option<Before<'_>> {
         let done = match &self.done {
             Completion::Once(d) => {
                 if d.is_fulfilled() {
@@ -90,7 +94,7 @@ impl Recorded {
                 }
                 d.clone()
             }
-            Completion::Runs(slot, handle) => slot.seen(*handle)?,
+            Completion::Runs(slot) => slot.seen(log)?,
         };
         Some(Before {
             done,
@@ -99,17 +103,18 @@ impl Recorded {
     }
 
     /// Whether the entry may be dropped from the log: its access is over
-    /// (a graph's entry, its latest run; the graph registers again).
-    fn is_over(&self) -> bool {
+    /// (a graph's entry, its latest run; the graph records the handle, by
+    /// `log`, again).
+    fn is_over(&self, log: usize) -> bool {
         match &self.done {
             Completion::Once(d) => d.is_fulfilled(),
-            Completion::Runs(slot, handle) => slot.seen(*handle).is_none(),
+            Completion::Runs(slot) => slot.seen(log).is_none(),
         }
     }
 
     /// Whether this is the entry of the graph whose slot is `slot`.
     fn is_runs_of(&self, slot: &Arc<RunSlot>) -> bool {
-        matches!(&self.done, Completion::Runs(s, _) if Arc::ptr_eq(s, slot))
+        matches!(&self.done, Completion::Runs(s) if Arc::ptr_eq(s, slot))
     }
 }
 
@@ -117,7 +122,9 @@ impl Log {
     /// The accesses a new access in `mode` waits for, skipping those
     /// finished already: the last write, and for a write the reads since.
     pub(crate) fn before(&self, mode: Mode) -> impl Iterator<Item = Before<'_>> {
-        self.entries_before(mode).filter_map(Recorded::waited_for)
+        let at = self.address();
+        self.entries_before(mode)
+            .filter_map(move |r| r.waited_for(at))
     }
 
     /// What a new run of the graph whose slot is `slot` waits for (see
@@ -128,9 +135,10 @@ impl Log {
         mode: Mode,
         slot: &'a Arc<RunSlot>,
     ) -> impl Iterator<Item = Before<'a>> {
+        let at = self.address();
         self.entries_before(mode)
             .filter(move |r| !r.is_runs_of(slot))
-            .filter_map(Recorded::waited_for)
+            .filter_map(move |r| r.waited_for(at))
     }
 
     /// The entries a new access in `mode` comes after: the last write, and
@@ -150,7 +158,8 @@ impl Log {
     /// submission takes this).
     #[inline]
     pub(crate) fn before_read(&self) -> Option<Before<'_>> {
-        self.last_write.as_ref().and_then(Recorded::waited_for)
+        let at = self.address();
+        self.last_write.as_ref().and_then(|r| r.waited_for(at))
     }
 
     /// Records a CPU task's read: returns its share of the reads of the
@@ -189,7 +198,7 @@ impl Log {
             // comes once they ended.
             self.readers = None;
             self.last_write = Some(access);
-        } else if let Completion::Runs(slot, _) = &access.done {
+        } else if let Completion::Runs(slot) = &access.done {
             // A graph registering again after something from outside
             // looked: its entry from before stands for its runs still.
             if !self.reads.iter().any(|r| r.is_runs_of(slot)) {
@@ -204,7 +213,8 @@ impl Log {
         // Drops the reads that finished, now and then, so a value read many
         // times between writes keeps a short list.
         if self.reads.len() == self.reads.capacity() && self.reads.len() >= 8 {
-            self.reads.retain(|r| !r.is_over());
+            let at = self.address();
+            self.reads.retain(|r| !r.is_over(at));
         }
         self.reads.push(access);
     }
@@ -215,6 +225,12 @@ impl Log {
     pub(crate) fn pending(&mut self) -> Vec<Dep> {
         self.close_reads();
         self.before(Mode::Write).map(|r| r.done).collect()
+    }
+
+    /// How a graph's slot knows this log's handle: the log's address
+    /// (stable: the log lives in the handle's shared allocation).
+    pub(crate) fn address(&self) -> usize {
+        std::ptr::from_ref(self) as usize
     }
 
     /// Notes `runtime` as the latest access's.

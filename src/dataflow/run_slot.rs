@@ -6,7 +6,7 @@
 //! `graph/data.rs`). Recording it in every handle's log costs a lock and a
 //! record per handle on every run, which for a graph of many small tiles
 //! is most of a replay. Instead, the log entry a run records names the
-//! graph's slot (and the handle) rather than that run's completion; the
+//! graph's slot rather than that run's completion; the
 //! slot holds the completion of the graph's latest run. An entry that no
 //! access from outside the graph looked at since it was recorded stands
 //! for each new run as a new record would: a run only puts its completion
@@ -53,7 +53,7 @@ struct SlotState {
     noted: Noted,
 }
 
-/// The handles a run must record again, by the address of their data.
+/// The handles a run must record again, by their logs' addresses.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Noted {
     /// These (in the order they were noted; possibly twice).
@@ -84,10 +84,10 @@ impl RunSlot {
         }
     }
 
-    /// An access from outside the graph found the entry of `handle` naming
-    /// this slot (under that handle's log's lock): notes it, and returns
-    /// what the access waits for, the latest run's completion, if not over
-    /// yet.
+    /// An access from outside the graph found an entry naming this slot in
+    /// the log at address `handle` (under that log's lock): notes the
+    /// handle, and returns what the access waits for, the latest run's
+    /// completion, if not over yet.
     pub fn seen(&self, handle: usize) -> Option<Dep> {
         let mut s = lock(&self.state);
         if let Noted::Handles(noted) = &mut s.noted {

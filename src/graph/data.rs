@@ -17,6 +17,7 @@
 //! written: its value was not updated in that run.
 
 use crate::core::error::CancelledBecause;
+use crate::core::sync::lock;
 use crate::core::worker::Worker;
 use crate::dataflow::access::sealed::Target;
 use crate::dataflow::access::{Accesses, Declared, Mode};
@@ -170,6 +171,9 @@ pub(crate) struct DataUses<'g> {
     /// registers nothing (see `dataflow/run_slot.rs`). A new one after
     /// every change, so the next run registers the handles as they are.
     slot: Arc<RunSlot>,
+    /// Each handle's address (its key in `handles`) by its log's address,
+    /// which is how the slot notes a handle; set with `order`.
+    by_log: HashMap<usize, usize>,
 }
 
 /// The nodes that use one handle, for the edges the next one implies.
@@ -228,6 +232,15 @@ impl<'g> DataUses<'g> {
             .sort_unstable_by_key(|h| h.target.cast::<()>().as_ptr() as usize);
         self.held = self.handles.iter().map(|(&a, u)| (a, u.mode)).collect();
         self.slot = Arc::new(RunSlot::new());
+        self.by_log = self
+            .handles
+            .iter()
+            .map(|(&key, u)| {
+                // SAFETY: live while the graph is (see `declared_by`).
+                let log = lock(unsafe { u.target.as_ref() }.log()).address();
+                (log, key)
+            })
+            .collect();
     }
 
     /// The handles' addresses, for a run to note as held while its nodes
@@ -339,7 +352,10 @@ impl<'g> DataUses<'g> {
         let handles: &[Handle<'g>] = match &noted {
             Noted::All => &self.order,
             Noted::Handles(keys) => {
-                let mut keys = keys.clone();
+                let mut keys: Vec<usize> = keys
+                    .iter()
+                    .filter_map(|log| self.by_log.get(log).copied())
+                    .collect();
                 keys.sort_unstable();
                 keys.dedup();
                 subset = keys
@@ -365,12 +381,11 @@ impl<'g> DataUses<'g> {
                 Err(now) => more = Some(now),
                 Ok(previous) => {
                     previous.into_iter().for_each(|p| turn.after(p));
-                    for (log, mode, target) in logs {
+                    for (log, mode, _) in logs {
                         for before in log.before_run(mode, &self.slot) {
                             turn.after(before.done);
                         }
-                        let key = std::ptr::from_ref(target).cast::<()>() as usize;
-                        log.record(mode, Recorded::runs(self.slot.clone(), key));
+                        log.record(mode, Recorded::runs(self.slot.clone()));
                     }
                 }
             }
