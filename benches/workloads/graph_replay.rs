@@ -24,11 +24,12 @@
 //!   run and standing for the later ones while no task outside the graph
 //!   uses the tiles). The node
 //!   also stores its digest where the checksum reads it. On the 64 × 64
-//!   grid only: on the 256 × 256 grids its 65,536 handles (an estimated
-//!   23 MB, at about 350 bytes a handle and node)
-//!   pushed the other rows' data out of the caches, so the samples taken
-//!   after it were slower (a replayed empty node went from 14 to 23 ns to
-//!   30 to 36 ns, while a probe without it saw no change).
+//!   grid, and on the empty 256 × 256 grid in a group of its own, last,
+//!   with the hand-edged graph as its only peer: among the other rows its
+//!   65,536 handles (about 350 bytes a handle and node) pushed their data
+//!   out of the caches, so the samples taken after it were slower (a
+//!   replayed empty node went from 14 to 23 ns to 30 to 36 ns, while a
+//!   probe without it saw no change).
 //! - `selvedge spawn_delayed (made up front)`: a promise per tile and
 //!   every tile's task made by the root task, as the fine wavefront's
 //!   `spawn_delayed (inside rt.run)` row.
@@ -56,6 +57,7 @@ use crate::workloads::{Impl, Kind, Workload};
 pub const LARGE_GROUP: &str = "graph_wavefront_256";
 pub const SMALL_GROUP: &str = "graph_wavefront_64";
 pub const EMPTY_GROUP: &str = "graph_wavefront_empty_256";
+pub const EMPTY_DATA_GROUP: &str = "graph_wavefront_empty_256_data";
 
 pub const REPLAYED: &str = "selvedge graph (replayed)";
 pub const BUILT: &str = "selvedge graph (built every run)";
@@ -64,13 +66,48 @@ pub const DELAYED: &str = "selvedge spawn_delayed (made up front)";
 pub const SUCCESSORS: &str = fine::SUCCESSORS;
 pub const RAYON_BARRIER: &str = WAVE_RAYON_BARRIER;
 
-/// The three grids: 1 µs tiles, 5 µs tiles, empty tiles.
-pub fn all() -> [Dataflow; 3] {
+/// The three grids: 1 µs tiles, 5 µs tiles, empty tiles; then the empty
+/// grid again with its tiles as `Data`.
+pub fn all() -> [Dataflow; 4] {
     [
         workload::<{ fine::LARGE_GRID }, { fine::LARGE_ROUNDS }>(LARGE_GROUP, "~1 µs"),
         workload::<{ fine::SMALL_GRID }, { fine::SMALL_ROUNDS }>(SMALL_GROUP, "~5 µs"),
         workload::<{ fine::LARGE_GRID }, 0>(EMPTY_GROUP, "no work"),
+        empty_declared(),
     ]
+}
+
+/// The empty grid replayed with its tiles as `Data` (no edge by hand)
+/// against the same graph with its edges by hand, in a group of their
+/// own, last: the declared graph's 65,536 handles push the data of the
+/// implementations sampled in turn with it out of the caches, its peer's
+/// too, so this group's hand-edged row is slower than the empty grid's.
+fn empty_declared() -> Dataflow {
+    const G: usize = fine::LARGE_GRID;
+    Dataflow {
+        units: (G * G) as u64,
+        unit: "node",
+        phases: Vec::new(),
+        workload: Workload {
+            group: EMPTY_DATA_GROUP,
+            title: format!("graph wavefront ({G}x{G} tiles, no work, 0 rounds), tiles as Data"),
+            producer_consumer: false,
+            expected: None,
+            impls: vec![
+                peer::<G, 0>(SERIAL),
+                Impl {
+                    name: REPLAYED,
+                    kind: Kind::SelvedgeSpawn,
+                    run: |p| replayed::<G, 0>(&p.selvedge),
+                },
+                Impl {
+                    name: DECLARED,
+                    kind: Kind::SelvedgeSpawn,
+                    run: |p| replayed_declared::<G, 0>(&p.selvedge),
+                },
+            ],
+        },
+    }
 }
 
 fn workload<const G: usize, const R: u32>(group: &'static str, size: &str) -> Dataflow {
