@@ -140,14 +140,14 @@ fn from_outside_the_pool_at_most_the_root_task_allocates(rt: &Runtime, g: &mut G
     );
 }
 
-/// A graph whose nodes declare `Data` records one access per handle in
-/// each run; with up to eight handles (their locks are held on the stack)
-/// that allocates next to nothing: the run's completion is a promise whose
-/// block comes from the worker's cache of task blocks, which an idle worker
-/// may trim. Seen: 0 allocations in 50 runs on a plain build, 2 once under
-/// AddressSanitizer (slower, so workers idle more); with twelve handles,
-/// 101 (the locks held on the heap). (Called by the test above, after it:
-/// the count sees every thread.)
+/// A graph whose nodes declare `Data`, run again with nothing from outside
+/// the graph in between: after its first run, a run records nothing in
+/// the handles' logs (its entries stand), and allocates next to nothing:
+/// its completion is a promise whose block comes from the worker's cache
+/// of task blocks, which an idle worker may trim. (A run that records
+/// handles again, after something outside used them, allocates a few
+/// lists.) (Called by the test above, after it: the count sees every
+/// thread.)
 fn declared_data_allocates_next_to_nothing(rt: &Runtime) {
     const ROUNDS: usize = 50;
     const HANDLES: usize = 4;

@@ -281,6 +281,52 @@ fn a_run_waits_for_outside_tasks_on_few_or_many_of_its_handles() {
     assert!(values[3..].iter().all(|&v| v == 31), "{values:?}");
 }
 
+/// A handle the graph only reads, read often enough from outside that its
+/// log sweeps the graph's entry away between two runs: the next run
+/// records it again, so a write from outside submitted during that run
+/// waits for it.
+#[test]
+fn a_run_whose_entry_was_swept_from_a_log_records_it_again() {
+    let _watchdog = Watchdog::new("a swept graph entry", Duration::from_secs(120));
+    let rt = runtime(4);
+    // Atomic, so that the node's second load is not folded into its first.
+    let h = Data::named("read often", AtomicU64::new(1));
+    let (started_tx, started_rx) = mpsc::channel::<()>();
+    let started_tx = std::sync::Mutex::new(started_tx);
+    let steady = Arc::new(AtomicBool::new(true));
+    let mut g = Graph::new();
+    {
+        let steady = steady.clone();
+        g.node_with(h.read(), move |v| {
+            let first = v.load(Ordering::Relaxed);
+            started_tx.lock().unwrap().send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            if v.load(Ordering::Relaxed) != first {
+                steady.store(false, Ordering::Relaxed);
+            }
+        });
+    }
+    rt.run_graph(&mut g).unwrap();
+    started_rx.recv().unwrap();
+    // Reads from outside: their entries fill the log's list of reads,
+    // whose sweep drops the graph's (its run is over).
+    for _ in 0..20 {
+        assert_eq!(h.read_now().unwrap().load(Ordering::Relaxed), 1);
+    }
+    let handle = rt.submit_graph(g);
+    started_rx.recv().unwrap();
+    let write = rt.submit_with(h.write(), |v| *v = AtomicU64::new(2));
+    write.join();
+    let (g, result) = handle.join();
+    result.unwrap();
+    assert!(
+        steady.load(Ordering::Relaxed),
+        "a write from outside ran while a run read the handle"
+    );
+    drop(g);
+    assert_eq!(h.into_inner().into_inner(), 2);
+}
+
 /// A panic poisons what the node writes (for tasks after the run too); the
 /// nodes after it are skipped and poison what they would have written; a
 /// node reading a poisoned handle refuses to run; a recover node clears it.

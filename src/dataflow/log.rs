@@ -6,12 +6,13 @@ use crate::core::registry::Registry;
 use crate::dataflow::access::Mode;
 use crate::dataflow::event::Dep;
 use crate::dataflow::readers::{ReadShare, Readers};
-use crate::dataflow::run_slot::RunSlot;
+use crate::dataflow::run_record::RunRecord;
 use std::any::Any;
 use std::sync::{Arc, Weak};
 
 // A handle's log and its lock fill one cache-padded line of the handle's
-// allocation: a byte more would double that padding for every `Data`.
+// allocation (128 bytes on x86-64 and AArch64): a byte more would double
+// that padding for every `Data`.
 static_assertions::const_assert!(size_of::<crate::core::sync::Mutex<Log>>() <= 128);
 
 /// The ordering state of one handle: the last write and every read since.
@@ -51,9 +52,9 @@ pub(crate) enum Completion {
     /// before it are (see `turn.rs`; a read that never ran just leaves its
     /// group): never broken.
     Once(Dep),
-    /// The runs of a graph: the latest run's completion, in the slot (see
-    /// `run_slot.rs`), which knows the handle by its log's address.
-    Runs(Arc<RunSlot>),
+    /// The runs of a graph: the latest run's completion, in the record (see
+    /// `run_record.rs`), which knows the handle by its log's address.
+    Runs(Arc<RunRecord>),
 }
 
 /// An access recorded before a new one and not over: what the new one
@@ -75,7 +76,7 @@ impl Recorded {
     }
 
     /// The runs of the graph whose slot is `slot`.
-    pub(crate) fn runs(slot: Arc<RunSlot>) -> Self {
+    pub(crate) fn runs(slot: Arc<RunRecord>) -> Self {
         Self {
             done: Completion::Runs(slot),
             device: None,
@@ -84,7 +85,7 @@ impl Recorded {
 
     /// What an access recorded after this one waits for, if this one is
     /// not over. Looking at a graph's entry notes its handle (by `log`,
-    /// the address of the log holding it) in the graph's slot.
+    /// the address of the log holding it) in the graph's run record.
     #[inline(always)]
     fn waited_for(&self, log: usize) -> Option<Before<'_>> {
         let done = match &self.done {
@@ -103,17 +104,17 @@ impl Recorded {
     }
 
     /// Whether the entry may be dropped from the log: its access is over
-    /// (a graph's entry, its latest run; the graph records the handle, by
-    /// `log`, again).
+    /// (a graph's entry: its latest run, and the graph is told to record
+    /// the handle, by `log`, again).
     fn is_over(&self, log: usize) -> bool {
         match &self.done {
             Completion::Once(d) => d.is_fulfilled(),
-            Completion::Runs(slot) => slot.seen(log).is_none(),
+            Completion::Runs(slot) => slot.forget(log),
         }
     }
 
     /// Whether this is the entry of the graph whose slot is `slot`.
-    fn is_runs_of(&self, slot: &Arc<RunSlot>) -> bool {
+    fn is_runs_of(&self, slot: &Arc<RunRecord>) -> bool {
         matches!(&self.done, Completion::Runs(s) if Arc::ptr_eq(s, slot))
     }
 }
@@ -133,7 +134,7 @@ impl Log {
     pub(crate) fn before_run<'a>(
         &'a self,
         mode: Mode,
-        slot: &'a Arc<RunSlot>,
+        slot: &'a Arc<RunRecord>,
     ) -> impl Iterator<Item = Before<'a>> {
         let at = self.address();
         self.entries_before(mode)
@@ -227,7 +228,7 @@ impl Log {
         self.before(Mode::Write).map(|r| r.done).collect()
     }
 
-    /// How a graph's slot knows this log's handle: the log's address
+    /// How a graph's run record knows this log's handle: the log's address
     /// (stable: the log lives in the handle's shared allocation).
     pub(crate) fn address(&self) -> usize {
         std::ptr::from_ref(self) as usize

@@ -23,7 +23,7 @@ pub(crate) mod loop_promise;
 pub(crate) mod promise;
 #[cfg(not(loom))]
 pub(crate) mod readers;
-pub(crate) mod run_slot;
+pub(crate) mod run_record;
 #[cfg(not(loom))]
 pub(crate) mod settle;
 #[cfg(not(loom))]

@@ -5,10 +5,12 @@
 //! added (as tasks submitted in that order would be ordered): a write
 //! after the previous write and the reads since it, a read after the
 //! previous write. Outside it, one access per handle for each whole run
-//! (a write if any node writes the handle), recorded in the handle's log
-//! when the run starts and completed when it ends: the run waits for the
-//! tasks submitted before it that use its handles, and the tasks
-//! submitted during it wait for the run.
+//! (a write if any node writes the handle), completed when the run ends:
+//! the run waits for the tasks submitted before it that use its handles,
+//! and the tasks submitted during it wait for the run. The access is
+//! recorded in the handle's log by the first run; later runs record again
+//! only the handles something outside the graph used since (see
+//! `dataflow/run_record.rs`).
 //!
 //! What a node does with its handles is what a task declaring them does
 //! (`declared::with_turn`): it refuses a poisoned handle, poisons what it
@@ -25,8 +27,8 @@ use crate::dataflow::data::wait_over;
 use crate::dataflow::declared::{in_address_order, lock_logs, set_written_poison, with_turn, Few};
 use crate::dataflow::event::Dep;
 use crate::dataflow::held::{self, RunHandles, RunHeld};
-use crate::dataflow::log::Recorded;
-use crate::dataflow::run_slot::{Begin, Noted, RunSlot};
+use crate::dataflow::log::{Log, Recorded};
+use crate::dataflow::run_record::{Begin, Noted, RunRecord};
 use crate::dataflow::turn::Turn;
 use crate::graph::chain::StreamWork;
 use std::cell::Cell;
@@ -168,11 +170,11 @@ pub(crate) struct DataUses<'g> {
     recover_next: Cell<bool>,
     /// What the runs' entries in the handles' logs name: a run that finds
     /// nothing from outside looked at them since the last registration
-    /// registers nothing (see `dataflow/run_slot.rs`). A new one after
+    /// registers nothing (see `dataflow/run_record.rs`). A new one after
     /// every change, so the next run registers the handles as they are.
-    slot: Arc<RunSlot>,
+    slot: Arc<RunRecord>,
     /// Each handle's address (its key in `handles`) by its log's address,
-    /// which is how the slot notes a handle; set with `order`.
+    /// which is how the record notes a handle; set with `order`.
     by_log: HashMap<usize, usize>,
 }
 
@@ -231,7 +233,7 @@ impl<'g> DataUses<'g> {
         self.order
             .sort_unstable_by_key(|h| h.target.cast::<()>().as_ptr() as usize);
         self.held = self.handles.iter().map(|(&a, u)| (a, u.mode)).collect();
-        self.slot = Arc::new(RunSlot::new());
+        self.slot = Arc::new(RunRecord::new());
         self.by_log = self
             .handles
             .iter()
@@ -286,7 +288,7 @@ impl<'g> DataUses<'g> {
 
     /// Starts a run's access to every handle: records it in their logs
     /// (unless the entries of the last registration still stand for the
-    /// graph's runs: see `dataflow/run_slot.rs`) and waits (working, on
+    /// graph's runs: see `dataflow/run_record.rs`) and waits (working, on
     /// `w`) for the accesses recorded before it. The
     /// returned access is to be finished when the run ends (it also holds
     /// the handles on this thread until then); `None` when the graph
@@ -344,7 +346,7 @@ impl<'g> DataUses<'g> {
     }
 
     /// Records the run whose completion is `turn` (`done`) again in the
-    /// logs of the handles `noted`, each entry naming the graph's slot,
+    /// logs of the handles `noted`, each entry naming the graph's run record,
     /// and notes in `turn` the accesses before it. `Some` with the handles
     /// to record instead when more were noted meanwhile (nothing recorded).
     fn register(&self, w: &Worker, turn: &mut Turn, done: &Dep, noted: Noted) -> Option<Noted> {
@@ -375,17 +377,27 @@ impl<'g> DataUses<'g> {
         });
         let mut more = None;
         lock_logs(data, &w.shared, |logs| {
-            // With the logs locked: nothing can look at their entries
-            // between the slot naming this run and the new entries.
+            let mut logs: Vec<(&mut Log, Mode)> = logs.map(|(log, mode, _)| (log, mode)).collect();
+            // What the run comes after, looked at before the record names the
+            // run: so it waits only for completions that were there before
+            // its own (a run that named itself first could find, through
+            // another graph's entry, a run that started later and waits for
+            // it through a task ordered after both).
+            let mut before: Vec<Dep> = Vec::new();
+            for (log, mode) in &logs {
+                before.extend(log.before_run(*mode, &self.slot).map(|b| b.done));
+            }
+            // With the logs locked, nothing can look at their entries
+            // between the record naming this run and the new entries.
             match self.slot.registering(done, &noted) {
                 Err(now) => more = Some(now),
                 Ok(previous) => {
-                    previous.into_iter().for_each(|p| turn.after(p));
-                    for (log, mode, _) in logs {
-                        for before in log.before_run(mode, &self.slot) {
-                            turn.after(before.done);
-                        }
-                        log.record(mode, Recorded::runs(self.slot.clone()));
+                    previous
+                        .into_iter()
+                        .chain(before)
+                        .for_each(|d| turn.after(d));
+                    for (log, mode) in &mut logs {
+                        log.record(*mode, Recorded::runs(self.slot.clone()));
                     }
                 }
             }

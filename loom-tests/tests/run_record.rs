@@ -1,19 +1,23 @@
-//! A graph's runs registered once (`selvedge::protocols::RunSlot`, what
+//! A graph's runs registered once (`selvedge::protocols::RunRecord`, what
 //! `graph/data.rs` builds on): a run that records only the handles noted
 //! since the last registration (none, or some) races accesses from outside
 //! the graph being recorded in the logs of handles the graph writes. In
 //! every interleaving each access and the run are ordered: the access
-//! either waits for the run (it saw the run's completion in the slot) or
+//! either waits for the run (it saw the run's completion in the record) or
 //! the run records that handle again and waits for the access (the access
-//! was noted before the run put its completion in the slot). Loom checks
+//! was noted before the run put its completion in the record). Loom checks
 //! the writes of each handle's value as a data race.
+//!
+//! Then two graphs sharing a handle, each with a run that records some
+//! handles again, and a task on a handle of each: no interleaving leaves
+//! them waiting for each other (loom reports a deadlock).
 #![cfg(loom)]
 
 use loom::cell::UnsafeCell;
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 use loom_tests::support::model;
-use selvedge::protocols::{Begin, Dep, Group, Noted, Outcome, RunSlot};
+use selvedge::protocols::{Begin, Dep, Group, Noted, Outcome, RunRecord};
 use std::ptr::NonNull;
 
 /// A raw pointer that may cross to a model thread.
@@ -76,9 +80,9 @@ fn which<'a>(d: &Dep, promises: &'a [Arc<Promise>]) -> &'a Promise {
         .expect("a dependency on a promise of the model")
 }
 
-/// The graph's `n` handles, and a slot whose first run registered them
+/// The graph's `n` handles, and a record whose first run registered them
 /// all and ended.
-fn registered(n: usize) -> (Arc<Vec<Handle>>, Arc<RunSlot>) {
+fn registered(n: usize) -> (Arc<Vec<Handle>>, Arc<RunRecord>) {
     let handles: Arc<Vec<Handle>> = Arc::new(
         (0..n)
             .map(|_| Handle {
@@ -87,7 +91,7 @@ fn registered(n: usize) -> (Arc<Vec<Handle>>, Arc<RunSlot>) {
             })
             .collect(),
     );
-    let slot = Arc::new(RunSlot::new());
+    let slot = Arc::new(RunRecord::new());
     let first = Promise::new();
     let Begin::Register(noted) = slot.begin(&first.done) else {
         panic!("a first run records every handle");
@@ -103,10 +107,10 @@ fn registered(n: usize) -> (Arc<Vec<Handle>>, Arc<RunSlot>) {
 
 /// An access from outside the graph to handle `i`, on its own thread,
 /// completed by `mine`: recorded after the graph's entry, it writes the
-/// value once the run it saw in the slot (`run`), if any, ended.
+/// value once the run it saw in the record (`run`), if any, ended.
 fn outside(
     handles: &Arc<Vec<Handle>>,
-    slot: &Arc<RunSlot>,
+    slot: &Arc<RunRecord>,
     i: usize,
     mine: &Arc<Promise>,
     run: &Arc<Promise>,
@@ -132,7 +136,7 @@ fn outside(
 /// records again the handles noted (waiting for the entries after the
 /// graph's in their logs, the accesses `outside`), then writes every
 /// handle's value.
-fn run(handles: &[Handle], slot: &RunSlot, run: &Promise, outside: &[Arc<Promise>]) {
+fn run(handles: &[Handle], slot: &RunRecord, run: &Promise, outside: &[Arc<Promise>]) {
     let mut waits: Vec<Dep> = Vec::new();
     let mut noted = match slot.begin(&run.done) {
         Begin::Unchanged(previous) => {
@@ -148,16 +152,18 @@ fn run(handles: &[Handle], slot: &RunSlot, run: &Promise, outside: &[Arc<Promise
         };
         indices.sort_unstable();
         indices.dedup();
-        // Locked in order, as `lock_logs` does.
+        // Locked in order, as `lock_logs` does; looked at before the record
+        // names the run.
         let logs: Vec<_> = indices
             .iter()
             .map(|&i| handles[i].log.lock().unwrap())
             .collect();
+        let before: Vec<Dep> = logs.iter().filter_map(|log| (**log).clone()).collect();
         match slot.registering(&run.done, &these) {
             Err(now) => noted = Some(now),
             Ok(previous) => {
                 assert!(previous.is_none(), "the first run is over");
-                waits.extend(logs.iter().filter_map(|log| (**log).clone()));
+                waits.extend(before);
             }
         }
     }
@@ -193,5 +199,133 @@ fn a_run_that_registers_some_handles_is_ordered_with_accesses_to_each() {
         run(&handles, &slot, &next, &mine);
         a.join().unwrap();
         b.join().unwrap();
+    });
+}
+
+/// An entry of a log in the model of two graphs: a graph's (by its
+/// index), or a task's completion.
+#[derive(Clone)]
+enum Entry {
+    Graph(usize),
+    Task(Dep),
+}
+
+/// Handles (their logs, by index: locked in index order) and two graphs'
+/// slots; every access writes.
+struct World {
+    logs: Vec<Mutex<Vec<Entry>>>,
+    slots: [RunRecord; 2],
+}
+
+impl World {
+    /// What an access (graph `own`'s run, or a task) recorded after the
+    /// entries of log `at` waits for, as `Log::before_run` / `before`.
+    fn look(&self, at: usize, entries: &[Entry], own: Option<usize>) -> Vec<Dep> {
+        entries
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Graph(g) if Some(*g) == own => None,
+                Entry::Graph(g) => self.slots[*g].seen(at),
+                Entry::Task(d) => (!d.is_fulfilled()).then(|| d.clone()),
+            })
+            .collect()
+    }
+
+    /// A run of graph `g` on `handles` completed by `done`, as
+    /// `DataUses::begin_run` makes it; waits (`promises` has each
+    /// completion it may wait for) and ends.
+    fn run(&self, g: usize, handles: &[usize], done: &Promise, promises: &[Arc<Promise>]) {
+        let mut waits: Vec<Dep> = Vec::new();
+        let mut noted = match self.slots[g].begin(&done.done) {
+            Begin::Unchanged(previous) => {
+                waits.extend(previous);
+                None
+            }
+            Begin::Register(noted) => Some(noted),
+        };
+        while let Some(these) = noted.take() {
+            let mut at: Vec<usize> = match &these {
+                Noted::All => handles.to_vec(),
+                Noted::Handles(h) => h.clone(),
+            };
+            at.sort_unstable();
+            at.dedup();
+            let mut logs: Vec<_> = at.iter().map(|&i| self.logs[i].lock().unwrap()).collect();
+            // Looked at before the record names the run (graph/data.rs).
+            let mut before = Vec::new();
+            for (&i, log) in at.iter().zip(&logs) {
+                before.extend(self.look(i, log, Some(g)));
+            }
+            match self.slots[g].registering(&done.done, &these) {
+                Err(now) => noted = Some(now),
+                Ok(previous) => {
+                    waits.extend(previous);
+                    waits.extend(before);
+                    for log in &mut logs {
+                        **log = vec![Entry::Graph(g)];
+                    }
+                }
+            }
+        }
+        for d in &waits {
+            which(d, promises).wait();
+        }
+        done.keep();
+    }
+
+    /// A task writing `handles`, completed by `done`.
+    fn task(&self, handles: &[usize], done: &Promise, promises: &[Arc<Promise>]) {
+        let mut waits = Vec::new();
+        {
+            let mut logs: Vec<_> = handles
+                .iter()
+                .map(|&i| self.logs[i].lock().unwrap())
+                .collect();
+            for (&i, log) in handles.iter().zip(&logs) {
+                waits.extend(self.look(i, log, None));
+            }
+            for log in &mut logs {
+                **log = vec![Entry::Task(done.done.clone())];
+            }
+        }
+        for d in &waits {
+            which(d, promises).wait();
+        }
+        done.keep();
+    }
+}
+
+#[test]
+fn two_graphs_sharing_a_handle_and_a_task_between_them_never_wait_for_each_other() {
+    model(|| {
+        // Handles b, c, d; graph 0 writes b and c, graph 1 writes c and d.
+        const B: usize = 0;
+        const C: usize = 1;
+        const D: usize = 2;
+        let world = Arc::new(World {
+            logs: (0..3).map(|_| Mutex::new(Vec::new())).collect(),
+            slots: [RunRecord::new(), RunRecord::new()],
+        });
+        // One after another: graph 0 registers b and c; graph 1 registers
+        // c and d (noting c in graph 0's slot); graph 0 records c again
+        // (noting c in graph 1's slot).
+        for (g, handles) in [(0, [B, C]), (1, [C, D]), (0, [B, C])] {
+            let done = Promise::new();
+            world.run(g, &handles, &done, &[]);
+        }
+        // Then at once: graph 1 records c again, a task writes b and d,
+        // and graph 0 runs.
+        let promises = [Promise::new(), Promise::new(), Promise::new()];
+        let graph_1 = {
+            let (world, promises) = (world.clone(), promises.clone());
+            thread::spawn(move || world.run(1, &[C, D], &promises[0], &promises))
+        };
+        let task = {
+            let (world, promises) = (world.clone(), promises.clone());
+            thread::spawn(move || world.task(&[B, D], &promises[1], &promises))
+        };
+        world.run(0, &[B, C], &promises[2], &promises);
+        graph_1.join().unwrap();
+        task.join().unwrap();
     });
 }
