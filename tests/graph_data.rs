@@ -327,6 +327,43 @@ fn a_run_whose_entry_was_swept_from_a_log_records_it_again() {
     assert_eq!(h.into_inner().into_inner(), 2);
 }
 
+/// A graph changed after some runs registers again: a node added since
+/// declares a handle the earlier runs did not, and the next run waits for
+/// a write from outside submitted before it on that handle.
+#[test]
+fn a_graph_changed_after_runs_registers_its_new_handles() {
+    let _watchdog = Watchdog::new("a changed graph", Duration::from_secs(120));
+    let rt = runtime(4);
+    let (a, b) = (Data::named("first", 0u64), Data::named("added", 0u64));
+    let mut g = Graph::new();
+    g.node_with(a.write(), |v| *v += 1);
+    rt.run_graph(&mut g).unwrap();
+    rt.run_graph(&mut g).unwrap();
+    let seen = Arc::new(AtomicU64::new(0));
+    {
+        let seen = seen.clone();
+        g.node_with(b.write(), move |v| {
+            seen.store(*v, Ordering::Relaxed);
+            *v += 1;
+        });
+    }
+    let gate = Promise::new();
+    rt.submit_with((b.write(), gate.dep()), |(v, ())| *v = 10)
+        .detach();
+    let handle = rt.submit_graph(g);
+    std::thread::sleep(Duration::from_millis(20));
+    gate.fulfill();
+    let (g, result) = handle.join();
+    result.unwrap();
+    assert_eq!(
+        seen.load(Ordering::Relaxed),
+        10,
+        "the added node ran before the write it follows"
+    );
+    drop(g);
+    assert_eq!((a.into_inner(), b.into_inner()), (3, 11));
+}
+
 /// A panic poisons what the node writes (for tasks after the run too); the
 /// nodes after it are skipped and poison what they would have written; a
 /// node reading a poisoned handle refuses to run; a recover node clears it.
