@@ -172,7 +172,7 @@ pub mod protocols {
     pub use crate::dataflow::bucket_counts::BucketCounts;
     pub use crate::dataflow::claim::Claim;
     pub use crate::dataflow::event::{Dep, Group, Outcome, Waiter};
-    pub use crate::dataflow::run_record::{Begin, Noted, RunRecord};
+    pub use crate::dataflow::run_record::{Noted, RunRecord};
     pub use crate::graph::countdown::Countdown;
     pub use crate::loops::merge::{deposit, split, Out};
 }

@@ -17,7 +17,7 @@ use loom::cell::UnsafeCell;
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
 use loom_tests::support::model;
-use selvedge::protocols::{Begin, Dep, Group, Noted, Outcome, RunRecord};
+use selvedge::protocols::{Dep, Group, Noted, Outcome, RunRecord};
 use std::ptr::NonNull;
 
 /// A raw pointer that may cross to a model thread.
@@ -93,13 +93,15 @@ fn registered(n: usize) -> (Arc<Vec<Handle>>, Arc<RunRecord>) {
     );
     let slot = Arc::new(RunRecord::new());
     let first = Promise::new();
-    let Begin::Register(noted) = slot.begin(&first.done) else {
-        panic!("a first run records every handle");
-    };
-    assert_eq!(noted, Noted::All);
+    let mut noted = Noted::default();
+    assert!(
+        slot.begin(&first.done, &mut noted).is_none(),
+        "a first run records every handle"
+    );
+    assert!(noted.all);
     {
         let _logs: Vec<_> = handles.iter().map(|h| h.log.lock().unwrap()).collect();
-        assert!(slot.registering(&first.done, &noted).unwrap().is_none());
+        assert!(slot.registering(&first.done, &mut noted).unwrap().is_none());
     }
     first.keep();
     (handles, slot)
@@ -138,17 +140,19 @@ fn outside(
 /// handle's value.
 fn run(handles: &[Handle], slot: &RunRecord, run: &Promise, outside: &[Arc<Promise>]) {
     let mut waits: Vec<Dep> = Vec::new();
-    let mut noted = match slot.begin(&run.done) {
-        Begin::Unchanged(previous) => {
+    let mut noted = Noted::default();
+    let mut register = match slot.begin(&run.done, &mut noted) {
+        Some(previous) => {
             assert!(previous.is_none(), "the first run is over");
-            None
+            false
         }
-        Begin::Register(noted) => Some(noted),
+        None => true,
     };
-    while let Some(these) = noted.take() {
-        let mut indices: Vec<usize> = match &these {
-            Noted::All => (0..handles.len()).collect(),
-            Noted::Handles(h) => h.clone(),
+    while register {
+        let mut indices: Vec<usize> = if noted.all {
+            (0..handles.len()).collect()
+        } else {
+            noted.handles.clone()
         };
         indices.sort_unstable();
         indices.dedup();
@@ -159,12 +163,10 @@ fn run(handles: &[Handle], slot: &RunRecord, run: &Promise, outside: &[Arc<Promi
             .map(|&i| handles[i].log.lock().unwrap())
             .collect();
         let before: Vec<Dep> = logs.iter().filter_map(|log| (**log).clone()).collect();
-        match slot.registering(&run.done, &these) {
-            Err(now) => noted = Some(now),
-            Ok(previous) => {
-                assert!(previous.is_none(), "the first run is over");
-                waits.extend(before);
-            }
+        if let Ok(previous) = slot.registering(&run.done, &mut noted) {
+            assert!(previous.is_none(), "the first run is over");
+            waits.extend(before);
+            register = false;
         }
     }
     for d in &waits {
@@ -236,17 +238,19 @@ impl World {
     /// completion it may wait for) and ends.
     fn run(&self, g: usize, handles: &[usize], done: &Promise, promises: &[Arc<Promise>]) {
         let mut waits: Vec<Dep> = Vec::new();
-        let mut noted = match self.slots[g].begin(&done.done) {
-            Begin::Unchanged(previous) => {
+        let mut noted = Noted::default();
+        let mut register = match self.slots[g].begin(&done.done, &mut noted) {
+            Some(previous) => {
                 waits.extend(previous);
-                None
+                false
             }
-            Begin::Register(noted) => Some(noted),
+            None => true,
         };
-        while let Some(these) = noted.take() {
-            let mut at: Vec<usize> = match &these {
-                Noted::All => handles.to_vec(),
-                Noted::Handles(h) => h.clone(),
+        while register {
+            let mut at: Vec<usize> = if noted.all {
+                handles.to_vec()
+            } else {
+                noted.handles.clone()
             };
             at.sort_unstable();
             at.dedup();
@@ -256,15 +260,13 @@ impl World {
             for (&i, log) in at.iter().zip(&logs) {
                 before.extend(self.look(i, log, Some(g)));
             }
-            match self.slots[g].registering(&done.done, &these) {
-                Err(now) => noted = Some(now),
-                Ok(previous) => {
-                    waits.extend(previous);
-                    waits.extend(before);
-                    for log in &mut logs {
-                        **log = vec![Entry::Graph(g)];
-                    }
+            if let Ok(previous) = self.slots[g].registering(&done.done, &mut noted) {
+                waits.extend(previous);
+                waits.extend(before);
+                for log in &mut logs {
+                    **log = vec![Entry::Graph(g)];
                 }
+                register = false;
             }
         }
         for d in &waits {

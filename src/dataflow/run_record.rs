@@ -54,24 +54,33 @@ struct SlotState {
     noted: Noted,
 }
 
-/// The handles a run must record again, by their logs' addresses.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Noted {
-    /// These, in the order they were noted.
-    Handles(Vec<usize>),
+/// The handles a run must record again, by their logs' addresses: a list
+/// kept by the caller and filled by [`RunRecord::begin`] (its capacity
+/// reused from run to run).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Noted {
     /// Every handle: no run registered yet, or too many were noted.
-    All,
+    pub all: bool,
+    /// Otherwise these, in the order they were noted.
+    pub handles: Vec<usize>,
 }
 
-/// What a run does first (see [`RunRecord::begin`]).
-#[derive(Debug)]
-pub enum Begin {
-    /// Nothing to record: its completion is in the record. Holds the
-    /// previous run's completion if that is not over (the new run comes
-    /// after it).
-    Unchanged(Option<Dep>),
-    /// Records these handles again first ([`RunRecord::registering`]).
-    Register(Noted),
+impl Noted {
+    /// Whether `self` still says what `then` said (notes only grow between
+    /// registrations, and only the graph's runs, one at a time, clear
+    /// them).
+    fn same_as(&self, then: &Noted) -> bool {
+        self.all == then.all && (self.all || self.handles.len() == then.handles.len())
+    }
+
+    /// Makes `self` say what `from` says, in the memory it has.
+    fn copy_from(&mut self, from: &Noted) {
+        self.all = from.all;
+        self.handles.clear();
+        if !from.all {
+            self.handles.extend_from_slice(&from.handles);
+        }
+    }
 }
 
 impl RunRecord {
@@ -80,13 +89,16 @@ impl RunRecord {
         Self {
             state: Mutex::new(SlotState {
                 latest: None,
-                noted: Noted::All,
+                noted: Noted {
+                    all: true,
+                    handles: Vec::new(),
+                },
             }),
         }
     }
 
-    /// An access from outside the graph found an entry naming this record in
-    /// the log at address `handle` (under that log's lock): notes the
+    /// An access from outside the graph found an entry naming this record
+    /// in the log at address `handle` (under that log's lock): notes the
     /// handle, and returns what the access waits for, the latest run's
     /// completion, if not over yet.
     pub fn seen(&self, handle: usize) -> Option<Dep> {
@@ -109,36 +121,34 @@ impl RunRecord {
 
     /// Starts a run whose completion is `done`: with no handle noted since
     /// the last registration, puts `done` in the record (the entries stand
-    /// for it); else says which handles to record again.
-    pub fn begin(&self, done: &Dep) -> Begin {
+    /// for it) and returns `Some` with the previous run's completion if
+    /// that is not over (the new run comes after it). Else `None`, and
+    /// `noted` says which handles to record again
+    /// ([`RunRecord::registering`]).
+    pub fn begin(&self, done: &Dep, noted: &mut Noted) -> Option<Option<Dep>> {
         let mut s = lock(&self.state);
-        match &s.noted {
-            Noted::Handles(noted) if noted.is_empty() => {
-                let previous = s.latest.replace(done.clone());
-                Begin::Unchanged(previous.filter(|d| !d.is_fulfilled()))
-            }
-            noted => Begin::Register(noted.clone()),
+        if !s.noted.all && s.noted.handles.is_empty() {
+            let previous = s.latest.replace(done.clone());
+            return Some(previous.filter(|d| !d.is_fulfilled()));
         }
+        noted.copy_from(&s.noted);
+        None
     }
 
     /// The run whose completion is `done` holds the logs of the handles
-    /// `noted` (what [`RunRecord::begin`] or the last call returned): puts
+    /// `noted` (as [`RunRecord::begin`] or the last call left it): puts
     /// `done` in the record and clears the notes, returning the previous
-    /// run's completion if not over. `Err` with the handles noted now when
-    /// more were noted since (nothing changed: lock those and call again).
-    pub fn registering(&self, done: &Dep, noted: &Noted) -> Result<Option<Dep>, Noted> {
+    /// run's completion if not over. `Err` when more were noted since:
+    /// nothing changed, and `noted` says which handles to lock now.
+    #[allow(clippy::result_unit_err)]
+    pub fn registering(&self, done: &Dep, noted: &mut Noted) -> Result<Option<Dep>, ()> {
         let mut s = lock(&self.state);
-        let unchanged = match (&s.noted, noted) {
-            // Notes only grow between registrations, and only this graph's
-            // runs (one at a time) clear them.
-            (Noted::Handles(now), Noted::Handles(then)) => now.len() == then.len(),
-            (Noted::All, Noted::All) => true,
-            _ => false,
-        };
-        if !unchanged {
-            return Err(s.noted.clone());
+        if !s.noted.same_as(noted) {
+            noted.copy_from(&s.noted);
+            return Err(());
         }
-        s.noted = Noted::Handles(Vec::new());
+        s.noted.all = false;
+        s.noted.handles.clear();
         let previous = s.latest.replace(done.clone());
         Ok(previous.filter(|d| !d.is_fulfilled()))
     }
@@ -147,14 +157,14 @@ impl RunRecord {
 impl SlotState {
     /// Notes `handle` (once), or every handle beyond [`MOST_NOTED`].
     fn note(&mut self, handle: usize) {
-        if let Noted::Handles(noted) = &mut self.noted {
-            if !noted.contains(&handle) {
-                if noted.len() == MOST_NOTED {
-                    self.noted = Noted::All;
-                } else {
-                    noted.push(handle);
-                }
-            }
+        let noted = &mut self.noted;
+        if noted.all || noted.handles.contains(&handle) {
+            return;
+        }
+        if noted.handles.len() == MOST_NOTED {
+            noted.all = true;
+        } else {
+            noted.handles.push(handle);
         }
     }
 }

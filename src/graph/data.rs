@@ -28,10 +28,10 @@ use crate::dataflow::declared::{in_address_order, lock_logs, set_written_poison,
 use crate::dataflow::event::Dep;
 use crate::dataflow::held::{self, RunHandles, RunHeld};
 use crate::dataflow::log::{Log, Recorded};
-use crate::dataflow::run_record::{Begin, Noted, RunRecord};
+use crate::dataflow::run_record::{Noted, RunRecord};
 use crate::dataflow::turn::Turn;
 use crate::graph::chain::StreamWork;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::panic::resume_unwind;
 use std::ptr::NonNull;
@@ -176,6 +176,17 @@ pub(crate) struct DataUses<'g> {
     /// Each handle's address (its key in `handles`) by its log's address,
     /// which is how the record notes a handle; set with `order`.
     by_log: HashMap<usize, usize>,
+    /// Room a run uses to find the handles it records again, kept from
+    /// run to run.
+    scratch: RefCell<Scratch>,
+}
+
+/// What a run records again: the handles the run record noted, and their
+/// addresses in `DataUses::handles`.
+#[derive(Default)]
+struct Scratch {
+    noted: Noted,
+    keys: Vec<usize>,
 }
 
 /// The nodes that use one handle, for the edges the next one implies.
@@ -318,17 +329,14 @@ impl<'g> DataUses<'g> {
         // guard stays on this thread's stack (in the returned access).
         let held = unsafe { RunHeld::enter(&self.held) };
         let done = turn.dep();
-        let mut noted = match self.slot.begin(&done) {
+        let mut scratch = self.scratch.borrow_mut();
+        let Scratch { noted, keys } = &mut *scratch;
+        match self.slot.begin(&done, noted) {
             // The entries of the last registration stand for this run now.
-            Begin::Unchanged(previous) => {
-                previous.into_iter().for_each(|p| turn.after(p));
-                None
-            }
-            Begin::Register(noted) => Some(noted),
-        };
-        while let Some(handles) = noted {
-            noted = self.register(w, &mut turn, &done, handles);
+            Some(previous) => previous.into_iter().for_each(|p| turn.after(p)),
+            None => while !self.register(w, &mut turn, &done, noted, keys) {},
         }
+        drop(scratch);
         // Until the accesses before the run are over: the run has the turn
         // of its handles from here.
         wait_over(
@@ -346,63 +354,76 @@ impl<'g> DataUses<'g> {
     }
 
     /// Records the run whose completion is `turn` (`done`) again in the
-    /// logs of the handles `noted`, each entry naming the graph's run record,
-    /// and notes in `turn` the accesses before it. `Some` with the handles
-    /// to record instead when more were noted meanwhile (nothing recorded).
-    fn register(&self, w: &Worker, turn: &mut Turn, done: &Dep, noted: Noted) -> Option<Noted> {
-        let subset: Vec<Handle<'g>>;
-        let handles: &[Handle<'g>] = match &noted {
-            Noted::All => &self.order,
-            Noted::Handles(keys) => {
-                let mut keys: Vec<usize> = keys
-                    .iter()
-                    .filter_map(|log| self.by_log.get(log).copied())
-                    .collect();
-                keys.sort_unstable();
-                keys.dedup();
-                subset = keys
-                    .iter()
-                    .filter_map(|k| self.handles.get(k))
-                    .map(|u| Handle {
-                        target: u.target,
-                        mode: u.mode,
-                    })
-                    .collect();
-                &subset
-            }
-        };
-        let data = handles.iter().map(|h| {
+    /// logs of the handles `noted` (`keys` is room for their addresses),
+    /// each entry naming the graph's run record, and notes in `turn` the
+    /// accesses before it. `false` when more handles were noted meanwhile
+    /// (nothing recorded; `noted` says which now).
+    fn register(
+        &self,
+        w: &Worker,
+        turn: &mut Turn,
+        done: &Dep,
+        noted: &mut Noted,
+        keys: &mut Vec<usize>,
+    ) -> bool {
+        let target = |u: &Uses<'g>| {
             // SAFETY: live while the graph is (see `declared_by`).
-            (unsafe { h.target.as_ref() }, h.mode)
-        });
-        let mut more = None;
-        lock_logs(data, &w.shared, |logs| {
-            let mut logs: Vec<(&mut Log, Mode)> = logs.map(|(log, mode, _)| (log, mode)).collect();
-            // What the run comes after, looked at before the record names the
-            // run: so it waits only for completions that were there before
-            // its own (a run that named itself first could find, through
-            // another graph's entry, a run that started later and waits for
-            // it through a task ordered after both).
-            let mut before: Vec<Dep> = Vec::new();
-            for (log, mode) in &logs {
-                before.extend(log.before_run(*mode, &self.slot).map(|b| b.done));
+            (unsafe { u.target.as_ref() }, u.mode)
+        };
+        if noted.all {
+            let data = self.order.iter().map(|h| {
+                // SAFETY: as above.
+                (unsafe { h.target.as_ref() }, h.mode)
+            });
+            return self.record_run(w, turn, done, noted, data);
+        }
+        // In address order, as every submission locks them.
+        keys.clear();
+        keys.extend(noted.handles.iter().filter_map(|log| self.by_log.get(log)));
+        keys.sort_unstable();
+        keys.dedup();
+        let data = keys.iter().filter_map(|k| self.handles.get(k)).map(target);
+        self.record_run(w, turn, done, noted, data)
+    }
+
+    /// [`DataUses::register`] on the handles `data`, whose logs it locks.
+    fn record_run<'t>(
+        &self,
+        w: &Worker,
+        turn: &mut Turn,
+        done: &Dep,
+        noted: &mut Noted,
+        data: impl Iterator<Item = (&'t dyn Target, Mode)> + Clone,
+    ) -> bool {
+        let mut recorded = false;
+        lock_logs(data, &w.shared, |locked| {
+            let mut logs: Few<(&mut Log, Mode)> = Few::default();
+            // What the run comes after, looked at before the record names
+            // the run: so it waits only for completions that were there
+            // before its own (a run that named itself first could find,
+            // through another graph's entry, a run that started later and
+            // waits for it through a task ordered after both).
+            let mut before: Few<Dep> = Few::default();
+            for (log, mode, _) in locked {
+                for b in log.before_run(mode, &self.slot) {
+                    before.push(b.done);
+                }
+                logs.push((log, mode));
             }
             // With the logs locked, nothing can look at their entries
             // between the record naming this run and the new entries.
-            match self.slot.registering(done, &noted) {
-                Err(now) => more = Some(now),
-                Ok(previous) => {
-                    previous
-                        .into_iter()
-                        .chain(before)
-                        .for_each(|d| turn.after(d));
-                    for (log, mode) in &mut logs {
-                        log.record(*mode, Recorded::runs(self.slot.clone()));
-                    }
+            if let Ok(previous) = self.slot.registering(done, noted) {
+                previous
+                    .into_iter()
+                    .chain(before.take_all())
+                    .for_each(|d| turn.after(d));
+                for (log, mode) in logs.slots().iter_mut().flatten() {
+                    log.record(*mode, Recorded::runs(self.slot.clone()));
                 }
+                recorded = true;
             }
         });
-        more
+        recorded
     }
 }
 
