@@ -1,6 +1,7 @@
 //! Running a graph again allocates nothing: its nodes are their own tasks,
 //! and its dependencies were resolved by the first run; one whose nodes
-//! declare up to eight `Data` handles allocates next to nothing. Alone in its
+//! declare `Data` handles allocates next to nothing, also when it records
+//! a few of them again (up to eight). Alone in its
 //! binary, with a counting allocator that sees every thread (the nodes run
 //! on all the workers).
 //!

@@ -213,7 +213,7 @@ enum Entry {
 }
 
 /// Handles (their logs, by index: locked in index order) and two graphs'
-/// slots; every access writes.
+/// run records; every access writes.
 struct World {
     logs: Vec<Mutex<Vec<Entry>>>,
     slots: [RunRecord; 2],
@@ -309,8 +309,8 @@ fn two_graphs_sharing_a_handle_and_a_task_between_them_never_wait_for_each_other
             slots: [RunRecord::new(), RunRecord::new()],
         });
         // One after another: graph 0 registers b and c; graph 1 registers
-        // c and d (noting c in graph 0's slot); graph 0 records c again
-        // (noting c in graph 1's slot).
+        // c and d (noting c in graph 0's record); graph 0 records c again
+        // (noting c in graph 1's record).
         for (g, handles) in [(0, [B, C]), (1, [C, D]), (0, [B, C])] {
             let done = Promise::new();
             world.run(g, &handles, &done, &[]);

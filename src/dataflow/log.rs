@@ -75,10 +75,10 @@ impl Recorded {
         }
     }
 
-    /// The runs of the graph whose slot is `slot`.
-    pub(crate) fn runs(slot: Arc<RunRecord>) -> Self {
+    /// The runs of the graph whose run record is `record`.
+    pub(crate) fn runs(record: Arc<RunRecord>) -> Self {
         Self {
-            done: Completion::Runs(slot),
+            done: Completion::Runs(record),
             device: None,
         }
     }
@@ -95,7 +95,7 @@ impl Recorded {
                 }
                 d.clone()
             }
-            Completion::Runs(slot) => slot.seen(log)?,
+            Completion::Runs(record) => record.seen(log)?,
         };
         Some(Before {
             done,
@@ -109,13 +109,13 @@ impl Recorded {
     fn is_over(&self, log: usize) -> bool {
         match &self.done {
             Completion::Once(d) => d.is_fulfilled(),
-            Completion::Runs(slot) => slot.forget(log),
+            Completion::Runs(record) => record.forget(log),
         }
     }
 
-    /// Whether this is the entry of the graph whose slot is `slot`.
-    fn is_runs_of(&self, slot: &Arc<RunRecord>) -> bool {
-        matches!(&self.done, Completion::Runs(s) if Arc::ptr_eq(s, slot))
+    /// Whether this is the entry of the graph whose run record is `record`.
+    fn is_runs_of(&self, record: &Arc<RunRecord>) -> bool {
+        matches!(&self.done, Completion::Runs(r) if Arc::ptr_eq(r, record))
     }
 }
 
@@ -128,17 +128,17 @@ impl Log {
             .filter_map(move |r| r.waited_for(at))
     }
 
-    /// What a new run of the graph whose slot is `slot` waits for (see
+    /// What a new run of the graph whose run record is `record` waits for (see
     /// [`Log::before`]): its own entries skipped, which it replaces, and
     /// which would name the run itself.
     pub(crate) fn before_run<'a>(
         &'a self,
         mode: Mode,
-        slot: &'a Arc<RunRecord>,
+        record: &'a Arc<RunRecord>,
     ) -> impl Iterator<Item = Before<'a>> {
         let at = self.address();
         self.entries_before(mode)
-            .filter(move |r| !r.is_runs_of(slot))
+            .filter(move |r| !r.is_runs_of(record))
             .filter_map(move |r| r.waited_for(at))
     }
 
@@ -199,10 +199,10 @@ impl Log {
             // comes once they ended.
             self.readers = None;
             self.last_write = Some(access);
-        } else if let Completion::Runs(slot) = &access.done {
+        } else if let Completion::Runs(record) = &access.done {
             // A graph registering again after something from outside
             // looked: its entry from before stands for its runs still.
-            if !self.reads.iter().any(|r| r.is_runs_of(slot)) {
+            if !self.reads.iter().any(|r| r.is_runs_of(record)) {
                 self.push_read(access);
             }
         } else {

@@ -7,7 +7,7 @@
 //! record per handle on every run, which for a graph of many small tiles
 //! is most of a replay. Instead, the log entry a run records names the
 //! graph's run record rather than that run's completion; the
-//! slot holds the completion of the graph's latest run. An entry that no
+//! record holds the completion of the graph's latest run. An entry that no
 //! access from outside the graph looked at since it was recorded stands
 //! for each new run as a new record would: a run only puts its completion
 //! in the record, and records again only the handles whose entries were
@@ -21,13 +21,19 @@
 //! - A run asks the record which handles were noted ([`RunRecord::begin`]);
 //!   with none, the same step puts its completion in the record and it
 //!   starts: an access either sees the new completion or was noted before.
-//! - Otherwise the run locks those handles' logs and, holding them, puts
-//!   its completion in the record and clears the notes
+//! - Otherwise the run locks those handles' logs, in address order, and,
+//!   holding them: looks at what their entries make it wait for; then
+//!   puts its completion in the record and clears the notes
 //!   ([`RunRecord::registering`]), unless more handles were noted meanwhile
-//!   (then it tries again with those). Still holding the logs, it records
-//!   its entries there after whatever is in them. A handle not noted has
-//!   nothing after the graph's entry that the run must wait for, and an
-//!   access looking at it from now on sees the new completion.
+//!   (then it tries again with those); then records its entries there. A
+//!   handle not noted has nothing after the graph's entry that the run
+//!   must wait for, and an access looking at it from now on sees the new
+//!   completion. Looking before publishing keeps two graphs sharing a
+//!   handle from waiting for each other (see `docs/PROTOCOLS.md`).
+//!
+//! One run of a graph at a time uses its record (a run borrows its graph
+//! mutably, and a change to the graph makes a new record): between two
+//! registrations the notes only grow.
 //!
 //! A log that drops an entry whose graph's latest run is over (sweeping
 //! its list of reads) notes the handle too ([`RunRecord::forget`]), so the
@@ -42,10 +48,10 @@ const MOST_NOTED: usize = 64;
 
 /// The registration of one graph's runs in its handles' logs.
 pub struct RunRecord {
-    state: Mutex<SlotState>,
+    state: Mutex<RecordState>,
 }
 
-struct SlotState {
+struct RecordState {
     /// The completion of the graph's latest run; `None` until a run
     /// registered.
     latest: Option<Dep>,
@@ -55,8 +61,8 @@ struct SlotState {
 }
 
 /// The handles a run must record again, by their logs' addresses: a list
-/// kept by the caller and filled by [`RunRecord::begin`] (its capacity
-/// reused from run to run).
+/// kept by the caller and filled by [`RunRecord::begin`] or a refused
+/// [`RunRecord::registering`] (its capacity reused from run to run).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Noted {
     /// Every handle: no run registered yet, or too many were noted.
@@ -87,7 +93,7 @@ impl RunRecord {
     /// A record no run registered in yet.
     pub fn new() -> Self {
         Self {
-            state: Mutex::new(SlotState {
+            state: Mutex::new(RecordState {
                 latest: None,
                 noted: Noted {
                     all: true,
@@ -143,6 +149,10 @@ impl RunRecord {
     #[allow(clippy::result_unit_err)]
     pub fn registering(&self, done: &Dep, noted: &mut Noted) -> Result<Option<Dep>, ()> {
         let mut s = lock(&self.state);
+        debug_assert!(
+            s.noted.all || s.noted.handles.len() >= noted.handles.len(),
+            "notes shrank between a run's start and its registration: two runs at once"
+        );
         if !s.noted.same_as(noted) {
             noted.copy_from(&s.noted);
             return Err(());
@@ -154,7 +164,7 @@ impl RunRecord {
     }
 }
 
-impl SlotState {
+impl RecordState {
     /// Notes `handle` (once), or every handle beyond [`MOST_NOTED`].
     fn note(&mut self, handle: usize) {
         let noted = &mut self.noted;

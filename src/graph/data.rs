@@ -172,7 +172,7 @@ pub(crate) struct DataUses<'g> {
     /// nothing from outside looked at them since the last registration
     /// registers nothing (see `dataflow/run_record.rs`). A new one after
     /// every change, so the next run registers the handles as they are.
-    slot: Arc<RunRecord>,
+    record: Arc<RunRecord>,
     /// Each handle's address (its key in `handles`) by its log's address,
     /// which is how the record notes a handle; set with `order`.
     by_log: HashMap<usize, usize>,
@@ -244,7 +244,7 @@ impl<'g> DataUses<'g> {
         self.order
             .sort_unstable_by_key(|h| h.target.cast::<()>().as_ptr() as usize);
         self.held = self.handles.iter().map(|(&a, u)| (a, u.mode)).collect();
-        self.slot = Arc::new(RunRecord::new());
+        self.record = Arc::new(RunRecord::new());
         self.by_log = self
             .handles
             .iter()
@@ -331,7 +331,7 @@ impl<'g> DataUses<'g> {
         let done = turn.dep();
         let mut scratch = self.scratch.borrow_mut();
         let Scratch { noted, keys } = &mut *scratch;
-        match self.slot.begin(&done, noted) {
+        match self.record.begin(&done, noted) {
             // The entries of the last registration stand for this run now.
             Some(previous) => previous.into_iter().for_each(|p| turn.after(p)),
             None => while !self.register(w, &mut turn, &done, noted, keys) {},
@@ -379,6 +379,12 @@ impl<'g> DataUses<'g> {
         }
         // In address order, as every submission locks them.
         keys.clear();
+        // Every noted log is one of this graph's: only its runs record
+        // entries naming this record, and a change makes a new one.
+        debug_assert!(noted
+            .handles
+            .iter()
+            .all(|log| self.by_log.contains_key(log)));
         keys.extend(noted.handles.iter().filter_map(|log| self.by_log.get(log)));
         keys.sort_unstable();
         keys.dedup();
@@ -405,20 +411,20 @@ impl<'g> DataUses<'g> {
             // waits for it through a task ordered after both).
             let mut before: Few<Dep> = Few::default();
             for (log, mode, _) in locked {
-                for b in log.before_run(mode, &self.slot) {
+                for b in log.before_run(mode, &self.record) {
                     before.push(b.done);
                 }
                 logs.push((log, mode));
             }
             // With the logs locked, nothing can look at their entries
             // between the record naming this run and the new entries.
-            if let Ok(previous) = self.slot.registering(done, noted) {
+            if let Ok(previous) = self.record.registering(done, noted) {
                 previous
                     .into_iter()
                     .chain(before.take_all())
                     .for_each(|d| turn.after(d));
                 for (log, mode) in logs.slots().iter_mut().flatten() {
-                    log.record(*mode, Recorded::runs(self.slot.clone()));
+                    log.record(*mode, Recorded::runs(self.record.clone()));
                 }
                 recorded = true;
             }
