@@ -196,36 +196,26 @@ fn later_runs_stay_ordered_with_the_tasks_outside_the_graph() {
     assert_eq!(seen, (0, 1));
     let (g, seen) = run(g);
     assert_eq!(seen, (1, 1));
-    // A slow write from outside to the handle the graph writes, submitted
-    // between two runs: the next run waits for it.
-    let gate = Promise::new();
-    rt.submit_with((d.write(), gate.dep()), |(v, ())| *v = 100)
-        .detach();
-    let handle = rt.submit_graph(g);
-    // Longer than a run.
-    std::thread::sleep(Duration::from_millis(80));
-    assert!(
-        !handle.is_finished(),
-        "a run started before the write from outside it follows"
-    );
-    gate.fulfill();
-    let (g, result) = handle.join();
-    result.unwrap();
+    // A slow write from outside, submitted between two runs, and the next
+    // run, which must wait for it (longer than a run: the write is held
+    // back until then).
+    let after_slow_write = |g: Graph<'static>, h: &Data<u64>, value: u64, what: &str| {
+        let gate = Promise::new();
+        rt.submit_with((h.write(), gate.dep()), move |(v, ())| *v = value)
+            .detach();
+        let handle = rt.submit_graph(g);
+        std::thread::sleep(Duration::from_millis(80));
+        assert!(!handle.is_finished(), "a run started before {what}");
+        gate.fulfill();
+        let (g, result) = handle.join();
+        result.unwrap();
+        g
+    };
+    // To the handle the graph writes.
+    let g = after_slow_write(g, &d, 100, "the write from outside it follows");
     assert_eq!(seen_rx.recv().unwrap(), (100, 1));
-    // The same on the handle the graph only reads.
-    let gate = Promise::new();
-    rt.submit_with((input.write(), gate.dep()), |(v, ())| *v = 5)
-        .detach();
-    let handle = rt.submit_graph(g);
-    // Longer than a run.
-    std::thread::sleep(Duration::from_millis(80));
-    assert!(
-        !handle.is_finished(),
-        "a run started before the write from outside to a handle it reads"
-    );
-    gate.fulfill();
-    let (g, result) = handle.join();
-    result.unwrap();
+    // To the handle the graph only reads.
+    let g = after_slow_write(g, &input, 5, "a write from outside to a handle it reads");
     assert_eq!(seen_rx.recv().unwrap(), (101, 5));
     // A run that registered nothing: a read submitted while it runs sees
     // its last value, never the value half way.
