@@ -26,10 +26,9 @@
 //!   also stores its digest where the checksum reads it. On the 64 × 64
 //!   grid, and on the empty 256 × 256 grid in a group of its own, last,
 //!   with the hand-edged graph as its only peer: among the other rows its
-//!   65,536 handles (about 350 bytes a handle and node) pushed their data
-//!   out of the caches, so the samples taken after it were slower (a
-//!   replayed empty node went from 14 to 23 ns to 30 to 36 ns, while a
-//!   probe without it saw no change).
+//!   65,536 handles pushed their data out of the caches, so the samples
+//!   taken after it were slower (a replayed empty node went from 14 to 23
+//!   ns to 30 to 36 ns, while a probe without it saw no change).
 //! - `selvedge spawn_delayed (made up front)`: a promise per tile and
 //!   every tile's task made by the root task, as the fine wavefront's
 //!   `spawn_delayed (inside rt.run)` row.
@@ -81,72 +80,77 @@ pub fn all() -> [Dataflow; 4] {
 /// against the same graph with its edges by hand, in a group of their
 /// own, last: the declared graph's 65,536 handles push the data of the
 /// implementations sampled in turn with it out of the caches, its peer's
-/// too, so this group's hand-edged row is slower than the empty grid's.
+/// too, so this group's hand-edged row is not the empty grid's figure.
 fn empty_declared() -> Dataflow {
     const G: usize = fine::LARGE_GRID;
-    Dataflow {
-        units: (G * G) as u64,
-        unit: "node",
-        phases: Vec::new(),
-        workload: Workload {
-            group: EMPTY_DATA_GROUP,
-            title: format!("graph wavefront ({G}x{G} tiles, no work, 0 rounds), tiles as Data"),
-            producer_consumer: false,
-            expected: None,
-            impls: vec![
-                peer::<G, 0>(SERIAL),
-                Impl {
-                    name: REPLAYED,
-                    kind: Kind::SelvedgeSpawn,
-                    run: |p| replayed::<G, 0>(&p.selvedge),
-                },
-                Impl {
-                    name: DECLARED,
-                    kind: Kind::SelvedgeSpawn,
-                    run: |p| replayed_declared::<G, 0>(&p.selvedge),
-                },
-            ],
-        },
-    }
+    grid::<G>(
+        EMPTY_DATA_GROUP,
+        format!("graph wavefront ({G}x{G} tiles, no work, 0 rounds), tiles as Data"),
+        vec![
+            peer::<G, 0>(SERIAL),
+            replayed_impl::<G, 0>(),
+            declared_impl::<G, 0>(),
+        ],
+    )
 }
 
 fn workload<const G: usize, const R: u32>(group: &'static str, size: &str) -> Dataflow {
+    let impls = vec![
+        peer::<G, R>(SERIAL),
+        replayed_impl::<G, R>(),
+        Impl {
+            name: BUILT,
+            kind: Kind::SelvedgeSpawn,
+            run: |p| built_every_run::<G, R>(&p.selvedge),
+        },
+        Impl {
+            name: DELAYED,
+            ..peer::<G, R>(fine::DELAYED)
+        },
+        peer::<G, R>(SUCCESSORS),
+        peer::<G, R>(RAYON_BARRIER),
+    ]
+    .into_iter()
+    .chain((G == fine::SMALL_GRID).then(declared_impl::<G, R>))
+    .collect();
+    grid::<G>(
+        group,
+        format!("graph wavefront ({G}x{G} tiles, {size}, {R} rounds)"),
+        impls,
+    )
+}
+
+/// A `G × G` grid's workload: its group, its title and what it times.
+fn grid<const G: usize>(group: &'static str, title: String, impls: Vec<Impl>) -> Dataflow {
     Dataflow {
         units: (G * G) as u64,
         unit: "node",
         phases: Vec::new(),
         workload: Workload {
             group,
-            title: format!("graph wavefront ({G}x{G} tiles, {size}, {R} rounds)"),
+            title,
             producer_consumer: false,
             expected: None,
-            impls: vec![
-                peer::<G, R>(SERIAL),
-                Impl {
-                    name: REPLAYED,
-                    kind: Kind::SelvedgeSpawn,
-                    run: |p| replayed::<G, R>(&p.selvedge),
-                },
-                Impl {
-                    name: BUILT,
-                    kind: Kind::SelvedgeSpawn,
-                    run: |p| built_every_run::<G, R>(&p.selvedge),
-                },
-                Impl {
-                    name: DELAYED,
-                    ..peer::<G, R>(fine::DELAYED)
-                },
-                peer::<G, R>(SUCCESSORS),
-                peer::<G, R>(RAYON_BARRIER),
-            ]
-            .into_iter()
-            .chain((G == fine::SMALL_GRID).then_some(Impl {
-                name: DECLARED,
-                kind: Kind::SelvedgeSpawn,
-                run: |p| replayed_declared::<G, R>(&p.selvedge),
-            }))
-            .collect(),
+            impls,
         },
+    }
+}
+
+/// The grid's graph with its edges by hand, replayed.
+fn replayed_impl<const G: usize, const R: u32>() -> Impl {
+    Impl {
+        name: REPLAYED,
+        kind: Kind::SelvedgeSpawn,
+        run: |p| replayed::<G, R>(&p.selvedge),
+    }
+}
+
+/// The grid's graph of `Data` tiles, replayed.
+fn declared_impl<const G: usize, const R: u32>() -> Impl {
+    Impl {
+        name: DECLARED,
+        kind: Kind::SelvedgeSpawn,
+        run: |p| replayed_declared::<G, R>(&p.selvedge),
     }
 }
 

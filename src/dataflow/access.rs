@@ -253,10 +253,12 @@ macro_rules! tuple_access_set {
             }
 
             fn only_data(&self) -> Option<(&dyn sealed::Target, Mode)> {
-                // A tuple of one (the others have more than one access).
-                match &[$(self.$idx.only_data()),+][..] {
-                    [only] => *only,
-                    _ => None,
+                // A tuple of one (the others have more than one access):
+                // known from the arity, without asking each element.
+                if [$($idx),+].len() == 1 {
+                    self.0.only_data()
+                } else {
+                    None
                 }
             }
         }

@@ -366,15 +366,12 @@ impl<'g> DataUses<'g> {
         noted: &mut Noted,
         keys: &mut Vec<usize>,
     ) -> bool {
-        let target = |u: &Uses<'g>| {
+        let access = |target: NonNull<dyn Target + 'g>, mode: Mode| {
             // SAFETY: live while the graph is (see `declared_by`).
-            (unsafe { u.target.as_ref() }, u.mode)
+            (unsafe { target.as_ref() }, mode)
         };
         if noted.all {
-            let data = self.order.iter().map(|h| {
-                // SAFETY: as above.
-                (unsafe { h.target.as_ref() }, h.mode)
-            });
+            let data = self.order.iter().map(|h| access(h.target, h.mode));
             return self.record_run(w, turn, done, noted, data);
         }
         // In address order, as every submission locks them.
@@ -388,7 +385,10 @@ impl<'g> DataUses<'g> {
         keys.extend(noted.handles.iter().filter_map(|log| self.by_log.get(log)));
         keys.sort_unstable();
         keys.dedup();
-        let data = keys.iter().filter_map(|k| self.handles.get(k)).map(target);
+        let data = keys
+            .iter()
+            .filter_map(|k| self.handles.get(k))
+            .map(|u| access(u.target, u.mode));
         self.record_run(w, turn, done, noted, data)
     }
 
