@@ -185,3 +185,60 @@ fn settled_delayed_tasks_do_not_stay_registered() {
     );
     drop(rt);
 }
+
+/// Tasks of one runtime fulfilled by the workers of another, after the
+/// first one shut down (which cancelled them) and while it shuts down:
+/// each task runs or reports the shutdown, once. A worker settles a task
+/// without contest only on its own runtime, whose shutdown cannot run
+/// meanwhile; the task's own runtime may have reclaimed it, or be
+/// reclaiming it, when another runtime's worker fulfills its promise.
+#[test]
+fn tasks_fulfilled_on_another_runtimes_workers_after_their_shutdown_settle_once() {
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const TASKS: usize = 400;
+    let other = Runtime::builder().num_threads(2).build().unwrap();
+    for round in 0..20 {
+        let rt = Runtime::builder().num_threads(2).build().unwrap();
+        let ran = Arc::new(AtomicUsize::new(0));
+        let promises: Vec<Promise> = (0..TASKS).map(|_| Promise::new()).collect();
+        let handles: Vec<JoinHandle<()>> = promises
+            .iter()
+            .map(|p| {
+                let ran = ran.clone();
+                rt.submit_delayed([p.dep()], move || {
+                    ran.fetch_add(1, Ordering::Relaxed);
+                })
+            })
+            .collect();
+        let mut first = promises;
+        let second = first.split_off(TASKS / 2);
+        let fulfill_on_other = |half: Vec<Promise>| {
+            other.submit(move || {
+                for p in half {
+                    p.fulfill();
+                }
+            })
+        };
+        // Even rounds: all fulfilled after the shutdown. Odd rounds: half
+        // fulfilled during it.
+        let during = (round % 2 == 1).then(|| fulfill_on_other(first.split_off(0)));
+        drop(rt);
+        let after = [fulfill_on_other(first), fulfill_on_other(second)];
+        during.into_iter().chain(after).for_each(JoinHandle::join);
+        let ok = handles
+            .into_iter()
+            .map(JoinHandle::try_join)
+            .filter(Result::is_ok)
+            .count();
+        assert_eq!(
+            ran.load(Ordering::Relaxed),
+            ok,
+            "a task ran without its handle saying so, or the reverse"
+        );
+        if round % 2 == 0 {
+            assert_eq!(ok, 0, "a task ran after its runtime shut down");
+        }
+    }
+}

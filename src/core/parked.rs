@@ -265,6 +265,12 @@ impl Parked {
     /// The index of the calling thread's worker if it is one of
     /// `runtime`'s.
     pub(crate) fn worker_here(runtime: &Registry) -> Option<usize> {
+        Self::worker_of(runtime)
+    }
+
+    /// [`Parked::worker_here`] of a runtime known only by its address,
+    /// which is compared, never read.
+    pub(crate) fn worker_of(runtime: *const Registry) -> Option<usize> {
         Worker::current()
             .filter(|w| ptr::eq(&*w.shared, runtime))
             .map(|w| w.index)
@@ -387,6 +393,25 @@ impl Parked {
                 Ordering::Relaxed,
             )
             .is_ok()
+    }
+
+    /// Empties `slot`, which holds the caller's node, on a worker of the
+    /// slot's runtime: there, nobody else can take the node's registry
+    /// reference (only [`Parked::reclaim`] swaps a slot it did not fill, and
+    /// it runs once every worker thread has exited), so a store does what
+    /// [`Parked::leave_own`]'s compare-and-swap does elsewhere.
+    ///
+    /// # Safety
+    /// `slot` holds the caller's node, and the calling thread is a worker
+    /// of the slot's runtime.
+    pub(crate) unsafe fn leave_on_worker(slot: *const ParkedSlot) {
+        // SAFETY: slots live as long as the runtime, which our worker
+        // keeps alive (caller).
+        let slot = unsafe { &*slot };
+        // Relaxed: the slot publishes nothing of ours; its shard's user,
+        // which may fill it again once it reads it empty, writes a whole
+        // new node and name.
+        slot.node.store(ptr::null_mut(), Ordering::Relaxed);
     }
 
     /// Cancels every registered task still parked, once the runtime's

@@ -120,6 +120,26 @@ impl Node {
         })
     }
 
+    /// The address of the node's runtime, read without taking it: only
+    /// the claim's winner takes the task and runtime out, and taking them
+    /// moves their bits without writing the node (only [`Node::put_back`],
+    /// by the winner, writes it), so the address read here is the one
+    /// written when the node was made.
+    ///
+    /// # Safety
+    /// The caller holds a reference on the node and has not put anything
+    /// back into it.
+    unsafe fn runtime_address(&self) -> *const Registry {
+        // SAFETY: the caller's reference keeps the node allocated.
+        let owned = unsafe { &*ptr::addr_of!((*self.0.as_ptr()).owned) };
+        owned.with(|o| {
+            // SAFETY: written when the node was made, before it was handed
+            // to either party; never overwritten before the caller's
+            // `put_back` (caller).
+            Arc::as_ptr(unsafe { &(*o).assume_init_ref().1 })
+        })
+    }
+
     /// Puts back what [`Node::take`] took, for the party that releases
     /// the node last.
     ///
@@ -266,6 +286,27 @@ unsafe fn take_node(w: NonNull<Waiter>) -> Option<(TaskRef, Arc<Registry>)> {
     // SAFETY: the outcome hands the waiter over; nobody else touches it
     // (the registry only borrows the claim).
     unsafe { ManuallyDrop::drop(&mut *ptr::addr_of_mut!((*node.0.as_ptr()).waiter)) };
+    // SAFETY: the protocol's reference, which nothing was put back into.
+    let runtime = unsafe { node.runtime_address() };
+    if let Some(here) = Parked::worker_of(runtime) {
+        // On a worker of the node's runtime the claim is ours uncontested:
+        // the other party that may claim it, the runtime's reclaim, runs
+        // once every worker thread has exited. The task, the slot and both
+        // references are ours without the claim's and the slot's
+        // read-modify-writes.
+        // SAFETY: the claim is ours (above), and we hold a reference.
+        let owned = unsafe { node.take() };
+        // SAFETY: the node's slot still holds it (only the reclaim could
+        // have emptied it), and this thread is a worker of its runtime.
+        unsafe { Parked::leave_on_worker(node.slot()) };
+        Parked::count_at(&owned.1, Some(here), false);
+        if node.in_place().is_none() {
+            // SAFETY: both references are ours; the waiter was dropped and
+            // the task taken above.
+            unsafe { task::free_raw(node.0) };
+        }
+        return Some(owned);
+    }
     if !node.claim().claim() {
         // The reclaim won: it cancelled the task. A node inside the task's
         // block keeps it until its last reference goes.

@@ -21,7 +21,8 @@
 //! *refs*, everything that keeps the memory (handles and [`Dep`]s, including
 //! the deps parked waiters hold). When the last handle goes, every event
 //! still open is closed as broken and its waiters are cancelled; when the
-//! last ref goes, the group is freed (one read-modify-write per release).
+//! last ref goes, the group is freed (one read-modify-write per release;
+//! none for a last handle that holds the only ref left).
 
 use crate::core::stack_list::oldest_first;
 use crate::core::sync::{AtomicPtr, AtomicUsize, Ordering, UnsafeCell};
@@ -193,6 +194,11 @@ pub struct Group {
     _apart: [u8; 64],
     /// Everything that keeps the group alive: handles and deps.
     refs: AtomicUsize,
+    /// In the loom models, the group's memory: every holder of a ref reads
+    /// it before giving the ref up, and the free writes it, so a free not
+    /// ordered after some holder's last use is a data race loom reports.
+    #[cfg(loom)]
+    memory: UnsafeCell<()>,
 }
 
 impl Group {
@@ -215,6 +221,8 @@ impl Group {
             rest: rest.into_boxed_slice(),
             _apart: [0; 64],
             refs: AtomicUsize::new(1),
+            #[cfg(loom)]
+            memory: UnsafeCell::new(()),
         }))
     }
 
@@ -342,9 +350,10 @@ impl Group {
     /// The caller gives up a ref it holds on `this`.
     pub unsafe fn release_ref(this: NonNull<Group>) {
         // SAFETY: our ref keeps the group alive until the decrement.
-        let old = unsafe { this.as_ref() }
-            .refs
-            .fetch_sub(1, Ordering::Release);
+        let g = unsafe { this.as_ref() };
+        #[cfg(loom)]
+        g.memory.with(|_| ());
+        let old = g.refs.fetch_sub(1, Ordering::Release);
         #[cfg(loom)]
         assert!(old > 0 && old < FREED, "group released after it was freed");
         if old != 1 {
@@ -353,16 +362,30 @@ impl Group {
         // Every other party's last use happened before its release, and
         // this acquire orders them before the free (as `Arc`'s drop).
         crate::core::sync::fence(Ordering::Acquire);
-        #[cfg(not(loom))]
         // SAFETY: the last ref is gone.
+        unsafe { Self::free_last(this) };
+    }
+
+    /// Frees a group whose last ref is gone, every holder's last use
+    /// ordered before this call.
+    ///
+    /// # Safety
+    /// No ref is left, and nobody uses the group any more.
+    unsafe fn free_last(this: NonNull<Group>) {
+        #[cfg(not(loom))]
+        // SAFETY: the caller's contract.
         unsafe {
             Self::free(this)
         };
         #[cfg(loom)]
-        // SAFETY: still allocated (loom builds never free groups).
-        unsafe { this.as_ref() }
-            .refs
-            .store(FREED, Ordering::Relaxed);
+        {
+            // SAFETY: still allocated (loom builds never free groups).
+            let g = unsafe { this.as_ref() };
+            // The free's write: loom reports a holder's use not ordered
+            // before it.
+            g.memory.with_mut(|_| ());
+            g.refs.store(FREED, Ordering::Relaxed);
+        }
     }
 
     /// Whether the last ref was released (loom models only: groups are
@@ -381,6 +404,20 @@ impl Group {
     pub unsafe fn release_handle(this: NonNull<Group>, mut settle: impl FnMut(Outcome)) {
         // SAFETY: our handle keeps the group alive until released below.
         let g = unsafe { this.as_ref() };
+        // Our ref is the only one left: no other handle, no dependency, so
+        // no waiter parked on any event and nobody who could make one.
+        // Nobody else can reach the group: it is freed without the two
+        // counts' read-modify-writes (the common end of a promise, dropped
+        // after its tasks let go of their dependencies). Acquire, as the
+        // last release's fence: every other holder's last use of the group
+        // happened before its release, so before the free.
+        if g.refs.load(Ordering::Acquire) == 1 {
+            #[cfg(loom)]
+            g.memory.with(|_| ());
+            // SAFETY: no other ref: nobody else uses the group.
+            unsafe { Group::free_last(this) };
+            return;
+        }
         // A fulfilled event is never broken: `close_broken` decides with a
         // CAS, which reads the latest `head` whatever this count's
         // ordering (the loom models pass with it relaxed). AcqRel also
