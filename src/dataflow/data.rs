@@ -16,7 +16,6 @@ use crate::dataflow::held;
 use crate::dataflow::log::{Log, Recorded};
 use crate::dataflow::readers::ReadShare;
 use crate::dataflow::turn::Turn;
-use crossbeam_utils::CachePadded;
 use std::cell::UnsafeCell;
 use std::fmt;
 use std::sync::Arc;
@@ -67,12 +66,35 @@ pub struct Data<T> {
     inner: Arc<Inner<T>>,
 }
 
+/// What the handles of one `Data` share, laid out in order: the value next
+/// to the handles' reference counts (which the tasks' workers touch with
+/// it), then the log on lines of its own.
+#[repr(C)]
 pub(crate) struct Inner<T> {
     slot: UnsafeCell<Slot<T>>,
-    /// On its own cache line: the submitting thread locks it while the
-    /// tasks' workers touch the value and the handle's reference count.
-    log: CachePadded<Mutex<Log>>,
     name: Option<Box<str>>,
+    /// On cache lines of its own: the submitting thread locks it while the
+    /// tasks' workers touch the value and the handle's reference count.
+    log: OwnLines<Mutex<Log>>,
+}
+
+/// A field that starts a cache line, padded no further: a handle of a small
+/// value is 256 bytes (its counts, its value, its log's two lines), where
+/// padding the log to 128 bytes (`CachePadded`, for adjacent-line
+/// prefetching) would take 384, and a grid of tiles touches every byte of
+/// its handles each run.
+#[repr(align(64))]
+struct OwnLines<T>(T);
+
+// A handle of a small value: its counts' line, then these 192 bytes.
+static_assertions::const_assert!(std::mem::size_of::<Inner<u64>>() <= 192);
+
+impl<T> std::ops::Deref for OwnLines<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 /// The value and its poison, one version at a time: whoever has the
@@ -169,8 +191,8 @@ impl<T: Send + Sync> Data<T> {
                     value,
                     poison: None,
                 }),
-                log: CachePadded::new(Mutex::new(Log::default())),
                 name,
+                log: OwnLines(Mutex::new(Log::default())),
             }),
         }
     }

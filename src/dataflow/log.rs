@@ -10,9 +10,9 @@ use crate::dataflow::run_record::RunRecord;
 use std::any::Any;
 use std::sync::{Arc, Weak};
 
-// A handle's log and its lock fill one cache-padded line of the handle's
-// allocation (128 bytes on x86-64 and AArch64): a byte more would double
-// that padding for every `Data`.
+// A handle's log and its lock fill two cache lines of the handle's
+// allocation (`data.rs`'s `OwnLines`): a byte more would add a line to
+// every `Data`.
 static_assertions::const_assert!(size_of::<crate::core::sync::Mutex<Log>>() <= 128);
 
 /// The ordering state of one handle: the last write and every read since.
