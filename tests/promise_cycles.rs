@@ -242,3 +242,32 @@ fn tasks_fulfilled_on_another_runtimes_workers_after_their_shutdown_settle_once(
         }
     }
 }
+
+/// A task parked on a promise that outlives its runtime: the runtime's
+/// shutdown cancels it, and its promise, fulfilled or dropped later on a
+/// worker of another runtime (often built in the same memory as the
+/// first), reaches only the cancelled task's remains: nothing runs, and
+/// nothing is cancelled twice.
+#[test]
+fn a_promise_fulfilled_after_its_tasks_runtime_was_dropped_settles_nothing_twice() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for round in 0..50 {
+        let first = Runtime::builder().num_threads(2).build().unwrap();
+        let p = Promise::new();
+        let handles: Vec<JoinHandle<u32>> = (0..8)
+            .map(|i| first.submit_delayed([p.dep()], move || i))
+            .collect();
+        drop(first);
+        for h in handles {
+            let e = h.try_join().expect_err("a task of a dropped runtime ran");
+            assert!(e.to_string().contains("runtime shut down"), "{e}");
+        }
+        let second = Runtime::builder().num_threads(2).build().unwrap();
+        if round % 2 == 0 {
+            second.run(move || p.fulfill());
+        } else {
+            second.run(move || drop(p));
+        }
+        drop(second);
+    }
+}

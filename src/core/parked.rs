@@ -78,15 +78,17 @@ pub(crate) enum Reclaimed {
 /// The registry holds one of a node's two references (the node's claim,
 /// see `dataflow/event.rs`) in a
 /// *slot*: an atomic pointer at a fixed address, which the node knows.
-/// Whoever empties the slot with a swap owns that reference: the side
-/// that settles the node, as soon as it has won the node's claim (it then
-/// holds both references and is done with the node at once), or the runtime's
+/// Whoever empties the slot owns that reference: the side that settles
+/// the node, as soon as it has won the node's claim (it then holds both
+/// references and is done with the node at once), or the runtime's
 /// reclaim, which swaps every slot before it claims the node and releases
-/// the reference after. Exactly one swap finds the node.
+/// the reference after. Exactly one of them finds the node there.
 /// The settling side touches the slot only after winning the claim, when
-/// it holds the runtime (and so the registry) alive; reclaim claims only
-/// after its swap, so a settling side that lost the claim never needs the
-/// slot.
+/// it holds the runtime (and so the registry) alive, or on a worker of the
+/// node's runtime while the claim is open, where no reclaim can run (it
+/// then needs no claim: see [`Parked::leave_on_worker`]); reclaim claims
+/// only after its swap, so a settling side that lost the claim never needs
+/// the slot.
 pub(crate) struct Parked {
     /// One shard per worker, whose free slots only that worker's thread
     /// touches while the workers run (see [`Shard`]): parking a task takes

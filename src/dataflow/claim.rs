@@ -16,7 +16,9 @@ const CLAIMED: usize = 1;
 /// registry of parked tasks (which, when the runtime is dropped, takes back
 /// the tasks that can never run there). Either may try to take the task:
 /// [`Claim::claim`] lets exactly one of them win, and the winner alone runs
-/// or cancels the task. The node's memory holds one reference per party and
+/// or cancels the task. (On a worker of the node's runtime, where the
+/// registry's reclaim cannot run, the protocol side that finds the claim
+/// open takes the task without claiming it: see `delayed.rs`.) The node's memory holds one reference per party and
 /// is freed by whichever [`Claim::release`]s last (or, for a node inside its
 /// task's block, left to that party to act on the task), so a party that
 /// lost the claim (or never tried) may still read the node until it lets
@@ -48,6 +50,14 @@ impl Claim {
     /// keeps the winner after everything the loser did before its claim.
     pub fn claim(&self) -> bool {
         self.state.fetch_or(CLAIMED, Ordering::Acquire) & CLAIMED == 0
+    }
+
+    /// Whether a party took the claim. Acquire: a claim taken before the
+    /// caller's thread was told of the node in any way (the runtime that
+    /// took it was dropped, say, before the caller's runtime was made) is
+    /// seen.
+    pub fn is_claimed(&self) -> bool {
+        self.state.load(Ordering::Acquire) & CLAIMED != 0
     }
 
     /// Gives up the caller's reference; `true` for the last one, whose

@@ -66,9 +66,9 @@ pub struct Data<T> {
     inner: Arc<Inner<T>>,
 }
 
-/// What the handles of one `Data` share, laid out in order: the value next
-/// to the handles' reference counts (which the tasks' workers touch with
-/// it), then the log on lines of its own.
+/// What the handles of one `Data` share, laid out in order: the value on
+/// the line after the handles' reference counts (the log's alignment gives
+/// them a line of their own), then the log on lines of its own.
 #[repr(C)]
 pub(crate) struct Inner<T> {
     slot: UnsafeCell<Slot<T>>,

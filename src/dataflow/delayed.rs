@@ -49,7 +49,10 @@ use std::sync::Arc;
 struct Delayed {
     waiter: ManuallyDrop<Waiter>,
     claim: Claim,
-    owned: UnsafeCell<MaybeUninit<(TaskRef, Arc<Registry>)>>,
+    /// The task, and its runtime's `Arc` as a raw pointer (`Arc::into_raw`),
+    /// so that the runtime's address can be compared without reading the
+    /// runtime (see [`Node::runtime_address`]).
+    owned: UnsafeCell<MaybeUninit<(TaskRef, *const Registry)>>,
     /// The node's slot in its runtime's registry, which holds the
     /// registry's reference (see [`Parked`]). Written once, before the
     /// node is handed to the protocol.
@@ -113,18 +116,19 @@ impl Node {
     unsafe fn take(&self) -> (TaskRef, Arc<Registry>) {
         // SAFETY: the caller's reference keeps the node allocated.
         let owned = unsafe { &*ptr::addr_of!((*self.0.as_ptr()).owned) };
-        owned.with_mut(|o| {
+        let (task, runtime) = owned.with_mut(|o| {
             // SAFETY: written when the node was made (or put back by
             // `put_back`); only the claim's winner reads it, once per write.
             unsafe { (*o).assume_init_read() }
-        })
+        });
+        // SAFETY: from `Arc::into_raw` (made, or put back), whose count
+        // passes to the claim's winner once per write.
+        (task, unsafe { Arc::from_raw(runtime) })
     }
 
-    /// The address of the node's runtime, read without taking it: only
-    /// the claim's winner takes the task and runtime out, and taking them
-    /// moves their bits without writing the node (only [`Node::put_back`],
-    /// by the winner, writes it), so the address read here is the one
-    /// written when the node was made.
+    /// The address of the node's runtime, for comparing only: once the
+    /// claim is won by the runtime's reclaim, the runtime may be gone, and
+    /// another one made at the same address.
     ///
     /// # Safety
     /// The caller holds a reference on the node and has not put anything
@@ -134,9 +138,9 @@ impl Node {
         let owned = unsafe { &*ptr::addr_of!((*self.0.as_ptr()).owned) };
         owned.with(|o| {
             // SAFETY: written when the node was made, before it was handed
-            // to either party; never overwritten before the caller's
-            // `put_back` (caller).
-            Arc::as_ptr(unsafe { &(*o).assume_init_ref().1 })
+            // to either party; only `put_back` writes it again, after the
+            // caller's read (caller). Taking it copies the bits out.
+            unsafe { (*o).assume_init_ref().1 }
         })
     }
 
@@ -152,7 +156,7 @@ impl Node {
         cell.with_mut(|o| {
             // SAFETY: only the claim's winner writes this, once taken; the
             // last release, which reads it, comes after ours.
-            unsafe { (*o).write(owned) };
+            unsafe { (*o).write((owned.0, Arc::into_raw(owned.1))) };
         });
     }
 
@@ -243,7 +247,7 @@ fn park<N>(
         node.as_ptr().write(Delayed {
             waiter: ManuallyDrop::new(waiter),
             claim: Claim::new(),
-            owned: UnsafeCell::new(MaybeUninit::new((task, runtime.clone()))),
+            owned: UnsafeCell::new(MaybeUninit::new((task, Arc::into_raw(runtime.clone())))),
             slot: ptr::null(),
             in_place,
         })
@@ -286,14 +290,20 @@ unsafe fn take_node(w: NonNull<Waiter>) -> Option<(TaskRef, Arc<Registry>)> {
     // SAFETY: the outcome hands the waiter over; nobody else touches it
     // (the registry only borrows the claim).
     unsafe { ManuallyDrop::drop(&mut *ptr::addr_of_mut!((*node.0.as_ptr()).waiter)) };
-    // SAFETY: the protocol's reference, which nothing was put back into.
-    let runtime = unsafe { node.runtime_address() };
-    if let Some(here) = Parked::worker_of(runtime) {
-        // On a worker of the node's runtime the claim is ours uncontested:
-        // the other party that may claim it, the runtime's reclaim, runs
-        // once every worker thread has exited. The task, the slot and both
-        // references are ours without the claim's and the slot's
-        // read-modify-writes.
+    // On a worker of the node's runtime, with the claim still open, the
+    // claim is ours uncontested: the other party that may claim it, the
+    // runtime's reclaim, runs once every worker thread has exited. (A claim
+    // taken means the reclaim ran: the runtime may be gone, and this
+    // thread a worker of another made at the same address.) The task, the
+    // slot and both references are then ours without the claim's and the
+    // slot's read-modify-writes.
+    let here = if node.claim().is_claimed() {
+        None
+    } else {
+        // SAFETY: the protocol's reference, which nothing was put back into.
+        Parked::worker_of(unsafe { node.runtime_address() })
+    };
+    if let Some(here) = here {
         // SAFETY: the claim is ours (above), and we hold a reference.
         let owned = unsafe { node.take() };
         // SAFETY: the node's slot still holds it (only the reclaim could
