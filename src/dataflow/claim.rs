@@ -18,11 +18,11 @@ const CLAIMED: usize = 1;
 /// [`Claim::claim`] lets exactly one of them win, and the winner alone runs
 /// or cancels the task. (On a worker of the node's runtime, where the
 /// registry's reclaim cannot run, the protocol side that finds the claim
-/// open takes the task without claiming it: see `delayed.rs`.) The node's memory holds one reference per party and
-/// is freed by whichever [`Claim::release`]s last (or, for a node inside its
-/// task's block, left to that party to act on the task), so a party that
-/// lost the claim (or never tried) may still read the node until it lets
-/// go.
+/// open takes the task without claiming it: see `delayed.rs`.) The node's
+/// memory holds one reference per party and is freed by whichever
+/// [`Claim::release`]s last (or, for a node inside its task's block, left
+/// to that party to act on the task), so a party that lost the claim (or
+/// never tried) may still read the node until it lets go.
 ///
 /// The protocol side never learns of a claim by the registry until the
 /// waiter's events close: the waiter stays linked, is advanced like any

@@ -109,10 +109,11 @@ impl Node {
     }
 
     /// Takes the task and its runtime out of a node whose claim the caller
-    /// just won.
+    /// just won (or holds uncontested: see [`take_node`]).
     ///
     /// # Safety
-    /// The caller won the node's claim and holds a reference on it.
+    /// The caller won the node's claim, or holds it uncontested, and holds
+    /// a reference on the node.
     unsafe fn take(&self) -> (TaskRef, Arc<Registry>) {
         // SAFETY: the caller's reference keeps the node allocated.
         let owned = unsafe { &*ptr::addr_of!((*self.0.as_ptr()).owned) };
