@@ -937,17 +937,27 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Ch
 
     // Promise overhead.
     let (d, t) = find("promise_overhead");
-    let spawn = named(t, dataflow::OVERHEAD_SPAWN);
     let per_task = |name| ns_per(named(t, name), d.units);
+    // Each delayed row, its dependencies per task, and the spawn row it is
+    // compared with (the one timed on as many workers).
+    let delayed = [
+        (dataflow::OVERHEAD_DELAYED_1, 1.0, dataflow::OVERHEAD_SPAWN),
+        (dataflow::OVERHEAD_DELAYED_4, 4.0, dataflow::OVERHEAD_SPAWN),
+        (
+            dataflow::OVERHEAD_DELAYED_1_ONE,
+            1.0,
+            dataflow::OVERHEAD_SPAWN_ONE,
+        ),
+    ];
     let over = |name, deps: f64| {
+        let base = delayed
+            .iter()
+            .find(|(n, _, _)| *n == name)
+            .map_or(dataflow::OVERHEAD_SPAWN, |&(_, _, base)| base);
         per_task(name)
-            .zip(ns_per(spawn, d.units))
+            .zip(per_task(base))
             .map(|(a, b)| (a - b) / deps)
     };
-    let delayed = [
-        (dataflow::OVERHEAD_DELAYED_1, 1.0),
-        (dataflow::OVERHEAD_DELAYED_4, 4.0),
-    ];
     println!("### {}", d.workload.title);
     println!();
     if md {
@@ -960,7 +970,11 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Ch
              the difference to selvedge `spawn` in ns per task, and per dependency that \
              difference divided by the promises each task waits on. The *making only* row \
              times the making of tasks delayed on two iterations of a loop promise, none \
-             fulfilled yet, with nothing running: what one thread pays to make each.",
+             fulfilled yet, with nothing running: what one thread pays to make each. The \
+             *one worker* rows time `spawn` and the 1-promise tasks on a runtime of one \
+             worker: on two, the delayed tasks are made slowly enough for the other worker \
+             to ask for them and most are stolen, while the spawns are all made before it \
+             asks, so the difference between those rows also holds the stealing.",
             d.units, d.unit
         );
         println!();
@@ -973,7 +987,10 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Ch
     println!("|---|---:|---:|---:|---:|---:|---:|");
     let mut chart = Chart::new(d.workload.title.clone(), "ms");
     for x in t {
-        let deps = delayed.iter().find(|(n, _)| *n == x.name).map(|&(_, k)| k);
+        let deps = delayed
+            .iter()
+            .find(|(n, _, _)| *n == x.name)
+            .map(|&(_, k, _)| k);
         let mut note = ratios(
             Some(x.median),
             &[vs(x, t, "selvedge spawn", dataflow::OVERHEAD_SPAWN)],
@@ -997,6 +1014,7 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Ch
     charts.push(chart);
     let overhead_1 = over(dataflow::OVERHEAD_DELAYED_1, 1.0);
     let overhead_4 = over(dataflow::OVERHEAD_DELAYED_4, 4.0);
+    let overhead_one_worker = over(dataflow::OVERHEAD_DELAYED_1_ONE, 1.0);
     let making_2 = per_task(dataflow::OVERHEAD_MAKE_2);
 
     // Chain latency.
@@ -1159,6 +1177,11 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Ch
             met(value.is_some_and(|v| v <= 50.0))
         );
     }
+    println!(
+        "| promise overhead per dependency on top of `spawn`, 1 promise, on a runtime of \
+         one worker (nothing stolen) | {} ns | (reported) | |",
+        ns(overhead_one_worker)
+    );
     println!(
         "| making a delayed task with 2 open dependencies (one thread, nothing running) \
          | {} ns | ≤ 60 ns | {} |",

@@ -133,6 +133,8 @@ use crate::workloads::{Impl, Kind, Pools, Workload};
 pub mod fine_wavefront;
 #[path = "graph_replay.rs"]
 pub mod graph_replay;
+#[path = "one_worker.rs"]
+mod one_worker;
 
 // ---------------------------------------------------------------------------
 // Sizes
@@ -163,6 +165,8 @@ pub const OVERHEAD_DELAYED_1: &str = "selvedge spawn_delayed, 1 promise";
 pub const OVERHEAD_DELAYED_4: &str = "selvedge spawn_delayed, 4 promises";
 pub const OVERHEAD_RAYON: &str = "rayon scope.spawn";
 pub const OVERHEAD_MAKE_2: &str = "selvedge spawn_delayed on 2 open iterations, making only";
+pub const OVERHEAD_SPAWN_ONE: &str = "selvedge spawn, one worker";
+pub const OVERHEAD_DELAYED_1_ONE: &str = "selvedge spawn_delayed, 1 promise, one worker";
 pub const CHAIN_DELAYED: &str = "selvedge spawn_delayed chain";
 pub const CHAIN_SCOPE_DELAYED: &str = "selvedge scope.spawn_delayed chain";
 pub const CHAIN_JOIN: &str = "selvedge spawn+join round trips";
@@ -223,13 +227,23 @@ pub fn all() -> Vec<Dataflow> {
         Dataflow {
             units: OVERHEAD_TASKS,
             unit: "task",
-            phases: vec![Phase {
-                name: OVERHEAD_MAKE_2,
-                run: |p| {
-                    p.selvedge
-                        .run(|| overhead_make_2(black_box(OVERHEAD_TASKS)))
+            phases: vec![
+                Phase {
+                    name: OVERHEAD_MAKE_2,
+                    run: |p| {
+                        p.selvedge
+                            .run(|| overhead_make_2(black_box(OVERHEAD_TASKS)))
+                    },
                 },
-            }],
+                Phase {
+                    name: OVERHEAD_SPAWN_ONE,
+                    run: |_| one_worker::timed(|| overhead_spawn(black_box(OVERHEAD_TASKS))),
+                },
+                Phase {
+                    name: OVERHEAD_DELAYED_1_ONE,
+                    run: |_| one_worker::timed(|| overhead_delayed::<1>(black_box(OVERHEAD_TASKS))),
+                },
+            ],
             workload: Workload {
                 group: "promise_overhead",
                 title: format!("promise overhead ({OVERHEAD_TASKS} trivial tasks)"),
