@@ -265,14 +265,9 @@ impl Parked {
     }
 
     /// The index of the calling thread's worker if it is one of
-    /// `runtime`'s.
-    pub(crate) fn worker_here(runtime: &Registry) -> Option<usize> {
-        Self::worker_of(runtime)
-    }
-
-    /// [`Parked::worker_here`] of a runtime known only by its address,
-    /// which is compared, never read.
-    pub(crate) fn worker_of(runtime: *const Registry) -> Option<usize> {
+    /// `runtime`'s. The runtime is known by its address, which is compared,
+    /// never read (a settling node's runtime may be gone).
+    pub(crate) fn worker_here(runtime: *const Registry) -> Option<usize> {
         Worker::current()
             .filter(|w| ptr::eq(&*w.shared, runtime))
             .map(|w| w.index)

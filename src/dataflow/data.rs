@@ -89,14 +89,6 @@ struct OwnLines<T>(T);
 // A handle of a small value: its counts' line, then these 192 bytes.
 static_assertions::const_assert!(std::mem::size_of::<Inner<u64>>() <= 192);
 
-impl<T> std::ops::Deref for OwnLines<T> {
-    type Target = T;
-
-    fn deref(&self) -> &T {
-        &self.0
-    }
-}
-
 /// The value and its poison, one version at a time: whoever has the
 /// access's turn reads or writes both.
 struct Slot<T> {
@@ -128,7 +120,7 @@ impl<T> Inner<T> {
 
 impl<T: Send + Sync> Target for Inner<T> {
     fn log(&self) -> &Mutex<Log> {
-        &self.log
+        &self.log.0
     }
 
     fn describe(&self) -> String {
@@ -331,7 +323,7 @@ impl<T: Send + Sync> Data<T> {
     pub fn try_into_inner(self) -> Result<T, DataError<T>> {
         self.refuse_self_wait("try_into_inner");
         let (pending, runtime) = {
-            let mut log = lock(&self.inner.log);
+            let mut log = lock(&self.inner.log.0);
             (log.pending(), log.runtime.clone())
         };
         wait_over(pending, runtime.upgrade());
@@ -374,7 +366,7 @@ impl<T: Send + Sync> Data<T> {
         self.refuse_self_wait("read_now");
         let mut turn = Turn::new();
         let runtime = {
-            let mut log = lock(&self.inner.log);
+            let mut log = lock(&self.inner.log.0);
             for before in log.before(Mode::Read) {
                 turn.after(before.done);
             }

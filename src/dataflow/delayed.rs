@@ -253,7 +253,7 @@ fn park<N>(
             in_place,
         })
     };
-    let here = Parked::worker_here(runtime);
+    let here = Parked::worker_here(&**runtime);
     // SAFETY: `here` is `worker_here` of this thread for `runtime`.
     let slot = unsafe {
         let name = TaskName::of::<N>();
@@ -302,7 +302,7 @@ unsafe fn take_node(w: NonNull<Waiter>) -> Option<(TaskRef, Arc<Registry>)> {
         None
     } else {
         // SAFETY: the protocol's reference, which nothing was put back into.
-        Parked::worker_of(unsafe { node.runtime_address() })
+        Parked::worker_here(unsafe { node.runtime_address() })
     };
     if let Some(here) = here {
         // SAFETY: the claim is ours (above), and we hold a reference.
