@@ -230,8 +230,8 @@ fn park<N>(
     deps: impl IntoIterator<Item = Dep>,
     in_place: Option<&'static KeepBlock>,
 ) {
-    let waiter = Waiter::new(deps);
-    if waiter.all_fulfilled() {
+    let mut waiter = Waiter::new(deps);
+    if waiter.skip_fulfilled() {
         drop(waiter);
         // Nothing to wait for: a plain spawn, offered to thieves as one.
         runtime.schedule(task, Arrival::Delayed);

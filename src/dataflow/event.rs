@@ -28,6 +28,7 @@ use crate::core::stack_list::oldest_first;
 use crate::core::sync::{AtomicPtr, AtomicUsize, Ordering, UnsafeCell};
 use crate::dataflow::dep_list::DepList;
 use std::collections::TryReserveError;
+use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
 
 /// The `head` of a fulfilled event.
@@ -191,7 +192,8 @@ pub struct Group {
     len: usize,
     first: PromiseCell,
     rest: Box<[PromiseCell]>,
-    _apart: [u8; 64],
+    /// Left unwritten: a group is made for every promise.
+    _apart: [MaybeUninit<u8>; 64],
     /// Everything that keeps the group alive: handles and deps.
     refs: AtomicUsize,
     /// In the loom models, the group's memory: every holder of a ref reads
@@ -211,15 +213,22 @@ impl Group {
     /// As [`Group::new`], but a failed allocation of the events is an
     /// error instead of an abort (a loop promise may ask for many).
     pub fn try_new(len: usize) -> Result<NonNull<Group>, TryReserveError> {
-        let mut rest = Vec::new();
-        rest.try_reserve_exact(len.saturating_sub(1))?;
-        rest.extend((1..len).map(|_| PromiseCell::new()));
+        // A promise's group (one event) skips the vector's reservation
+        // and shrink: it is made as often as the tasks it orders.
+        let rest: Box<[PromiseCell]> = if len <= 1 {
+            Box::new([])
+        } else {
+            let mut rest = Vec::new();
+            rest.try_reserve_exact(len - 1)?;
+            rest.extend((1..len).map(|_| PromiseCell::new()));
+            rest.into_boxed_slice()
+        };
         Ok(Self::alloc(Group {
             handles: AtomicUsize::new(1),
             len,
             first: PromiseCell::new(),
-            rest: rest.into_boxed_slice(),
-            _apart: [0; 64],
+            rest,
+            _apart: [MaybeUninit::uninit(); 64],
             refs: AtomicUsize::new(1),
             #[cfg(loom)]
             memory: UnsafeCell::new(()),
@@ -636,10 +645,21 @@ impl Waiter {
         Some(outcome.waiter())
     }
 
-    /// Whether every dependency is fulfilled already (a task in this state
-    /// is scheduled at once, without parking).
-    pub fn all_fulfilled(&self) -> bool {
-        (0..self.deps.len()).all(|i| self.deps.get(i).is_some_and(Dep::is_fulfilled))
+    /// Moves the cursor past the dependencies fulfilled already, and says
+    /// whether that was all of them (a task in this state is scheduled at
+    /// once, without parking). Fulfilled is permanent, so [`Waiter::start`]
+    /// begins after them instead of looking at them again.
+    pub fn skip_fulfilled(&mut self) -> bool {
+        // SAFETY: `&mut`: nobody else touches the cursor.
+        let mut i = self.cursor.with(|c| unsafe { *c });
+        while self.deps.as_slice().get(i).is_some_and(Dep::is_fulfilled) {
+            i += 1;
+        }
+        if i > 0 {
+            // SAFETY: as above.
+            self.cursor.with_mut(|c| unsafe { *c = i });
+        }
+        i == self.deps.as_slice().len()
     }
 
     /// Starts waiting: parks the waiter on its lowest-addressed unfulfilled
@@ -663,7 +683,7 @@ impl Waiter {
         let waiter = unsafe { w.as_ref() };
         // SAFETY: we own the waiter, so nobody else touches its cursor.
         let mut i = waiter.cursor.with(|c| unsafe { *c });
-        while let Some(dep) = waiter.deps.get(i) {
+        while let Some(dep) = waiter.deps.as_slice().get(i) {
             // SAFETY: as above.
             waiter.cursor.with_mut(|c| unsafe { *c = i });
             // SAFETY: we own `w`; on `Queued` we return without touching it.
@@ -680,7 +700,7 @@ impl Waiter {
 impl std::fmt::Debug for Waiter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Waiter")
-            .field("deps", &self.deps.len())
+            .field("deps", &self.deps.as_slice().len())
             .finish_non_exhaustive()
     }
 }

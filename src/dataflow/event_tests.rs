@@ -26,9 +26,7 @@ fn a_dependency_list_is_sorted_without_repeats() {
                 .collect();
             want.sort_unstable();
             want.dedup();
-            let got: Vec<usize> = (0..list.len())
-                .map(|k| list.get(k).expect("in range").key())
-                .collect();
+            let got: Vec<usize> = list.as_slice().iter().map(Dep::key).collect();
             assert_eq!(got, want, "dependencies {picks:?}");
             assert_eq!(
                 g.refs.load(Ordering::Relaxed),
@@ -42,6 +40,73 @@ fn a_dependency_list_is_sorted_without_repeats() {
         1,
         "every list gave its refs back"
     );
+    // SAFETY: the test's handle, given up last.
+    unsafe { Group::release_handle(group, |_| unreachable!("nothing parked")) };
+}
+
+/// An iterator whose size hint says one dependency but that yields three:
+/// the hint is only a hint, so all three are kept (in order), none lost.
+#[test]
+fn a_dependency_list_keeps_what_an_iterator_yields_past_its_hint() {
+    struct Lying<I>(I);
+    impl<I: Iterator<Item = Dep>> Iterator for Lying<I> {
+        type Item = Dep;
+        fn next(&mut self) -> Option<Dep> {
+            self.0.next()
+        }
+        fn size_hint(&self) -> (usize, Option<usize>) {
+            (1, Some(1))
+        }
+    }
+    let group = Group::new(3);
+    // SAFETY: the test holds the group's handle until the end; `i < 3`.
+    let deps = [2, 0, 1].map(|i| unsafe { Group::dep(group, i) });
+    let list = DepList::collect(Lying(deps.into_iter()));
+    // SAFETY: as above.
+    let g = unsafe { group.as_ref() };
+    let want: Vec<usize> = (0..3).map(|i| g.event(i) as *const _ as usize).collect();
+    let mut want_sorted = want.clone();
+    want_sorted.sort_unstable();
+    let got: Vec<usize> = list.as_slice().iter().map(Dep::key).collect();
+    assert_eq!(got, want_sorted);
+    drop(list);
+    assert_eq!(
+        g.refs.load(Ordering::Relaxed),
+        1,
+        "the list gave its refs back"
+    );
+    // SAFETY: the test's handle, given up last.
+    unsafe { Group::release_handle(group, |_| unreachable!("nothing parked")) };
+}
+
+/// An iterator that panics after yielding some dependencies: the ones
+/// collected so far are dropped with the unwinding list, so their refs go
+/// back (else the group would never be freed).
+#[test]
+fn a_dependency_list_gives_back_its_refs_when_its_iterator_panics() {
+    const EVENTS: usize = 6;
+    let group = Group::new(EVENTS);
+    // SAFETY: the test holds the group's handle until the end.
+    let g = unsafe { group.as_ref() };
+    for yielded in 0..EVENTS {
+        let deps = (0..EVENTS).map(|i| {
+            if i >= yielded {
+                // Unwinds without the panic hook's report on stderr.
+                std::panic::resume_unwind(Box::new("the iterator fails"));
+            }
+            // SAFETY: the handle keeps the group alive; `i < EVENTS`.
+            unsafe { Group::dep(group, EVENTS - 1 - i) }
+        });
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            DepList::collect(deps);
+        }));
+        assert!(caught.is_err());
+        assert_eq!(
+            g.refs.load(Ordering::Relaxed),
+            1,
+            "refs after a panic past {yielded}"
+        );
+    }
     // SAFETY: the test's handle, given up last.
     unsafe { Group::release_handle(group, |_| unreachable!("nothing parked")) };
 }

@@ -43,8 +43,8 @@ struct Relay {
 /// closed, fulfilled or broken: at once when they are, or else from
 /// whichever thread closes the last one.
 pub(crate) fn relay(deps: impl IntoIterator<Item = Dep>, then: NonNull<Group>) {
-    let waiter = Waiter::relay(deps);
-    if waiter.all_fulfilled() {
+    let mut waiter = Waiter::relay(deps);
+    if waiter.skip_fulfilled() {
         drop(waiter);
         fire(then);
         return;
