@@ -366,6 +366,41 @@ fn a_scoped_task_on_poisoned_data_fails_its_scope() {
     assert_eq!(payload.downcast_ref::<&str>(), Some(&"first"));
 }
 
+/// More handles than a task's submission keeps on the stack (it moves
+/// them, and their logs' locks, to the heap): every access is recorded,
+/// and every lock let go, so later tasks on the same handles run, in
+/// order.
+#[test]
+fn a_task_declaring_more_handles_than_fit_on_the_stack_is_ordered_and_lets_them_go() {
+    let _watchdog = Watchdog::new("many handles", Duration::from_secs(60));
+    let rt = runtime(2);
+    let xs: Vec<Data<u64>> = (1..=12).map(Data::new).collect();
+    let out = Data::new(0);
+    for round in 1..=3u64 {
+        let reads: Vec<_> = xs[..11].iter().map(Data::read).collect();
+        rt.submit_with(
+            (reads, xs[11].write(), out.write()),
+            move |(r, last, out)| {
+                *out = r.iter().copied().sum::<u64>() + *last;
+                *last += 1;
+            },
+        )
+        .detach();
+        let writes: Vec<_> = xs.iter().map(Data::write).collect();
+        rt.submit_with(writes, |xs| xs.into_iter().for_each(|x| *x *= 2))
+            .detach();
+        // 1..=12 doubled `round - 1` times, plus what each round's first
+        // task added to the last before the doubling.
+        let last_added: u64 = (1..round).map(|r| 1 << (round - r)).sum();
+        let want = ((1..=12).sum::<u64>() << (round - 1)) + last_added;
+        assert_eq!(
+            rt.submit_with(out.read(), |o| *o).join(),
+            want,
+            "round {round}"
+        );
+    }
+}
+
 #[test]
 fn arrays_and_single_accesses() {
     let rt = runtime(2);

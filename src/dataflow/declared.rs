@@ -27,8 +27,10 @@ use crate::dataflow::readers::ReadShare;
 use crate::dataflow::turn::Turn;
 use std::any::Any;
 use std::fmt;
+use std::mem::MaybeUninit;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Arc;
+use std::{ptr, slice};
 
 /// A submitted task's accesses and its completions, moved into its closure.
 pub(crate) struct Submission<A> {
@@ -286,7 +288,20 @@ pub(crate) fn with_logs<'s, A: Accesses>(
 ///
 /// Returns whether it merged any: whether a handle is read twice.
 pub(crate) fn in_address_order(data: &mut [Option<(&dyn Target, Mode)>]) -> bool {
-    data.sort_unstable_by_key(|slot| slot.map(|(t, _)| held::address(t)));
+    let key = |slot: &Option<(&dyn Target, Mode)>| slot.map(|(t, _)| held::address(t));
+    if data.len() <= 8 {
+        // A task declares a few: an insertion sort in place, without the
+        // general sort's call (this runs for every task submitted).
+        for i in 1..data.len() {
+            let mut j = i;
+            while j > 0 && key(&data[j - 1]) > key(&data[j]) {
+                data.swap(j - 1, j);
+                j -= 1;
+            }
+        }
+    } else {
+        data.sort_unstable_by_key(key);
+    }
     let mut kept: Option<(&dyn Target, Mode)> = None;
     let mut merged = false;
     for slot in data.iter_mut() {
@@ -338,14 +353,18 @@ pub(crate) fn lock_logs<'t>(
 }
 
 /// Up to `N` values on the stack, more on the heap.
+///
+/// Inline, only the first `len` slots are written: a task's submission
+/// makes and drops a few of these, and this way both touch only the values
+/// pushed, not `N` empty slots.
 pub(crate) enum Few<T, const N: usize = 8> {
-    Inline(usize, [Option<T>; N]),
+    Inline(usize, [MaybeUninit<Option<T>>; N]),
     Heap(Vec<Option<T>>),
 }
 
 impl<T, const N: usize> Default for Few<T, N> {
     fn default() -> Self {
-        Few::Inline(0, std::array::from_fn(|_| None))
+        Few::Inline(0, [const { MaybeUninit::uninit() }; N])
     }
 }
 
@@ -354,7 +373,7 @@ impl<T, const N: usize> Few<T, N> {
     pub(crate) fn push(&mut self, value: T) {
         match self {
             Few::Inline(len, slots) if *len < N => {
-                slots[*len] = Some(value);
+                slots[*len].write(Some(value));
                 *len += 1;
             }
             Few::Heap(heap) => heap.push(Some(value)),
@@ -365,11 +384,11 @@ impl<T, const N: usize> Few<T, N> {
     /// The first value beyond `N`: to the heap.
     #[cold]
     fn push_more(&mut self, value: T) {
-        if let Few::Inline(_, slots) = self {
-            let mut heap: Vec<Option<T>> = slots.iter_mut().map(Option::take).collect();
-            heap.push(Some(value));
-            *self = Few::Heap(heap);
-        }
+        let mut heap: Vec<Option<T>> = self.slots().iter_mut().map(Option::take).collect();
+        heap.push(Some(value));
+        // The inline values were taken (each slot left `None`): nothing
+        // is lost with them.
+        *self = Few::Heap(heap);
     }
 
     /// Takes the values out, one by one (at most as many as there are
@@ -379,12 +398,27 @@ impl<T, const N: usize> Few<T, N> {
         self.slots().iter_mut().filter_map(Option::take)
     }
 
-    /// The values pushed, each `Some`.
+    /// The values pushed, each `Some` (until taken).
     #[inline]
     pub(crate) fn slots(&mut self) -> &mut [Option<T>] {
         match self {
-            Few::Inline(len, slots) => &mut slots[..*len],
+            Few::Inline(len, slots) => {
+                // SAFETY: the first `len` slots are written, and
+                // `MaybeUninit<Option<T>>` has `Option<T>`'s layout.
+                unsafe { slice::from_raw_parts_mut(slots.as_mut_ptr().cast(), *len) }
+            }
             Few::Heap(heap) => heap,
+        }
+    }
+}
+
+impl<T, const N: usize> Drop for Few<T, N> {
+    fn drop(&mut self) {
+        if let Few::Inline(..) = self {
+            let written: *mut [Option<T>] = self.slots();
+            // SAFETY: the first `len` slots are written, each dropped
+            // once, here.
+            unsafe { ptr::drop_in_place(written) };
         }
     }
 }
