@@ -1,12 +1,23 @@
 // The fine wavefront of `benches/workloads/fine_wavefront.rs` (the same
 // tile kernel, grid and dependencies), written for the C++ runtimes the
-// library is compared with: Taskflow's dynamic tasks
-// (`silent_dependent_async`, the counterpart of `spawn_delayed`), a
-// Taskflow graph built once and re-run (the counterpart of a replayed
-// `Graph`), and OpenMP tasks with `depend` clauses. Built and run by
-// `scripts/peers.sh`, which alternates it with `bench_report`'s own runs
-// of the same grids, so that the ratios compare samples taken side by
-// side.
+// library is compared with. Built and run by `scripts/peers.sh`, which
+// alternates it with `bench_report`'s own runs of the same grids, so that
+// the ratios compare samples taken side by side.
+//
+// - `taskflow silent_dependent_async`: Taskflow's dynamic tasks, the
+//   counterpart of `spawn_delayed`; every tile made up front by the calling
+//   thread, which is not one of the executor's workers, so its counterpart
+//   is the `submit_delayed (from the main thread)` row.
+// - `taskflow graph, re-run`: a Taskflow graph of the tiles built once and
+//   run again each sample (its counterpart, a replayed `Graph`, is in
+//   `bench_report`'s graph section).
+// - `openmp task depend`: OpenMP tasks with `depend` clauses made by one
+//   thread. Not all made up front: GCC's runtime queues at most 64 tasks
+//   per thread and past that runs each new task on the making thread (a
+//   bounded window, like the `8 rows ahead` row). `scripts/peers.sh` runs
+//   it with `OMP_WAIT_POLICY=passive`: its idle threads sleep at once
+//   (so they take no CPU from the other programs' runs), and each task
+//   that wakes one pays for the wake-up.
 //
 // Usage: wavefront GRID ROUNDS THREADS SAMPLES
 // Prints one line per implementation: name, median ms, min, max, and the
@@ -106,6 +117,8 @@ struct TaskflowGraph {
     }
   }
   uint64_t run(tf::Executor& ex) {
+    // Cleared as the other implementations' fresh grids are.
+    for (auto& d : grid.digests) d.store(0, std::memory_order_relaxed);
     ex.run(flow).wait();
     return grid.checksum();
   }
@@ -147,14 +160,18 @@ int main(int argc, char** argv) {
   uint32_t rounds = std::strtoul(argv[2], nullptr, 10);
   int threads = std::atoi(argv[3]);
   int samples = std::atoi(argv[4]);
+  if (g < 1 || threads < 1 || samples < 1) {
+    std::fprintf(stderr, "GRID, THREADS and SAMPLES must be at least 1\n");
+    return 2;
+  }
   tf::Executor ex(threads);
   TaskflowGraph graph(g, rounds);
   uint64_t want = serial(g, rounds);
   std::vector<std::pair<std::string, std::function<uint64_t()>>> impls = {
       {"serial", [&] { return serial(g, rounds); }},
       {"taskflow silent_dependent_async (made up front)", [&] { return taskflow_dynamic(ex, g, rounds); }},
-      {"taskflow graph, built once, re-run", [&] { return graph.run(ex); }},
-      {"openmp task depend (made up front)", [&] { return openmp_depend(g, rounds, threads); }},
+      {"taskflow graph, re-run", [&] { return graph.run(ex); }},
+      {"openmp task depend (one thread makes them)", [&] { return openmp_depend(g, rounds, threads); }},
   };
   std::vector<Row> rows;
   for (auto& [name, f] : impls) rows.push_back({name, {}});

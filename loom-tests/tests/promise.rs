@@ -68,8 +68,15 @@ fn waiter(deps: Vec<Dep>) -> NonNull<Waiter> {
     NonNull::from(Box::leak(Box::new(Waiter::new(deps))))
 }
 
-/// Parks (or settles at once) a waiter, as `spawn_delayed` does.
+/// Parks (or settles at once) a waiter, as `spawn_delayed` does: past the
+/// dependencies fulfilled already (whose fulfillers' writes reach the task
+/// through that check alone), then parked from there.
 fn start(w: NonNull<Waiter>, mut settle: impl FnMut(Outcome)) {
+    // SAFETY: we own the fresh waiter; nobody else can reach it yet.
+    if unsafe { &mut *w.as_ptr() }.skip_fulfilled() {
+        settle(Outcome::Ready(w));
+        return;
+    }
     // SAFETY: we own the fresh waiter.
     if let Some(outcome) = unsafe { Waiter::start(w) } {
         settle(outcome);

@@ -21,16 +21,15 @@ use crate::dataflow::access::{Accesses, Declared, Mode};
 use crate::dataflow::data::{poison_possible, poisoned_message};
 use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
+use crate::dataflow::few::Few;
 use crate::dataflow::held::{self, Behind, Conflict, Held, Snapshot};
 use crate::dataflow::log::{Log, Recorded};
 use crate::dataflow::readers::ReadShare;
 use crate::dataflow::turn::Turn;
 use std::any::Any;
 use std::fmt;
-use std::mem::MaybeUninit;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use std::{ptr, slice};
 
 /// A submitted task's accesses and its completions, moved into its closure.
 pub(crate) struct Submission<A> {
@@ -291,7 +290,8 @@ pub(crate) fn in_address_order(data: &mut [Option<(&dyn Target, Mode)>]) -> bool
     let key = |slot: &Option<(&dyn Target, Mode)>| slot.map(|(t, _)| held::address(t));
     if data.len() <= 8 {
         // A task declares a few: an insertion sort in place, without the
-        // general sort's call (this runs for every task submitted).
+        // general sort's call (this runs for every task submitted with
+        // more than one access).
         for i in 1..data.len() {
             let mut j = i;
             while j > 0 && key(&data[j - 1]) > key(&data[j]) {
@@ -350,77 +350,6 @@ pub(crate) fn lock_logs<'t>(
         .zip(data)
         .map(|(log, (t, mode))| (log, mode, t));
     record(&mut each);
-}
-
-/// Up to `N` values on the stack, more on the heap.
-///
-/// Inline, only the first `len` slots are written: a task's submission
-/// makes and drops a few of these, and this way both touch only the values
-/// pushed, not `N` empty slots.
-pub(crate) enum Few<T, const N: usize = 8> {
-    Inline(usize, [MaybeUninit<Option<T>>; N]),
-    Heap(Vec<Option<T>>),
-}
-
-impl<T, const N: usize> Default for Few<T, N> {
-    fn default() -> Self {
-        Few::Inline(0, [const { MaybeUninit::uninit() }; N])
-    }
-}
-
-impl<T, const N: usize> Few<T, N> {
-    #[inline(always)]
-    pub(crate) fn push(&mut self, value: T) {
-        match self {
-            Few::Inline(len, slots) if *len < N => {
-                slots[*len].write(Some(value));
-                *len += 1;
-            }
-            Few::Heap(heap) => heap.push(Some(value)),
-            Few::Inline(..) => self.push_more(value),
-        }
-    }
-
-    /// The first value beyond `N`: to the heap.
-    #[cold]
-    fn push_more(&mut self, value: T) {
-        let mut heap: Vec<Option<T>> = self.slots().iter_mut().map(Option::take).collect();
-        heap.push(Some(value));
-        // The inline values were taken (each slot left `None`): nothing
-        // is lost with them.
-        *self = Few::Heap(heap);
-    }
-
-    /// Takes the values out, one by one (at most as many as there are
-    /// slots: a `Few` with nothing pushed is seen to be empty without
-    /// looking).
-    pub(crate) fn take_all(&mut self) -> impl Iterator<Item = T> + '_ {
-        self.slots().iter_mut().filter_map(Option::take)
-    }
-
-    /// The values pushed, each `Some` (until taken).
-    #[inline]
-    pub(crate) fn slots(&mut self) -> &mut [Option<T>] {
-        match self {
-            Few::Inline(len, slots) => {
-                // SAFETY: the first `len` slots are written, and
-                // `MaybeUninit<Option<T>>` has `Option<T>`'s layout.
-                unsafe { slice::from_raw_parts_mut(slots.as_mut_ptr().cast(), *len) }
-            }
-            Few::Heap(heap) => heap,
-        }
-    }
-}
-
-impl<T, const N: usize> Drop for Few<T, N> {
-    fn drop(&mut self) {
-        if let Few::Inline(..) = self {
-            let written: *mut [Option<T>] = self.slots();
-            // SAFETY: the first `len` slots are written, each dropped
-            // once, here.
-            unsafe { ptr::drop_in_place(written) };
-        }
-    }
 }
 
 impl<A: Accesses> Submission<A> {

@@ -127,21 +127,12 @@ impl PromiseCell {
         }
     }
 
-    /// Closes the event as fulfilled (as `close`, whose stack is newest first).
-    fn close_fulfilled(&self) -> Option<*mut Waiter> {
-        self.close(FULFILLED)
-    }
-
-    /// Closes the event as broken unless it was fulfilled (as `close`).
-    fn close_broken(&self) -> Option<*mut Waiter> {
-        self.close(BROKEN)
-    }
-
     /// Closes the event in state `closed` (`FULFILLED` or `BROKEN`) unless
     /// it is closed already: whichever closes it first decides, and a
     /// closed event never changes (a loop promise's iteration can be broken
-    /// while another handle may still fulfill it). Returns the parked stack,
-    /// or `None` when it was closed already. Repeated closes cost a load.
+    /// while another handle may still fulfill it). Returns the parked stack
+    /// (newest first), or `None` when it was closed already. Repeated
+    /// closes cost a load.
     fn close(&self, closed: usize) -> Option<*mut Waiter> {
         let mut head = self.head.load(Ordering::Acquire);
         loop {
@@ -206,28 +197,26 @@ pub struct Group {
 impl Group {
     /// A group of `len` open events (at least one is allocated), owned by
     /// one handle.
+    #[inline]
     pub fn new(len: usize) -> NonNull<Group> {
         Self::try_new(len).unwrap_or_else(|e| panic!("cannot allocate {len} events: {e}"))
     }
 
     /// As [`Group::new`], but a failed allocation of the events is an
     /// error instead of an abort (a loop promise may ask for many).
+    #[inline]
     pub fn try_new(len: usize) -> Result<NonNull<Group>, TryReserveError> {
-        // A promise's group (one event) skips the vector's reservation
-        // and shrink: it is made as often as the tasks it orders.
-        let rest: Box<[PromiseCell]> = if len <= 1 {
-            Box::new([])
-        } else {
-            let mut rest = Vec::new();
+        let mut rest = Vec::new();
+        // A promise's group (one event) skips the reservation.
+        if len > 1 {
             rest.try_reserve_exact(len - 1)?;
             rest.extend((1..len).map(|_| PromiseCell::new()));
-            rest.into_boxed_slice()
-        };
+        }
         Ok(Self::alloc(Group {
             handles: AtomicUsize::new(1),
             len,
             first: PromiseCell::new(),
-            rest,
+            rest: rest.into_boxed_slice(),
             _apart: [MaybeUninit::uninit(); 64],
             refs: AtomicUsize::new(1),
             #[cfg(loom)]
@@ -427,14 +416,14 @@ impl Group {
             unsafe { Group::free_last(this) };
             return;
         }
-        // A fulfilled event is never broken: `close_broken` decides with a
+        // A fulfilled event is never broken: `close(BROKEN)` decides with a
         // CAS, which reads the latest `head` whatever this count's
         // ordering (the loom models pass with it relaxed). AcqRel also
         // orders the fulfills made through other handles before the
         // cancellations, so their effects are visible to dropped closures.
         if g.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
             for i in 0..g.len {
-                if let Some(stack) = g.event(i).close_broken() {
+                if let Some(stack) = g.event(i).close(BROKEN) {
                     // SAFETY: closing handed us the stack.
                     unsafe { drain(stack, |w| settle(Outcome::Cancelled(w))) };
                 }
@@ -456,7 +445,7 @@ impl Group {
     ) -> bool {
         // SAFETY: the caller's handle keeps the group alive.
         let g = unsafe { this.as_ref() };
-        let Some(stack) = g.event(i).close_broken() else {
+        let Some(stack) = g.event(i).close(BROKEN) else {
             return false;
         };
         // SAFETY: closing handed us the stack.
@@ -474,7 +463,7 @@ impl Group {
     pub unsafe fn fulfill(this: NonNull<Group>, i: usize, mut settle: impl FnMut(Outcome)) -> bool {
         // SAFETY: the caller's handle keeps the group alive.
         let g = unsafe { this.as_ref() };
-        let Some(stack) = g.event(i).close_fulfilled() else {
+        let Some(stack) = g.event(i).close(FULFILLED) else {
             return false;
         };
         let each = |w: NonNull<Waiter>| {
@@ -645,10 +634,10 @@ impl Waiter {
         Some(outcome.waiter())
     }
 
-    /// Moves the cursor past the dependencies fulfilled already, and says
-    /// whether that was all of them (a task in this state is scheduled at
-    /// once, without parking). Fulfilled is permanent, so [`Waiter::start`]
-    /// begins after them instead of looking at them again.
+    /// Moves the cursor past the leading dependencies fulfilled already
+    /// (it stops at the first open or broken one), and says whether that
+    /// was all of them (a task in this state is scheduled at once, without
+    /// parking). Fulfilled is permanent: [`Waiter::start`] begins there.
     pub fn skip_fulfilled(&mut self) -> bool {
         // SAFETY: `&mut`: nobody else touches the cursor.
         let mut i = self.cursor.with(|c| unsafe { *c });

@@ -64,11 +64,10 @@ fn a_dependency_list_keeps_what_an_iterator_yields_past_its_hint() {
     let list = DepList::collect(Lying(deps.into_iter()));
     // SAFETY: as above.
     let g = unsafe { group.as_ref() };
-    let want: Vec<usize> = (0..3).map(|i| g.event(i) as *const _ as usize).collect();
-    let mut want_sorted = want.clone();
-    want_sorted.sort_unstable();
+    let mut want: Vec<usize> = (0..3).map(|i| g.event(i) as *const _ as usize).collect();
+    want.sort_unstable();
     let got: Vec<usize> = list.as_slice().iter().map(Dep::key).collect();
-    assert_eq!(got, want_sorted);
+    assert_eq!(got, want);
     drop(list);
     assert_eq!(
         g.refs.load(Ordering::Relaxed),
@@ -107,6 +106,53 @@ fn a_dependency_list_gives_back_its_refs_when_its_iterator_panics() {
             "refs after a panic past {yielded}"
         );
     }
+    // SAFETY: the test's handle, given up last.
+    unsafe { Group::release_handle(group, |_| unreachable!("nothing parked")) };
+}
+
+/// Iterators whose hint says one dependency, against what they do: one
+/// that yields none (an empty list, the iterator not asked again), and
+/// one that panics on its second item (the first's ref goes back).
+#[test]
+fn a_dependency_list_copes_with_a_one_item_hint_that_is_wrong() {
+    struct Hinted<F>(F, usize);
+    impl<F: FnMut(usize) -> Option<Dep>> Iterator for Hinted<F> {
+        type Item = Dep;
+        fn next(&mut self) -> Option<Dep> {
+            self.1 += 1;
+            (self.0)(self.1)
+        }
+        fn size_hint(&self) -> (usize, Option<usize>) {
+            (1, Some(1))
+        }
+    }
+    let group = Group::new(1);
+    // SAFETY: the test holds the group's handle until the end.
+    let g = unsafe { group.as_ref() };
+    let none = DepList::collect(Hinted(
+        |call| {
+            assert_eq!(call, 1, "asked again after its end");
+            None
+        },
+        0,
+    ));
+    assert!(none.as_slice().is_empty());
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        DepList::collect(Hinted(
+            |call| match call {
+                // SAFETY: the handle keeps the group alive.
+                1 => Some(unsafe { Group::dep(group, 0) }),
+                _ => std::panic::resume_unwind(Box::new("the iterator fails")),
+            },
+            0,
+        ))
+    }));
+    assert!(caught.is_err());
+    assert_eq!(
+        g.refs.load(Ordering::Relaxed),
+        1,
+        "the first dependency's ref went back"
+    );
     // SAFETY: the test's handle, given up last.
     unsafe { Group::release_handle(group, |_| unreachable!("nothing parked")) };
 }

@@ -14,7 +14,10 @@ pub(crate) mod delayed;
 pub(crate) mod dep_list;
 pub(crate) mod event;
 #[cfg(not(loom))]
+pub(crate) mod few;
+#[cfg(not(loom))]
 pub(crate) mod held;
+pub(crate) mod inline_vec;
 #[cfg(not(loom))]
 pub(crate) mod log;
 #[cfg(not(loom))]
