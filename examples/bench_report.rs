@@ -949,14 +949,11 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Ch
             dataflow::OVERHEAD_SPAWN_ONE,
         ),
     ];
-    let over = |name, deps: f64| {
-        let base = delayed
-            .iter()
-            .find(|(n, _, _)| *n == name)
-            .map_or(dataflow::OVERHEAD_SPAWN, |&(_, _, base)| base);
+    // A delayed row's ns per task over its spawn row's, divided by `per`.
+    let over = |&(name, _, base): &(&'static str, f64, &'static str), per: f64| {
         per_task(name)
             .zip(per_task(base))
-            .map(|(a, b)| (a - b) / deps)
+            .map(|(a, b)| (a - b) / per)
     };
     println!("### {}", d.workload.title);
     println!();
@@ -987,15 +984,12 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Ch
     println!("|---|---:|---:|---:|---:|---:|---:|");
     let mut chart = Chart::new(d.workload.title.clone(), "ms");
     for x in t {
-        let deps = delayed
-            .iter()
-            .find(|(n, _, _)| *n == x.name)
-            .map(|&(_, k, _)| k);
+        let row = delayed.iter().find(|(n, _, _)| *n == x.name);
         let mut note = ratios(
             Some(x.median),
             &[vs(x, t, "selvedge spawn", dataflow::OVERHEAD_SPAWN)],
         );
-        if let Some(over) = deps.and_then(|k| over(x.name, k)) {
+        if let Some(over) = row.and_then(|r| over(r, r.1)) {
             note.push_str(&format!(", +{over:.0} ns per dependency"));
         }
         chart.row(x.name, Some(x.median), note);
@@ -1006,15 +1000,13 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Ch
             x.min,
             x.max,
             ns(ns_per(Some(x.median), d.units)),
-            ns(deps.and_then(|_| over(x.name, 1.0))),
-            ns(deps.and_then(|k| over(x.name, k))),
+            ns(row.and_then(|r| over(r, 1.0))),
+            ns(row.and_then(|r| over(r, r.1))),
         );
     }
     println!();
     charts.push(chart);
-    let overhead_1 = over(dataflow::OVERHEAD_DELAYED_1, 1.0);
-    let overhead_4 = over(dataflow::OVERHEAD_DELAYED_4, 4.0);
-    let overhead_one_worker = over(dataflow::OVERHEAD_DELAYED_1_ONE, 1.0);
+    let [overhead_1, overhead_4, overhead_one_worker] = delayed.map(|r| over(&r, r.1));
     let making_2 = per_task(dataflow::OVERHEAD_MAKE_2);
 
     // Chain latency.

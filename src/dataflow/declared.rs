@@ -287,21 +287,7 @@ pub(crate) fn with_logs<'s, A: Accesses>(
 ///
 /// Returns whether it merged any: whether a handle is read twice.
 pub(crate) fn in_address_order(data: &mut [Option<(&dyn Target, Mode)>]) -> bool {
-    let key = |slot: &Option<(&dyn Target, Mode)>| slot.map(|(t, _)| held::address(t));
-    if data.len() <= 8 {
-        // A task declares a few: an insertion sort in place, without the
-        // general sort's call (this runs for every task submitted with
-        // more than one access).
-        for i in 1..data.len() {
-            let mut j = i;
-            while j > 0 && key(&data[j - 1]) > key(&data[j]) {
-                data.swap(j - 1, j);
-                j -= 1;
-            }
-        }
-    } else {
-        data.sort_unstable_by_key(key);
-    }
+    data.sort_unstable_by_key(|slot| slot.map(|(t, _)| held::address(t)));
     let mut kept: Option<(&dyn Target, Mode)> = None;
     let mut merged = false;
     for slot in data.iter_mut() {

@@ -304,21 +304,7 @@ unsafe fn take_node(w: NonNull<Waiter>) -> Option<(TaskRef, Arc<Registry>)> {
         // SAFETY: the protocol's reference, which nothing was put back into.
         Parked::worker_here(unsafe { node.runtime_address() })
     };
-    if let Some(here) = here {
-        // SAFETY: the claim is ours (above), and we hold a reference.
-        let owned = unsafe { node.take() };
-        // SAFETY: the node's slot still holds it (only the reclaim could
-        // have emptied it), and this thread is a worker of its runtime.
-        unsafe { Parked::leave_on_worker(node.slot()) };
-        Parked::count_at(&owned.1, Some(here), false);
-        if node.in_place().is_none() {
-            // SAFETY: both references are ours; the waiter was dropped and
-            // the task taken above.
-            unsafe { task::free_raw(node.0) };
-        }
-        return Some(owned);
-    }
-    if !node.claim().claim() {
+    if here.is_none() && !node.claim().claim() {
         // The reclaim won: it cancelled the task. A node inside the task's
         // block keeps it until its last reference goes.
         // SAFETY: the protocol's reference, after its last use.
@@ -330,16 +316,28 @@ unsafe fn take_node(w: NonNull<Waiter>) -> Option<(TaskRef, Arc<Registry>)> {
         }
         return None;
     }
-    // SAFETY: we won the claim and hold the protocol's reference.
+    // SAFETY: the claim is ours (won, or uncontested above), and we hold
+    // the protocol's reference.
     let owned = unsafe { node.take() };
-    // The registry's reference too, unless the reclaim took it first (the
-    // slot may hold another node since: compare, do not swap).
-    // SAFETY: the node's slot; we hold its runtime.
-    if unsafe { Parked::leave_own(node.slot(), node.0.cast()) } {
-        // Both references are ours: nobody else can reach the node (the
-        // reclaim finds its slot empty), so it is done with, without the
-        // two releases' atomic operations.
-        Parked::count(&owned.1, false);
+    // The registry's reference too: on a worker of the node's runtime the
+    // slot still holds it (only the reclaim could have emptied it);
+    // elsewhere, unless the reclaim took it first (the slot may hold
+    // another node since: compare, do not swap).
+    let both_ours = match here {
+        Some(_) => {
+            // SAFETY: the node's slot, and this thread is a worker of its
+            // runtime with the claim uncontested.
+            unsafe { Parked::leave_on_worker(node.slot()) };
+            true
+        }
+        // SAFETY: the node's slot; we hold its runtime.
+        None => unsafe { Parked::leave_own(node.slot(), node.0.cast()) },
+    };
+    if both_ours {
+        // Nobody else can reach the node (the reclaim finds its slot
+        // empty), so it is done with, without the two releases' atomic
+        // operations.
+        Parked::count_at(&owned.1, here, false);
         if node.in_place().is_none() {
             // SAFETY: the waiter was dropped and the task taken above.
             unsafe { task::free_raw(node.0) };

@@ -644,10 +644,8 @@ impl Waiter {
         while self.deps.as_slice().get(i).is_some_and(Dep::is_fulfilled) {
             i += 1;
         }
-        if i > 0 {
-            // SAFETY: as above.
-            self.cursor.with_mut(|c| unsafe { *c = i });
-        }
+        // SAFETY: as above.
+        self.cursor.with_mut(|c| unsafe { *c = i });
         i == self.deps.as_slice().len()
     }
 

@@ -44,24 +44,31 @@ fn a_dependency_list_is_sorted_without_repeats() {
     unsafe { Group::release_handle(group, |_| unreachable!("nothing parked")) };
 }
 
+/// An iterator whose size hint says one item, whatever it yields: its
+/// `n`th call (from 1) returns what the closure gives for `n`.
+struct OneItemHint<F>(F, usize);
+
+impl<F: FnMut(usize) -> Option<Dep>> Iterator for OneItemHint<F> {
+    type Item = Dep;
+    fn next(&mut self) -> Option<Dep> {
+        self.1 += 1;
+        (self.0)(self.1)
+    }
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (1, Some(1))
+    }
+}
+
 /// An iterator whose size hint says one dependency but that yields three:
 /// the hint is only a hint, so all three are kept (in order), none lost.
 #[test]
 fn a_dependency_list_keeps_what_an_iterator_yields_past_its_hint() {
-    struct Lying<I>(I);
-    impl<I: Iterator<Item = Dep>> Iterator for Lying<I> {
-        type Item = Dep;
-        fn next(&mut self) -> Option<Dep> {
-            self.0.next()
-        }
-        fn size_hint(&self) -> (usize, Option<usize>) {
-            (1, Some(1))
-        }
-    }
     let group = Group::new(3);
     // SAFETY: the test holds the group's handle until the end; `i < 3`.
-    let deps = [2, 0, 1].map(|i| unsafe { Group::dep(group, i) });
-    let list = DepList::collect(Lying(deps.into_iter()));
+    let mut deps = [2, 0, 1]
+        .map(|i| unsafe { Group::dep(group, i) })
+        .into_iter();
+    let list = DepList::collect(OneItemHint(|_| deps.next(), 0));
     // SAFETY: as above.
     let g = unsafe { group.as_ref() };
     let mut want: Vec<usize> = (0..3).map(|i| g.event(i) as *const _ as usize).collect();
@@ -115,21 +122,10 @@ fn a_dependency_list_gives_back_its_refs_when_its_iterator_panics() {
 /// one that panics on its second item (the first's ref goes back).
 #[test]
 fn a_dependency_list_copes_with_a_one_item_hint_that_is_wrong() {
-    struct Hinted<F>(F, usize);
-    impl<F: FnMut(usize) -> Option<Dep>> Iterator for Hinted<F> {
-        type Item = Dep;
-        fn next(&mut self) -> Option<Dep> {
-            self.1 += 1;
-            (self.0)(self.1)
-        }
-        fn size_hint(&self) -> (usize, Option<usize>) {
-            (1, Some(1))
-        }
-    }
     let group = Group::new(1);
     // SAFETY: the test holds the group's handle until the end.
     let g = unsafe { group.as_ref() };
-    let none = DepList::collect(Hinted(
+    let none = DepList::collect(OneItemHint(
         |call| {
             assert_eq!(call, 1, "asked again after its end");
             None
@@ -138,7 +134,7 @@ fn a_dependency_list_copes_with_a_one_item_hint_that_is_wrong() {
     ));
     assert!(none.as_slice().is_empty());
     let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        DepList::collect(Hinted(
+        DepList::collect(OneItemHint(
             |call| match call {
                 // SAFETY: the handle keeps the group alive.
                 1 => Some(unsafe { Group::dep(group, 0) }),
