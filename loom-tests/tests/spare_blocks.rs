@@ -89,7 +89,7 @@ fn every_pushed_block_is_taken_once_with_its_pushers_writes() {
         // would order the pushers' writes before its reads by itself).
         let mut seen = Vec::new();
         while seen.len() < 3 {
-            walk(exchange.take_all(), &mut seen);
+            walk(exchange.take_all().0, &mut seen);
             if seen.len() < 3 {
                 thread::yield_now();
             }
@@ -97,7 +97,7 @@ fn every_pushed_block_is_taken_once_with_its_pushers_writes() {
         for p in pushers {
             p.join().unwrap();
         }
-        assert!(exchange.take_all().is_null(), "a node left behind");
+        assert!(exchange.take_all().0.is_null(), "a node left behind");
         assert_eq!(seen.len(), 3, "a node taken twice or lost: {seen:?}");
         for (k, &n) in all.0.iter().enumerate() {
             let expected = if k < 2 { 1 } else { 2 };

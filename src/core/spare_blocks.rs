@@ -121,12 +121,14 @@ impl<N: Linked> SpareBlocks<N> {
     }
 
     /// Takes every node held: the first of a null-terminated list linked
-    /// through the nodes' links, which the caller now owns; null if none.
-    pub fn take_all(&self) -> *mut N {
+    /// through the nodes' links, which the caller now owns (null if none),
+    /// and about how many nodes it holds (a push under way may be counted
+    /// before its nodes are linked in).
+    pub fn take_all(&self) -> (*mut N, usize) {
         // A cheap look first: a worker whose pool is empty asks on every
         // block it makes while nobody has passed any on.
         if self.head.load(Ordering::Relaxed).is_null() {
-            return ptr::null_mut();
+            return (ptr::null_mut(), 0);
         }
         // Acquire: pairs with each push's Release.
         let list = self.head.swap(ptr::null_mut(), Ordering::Acquire);
@@ -139,7 +141,7 @@ impl<N: Linked> SpareBlocks<N> {
             let grown = limit.saturating_add(refused.max(limit)).min(MAX_HELD);
             self.limit.store(grown, Ordering::Relaxed);
         }
-        list
+        (list, held)
     }
 
     /// Takes every node held, as [`SpareBlocks::take_all`], to give them
