@@ -195,21 +195,28 @@ pub struct RuntimeStats {
     pub tasks_waiting_on_dependencies: u64,
 }
 
+/// Delayed tasks parked on a promise: the parks minus the releases in
+/// every worker's counters and in `foreign` (those counted on threads that
+/// are not workers, wrapping).
+pub(crate) fn tasks_waiting(counters: &Counters, foreign: u64) -> u64 {
+    let mut waiting = foreign;
+    for c in counters.iter() {
+        waiting = waiting
+            .wrapping_add(c.dependency_parks.load())
+            .wrapping_sub(c.dependency_releases.load());
+    }
+    // Counters read one after another may catch a release without its
+    // park: never report a negative count.
+    (waiting as i64).max(0) as u64
+}
+
 impl RuntimeStats {
     /// Reads every worker's counters; `foreign` is the parks minus releases
     /// (wrapping) counted on threads that are not workers.
     pub(crate) fn read(counters: &Counters, foreign: u64) -> Self {
-        let mut waiting = foreign;
-        for c in counters.iter() {
-            waiting = waiting
-                .wrapping_add(c.dependency_parks.load())
-                .wrapping_sub(c.dependency_releases.load());
-        }
         Self {
             workers: counters.iter().map(|c| WorkerStats::read(c)).collect(),
-            // Counters read one after another may catch a release without
-            // its park: never report a negative count.
-            tasks_waiting_on_dependencies: (waiting as i64).max(0) as u64,
+            tasks_waiting_on_dependencies: tasks_waiting(counters, foreign),
         }
     }
 

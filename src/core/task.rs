@@ -19,6 +19,7 @@ use crate::core::join_slot::{JoinSlot, Release};
 use crate::core::latch::CountLatch;
 use crate::core::registry::Registry;
 use crate::core::spare_blocks::{Linked, SpareBlocks};
+use crate::core::stats::tasks_waiting;
 use crate::core::sync::{AtomicU64, AtomicUsize, Ordering, UnsafeCell as UnsafeLink};
 use crate::core::unwind::{catch_and_report, drop_or_report, AbortIfPanic};
 use crate::core::worker::{Worker, WorkerAddress};
@@ -831,14 +832,14 @@ const CARRIED: usize = INLINE / size_of::<*mut Header>() - 1;
 /// than that to arrive.
 const FETCH_AHEAD: usize = 4;
 
-/// Blocks taken from the exchange at once from which a worker hands them
-/// out in address order (see `address_order.rs`): 8 MiB of blocks, what
-/// a core's TLB maps on the machines measured, and a quarter of their L3
-/// cache. Past that, tasks made one after the other but placed apart are
-/// each a miss when they are made ready, and the order pays; below it the
-/// blocks stay mapped and mostly cached whatever their order, and sorting
-/// them (10 to 20 ns a block) would only cost, so they are handed out as
-/// they came, the most recently freed first.
+/// Blocks taken from the exchange at once, and tasks parked on promises,
+/// past which a worker hands the take out in address order (see
+/// `address_order.rs` and `BlockPool::takes_in_order`): 8 MiB of blocks,
+/// what a core's TLB maps on the machines measured, and a quarter of their
+/// L3 cache. Past that, parked tasks made one after the other but placed
+/// apart are each a miss when they are made ready, and the order pays;
+/// below it the blocks stay mapped and mostly cached whatever their order,
+/// and sorting them (10 to 20 ns a block) would only cost.
 const ORDER_AT: usize = 32768;
 
 /// Reads a free block's link.
@@ -972,6 +973,9 @@ pub(crate) struct BlockPool {
     /// A large batch taken from the exchange, handed out in address order
     /// (see `address_order.rs`) before the reserve.
     ordered: AddressOrdered<Header>,
+    /// How many tasks of this worker's runtime were parked on promises at
+    /// its last take from the exchange.
+    parked_at_last_take: u64,
     /// The carrier collecting surplus blocks on their way to the exchange,
     /// and how many blocks it holds, itself included.
     outbox: *mut Header,
@@ -989,6 +993,7 @@ impl BlockPool {
             open: ptr::null_mut(),
             open_left: 0,
             ordered: AddressOrdered::new(),
+            parked_at_last_take: 0,
             outbox: ptr::null_mut(),
             outbox_len: 0,
             exchange,
@@ -1055,7 +1060,7 @@ impl BlockPool {
             };
             // Taken whole: every carrier of the chain is ours.
             let (chain, held) = exchange.0.take_all();
-            if held >= ORDER_AT {
+            if !chain.is_null() && self.takes_in_order(held) {
                 // SAFETY: as above.
                 unsafe { self.order(chain) };
                 return self.open_ordered();
@@ -1087,6 +1092,23 @@ impl BlockPool {
             prefetch_block(unsafe { carried(carrier, self.open_left - i) });
         }
         true
+    }
+
+    /// Whether a take of `held` blocks from the exchange is handed out in
+    /// address order: a large one while many tasks of this worker's
+    /// runtime are parked on promises, now or at the last take (a program
+    /// that makes its graph again takes the last round's blocks first).
+    /// Those tasks' blocks are touched again when they are made ready, in
+    /// another order than they were made; other blocks (tasks queued and
+    /// run soon) go back out the most recently freed first, while still
+    /// cached.
+    fn takes_in_order(&mut self, held: usize) -> bool {
+        let parked = Worker::current().map_or(0, |w| {
+            tasks_waiting(&w.shared.counters, w.shared.parked.foreign_balance())
+        });
+        let many_parked = parked.max(self.parked_at_last_take) >= ORDER_AT as u64;
+        self.parked_at_last_take = parked;
+        held >= ORDER_AT && many_parked
     }
 
     /// Takes every block of `chain` (a null-terminated chain of carriers)
@@ -1700,40 +1722,61 @@ mod tests {
         std::iter::from_fn(|| pool.pop()).collect()
     }
 
-    /// A batch taken from the exchange past `ORDER_AT` blocks is handed
-    /// out lowest address first, however it was freed: blocks freed
-    /// lowest first would otherwise come back highest first (the
-    /// exchange's carriers are taken newest first, and each is emptied
-    /// from its end).
-    #[test]
-    fn a_large_batch_from_the_exchange_is_handed_out_in_address_order() {
-        let exchange = Arc::new(BlockExchange::new());
-        let mut taker = BlockPool::new(Some(Arc::clone(&exchange)));
+    /// Takes `count` blocks freed lowest address first through the
+    /// exchange, twice (the first round's take grows the exchange's limit,
+    /// which refuses what is over it at first, so that the second round's
+    /// fits), and returns what `taker` hands out in the second round.
+    fn second_round(taker: &mut BlockPool, parked: u64) -> Vec<NonNull<Header>> {
+        let exchange = Arc::clone(taker.exchange.as_ref().expect("an exchange"));
         let count = POOL_IDLE_CAPACITY + ORDER_AT + 1000;
-        // The first round's take grows the exchange's limit (it refuses
-        // what is over it at first) so that the second round's fits.
+        let mut out = Vec::new();
         for round in 0..2 {
+            free_all(std::mem::take(&mut out));
             pass_through_a_pool(&exchange, fresh_blocks(count));
-            let out = drain(&mut taker);
-            if round == 1 {
-                assert!(
-                    out.len() >= ORDER_AT,
-                    "the exchange kept {} blocks",
-                    out.len()
-                );
-                let descents = out.windows(2).filter(|w| w[1] < w[0]).count();
-                assert_eq!(descents, 0, "handed out in address order");
-            }
-            for block in out {
-                // SAFETY: handed out by the pool, and unused.
-                unsafe { dealloc_block(block.as_ptr()) };
-            }
+            // As if the runtime had had `parked` tasks parked at the last
+            // take (off a worker, there is no runtime to count).
+            taker.parked_at_last_take = parked;
+            out = drain(taker);
+            assert!(
+                round == 0 || out.len() >= ORDER_AT,
+                "the exchange kept {}",
+                out.len()
+            );
+        }
+        out
+    }
+
+    fn free_all(blocks: Vec<NonNull<Header>>) {
+        for block in blocks {
+            // SAFETY: handed out by a pool, and unused.
+            unsafe { dealloc_block(block.as_ptr()) };
         }
     }
 
-    /// On a thread outside every pool, a freed block is kept as the
-    /// thread's spare and handed out again; a second one, with the spare
-    /// taken, goes back to the allocator.
+    /// While many tasks are parked, a batch taken from the exchange past
+    /// `ORDER_AT` blocks is handed out lowest address first, however it
+    /// was freed.
+    #[test]
+    fn a_large_batch_is_handed_out_in_address_order_while_many_tasks_are_parked() {
+        let mut taker = BlockPool::new(Some(Arc::new(BlockExchange::new())));
+        let out = second_round(&mut taker, ORDER_AT as u64);
+        let descents = out.windows(2).filter(|w| w[1] < w[0]).count();
+        assert_eq!(descents, 0, "handed out in address order");
+        free_all(out);
+    }
+
+    /// With few tasks parked, the same batch comes back as it came: the
+    /// most recently freed first (the exchange's carriers are taken
+    /// newest first, and each is emptied from its end).
+    #[test]
+    fn a_large_batch_is_handed_out_most_recently_freed_first_while_few_tasks_are_parked() {
+        let mut taker = BlockPool::new(Some(Arc::new(BlockExchange::new())));
+        let out = second_round(&mut taker, 0);
+        let ascents = out.windows(2).filter(|w| w[1] > w[0]).count();
+        assert_eq!(ascents, 0, "handed out most recently freed first");
+        free_all(out);
+    }
+
     #[test]
     fn a_foreign_thread_keeps_one_spare_block() {
         std::thread::spawn(|| {
