@@ -161,6 +161,47 @@ fn a_task_joined_in_place_that_panics_gives_its_block_back() {
 }
 
 #[test]
+fn tasks_submitted_from_outside_the_workers_reuse_the_blocks_the_workers_free() {
+    // A thread that is not a worker submits rounds of tasks delayed on one
+    // promise, drops their handles, then fulfills it: the worker runs them
+    // and frees their blocks (beyond the 4096 its own pool keeps) to the
+    // runtime, and from the fourth round on the submitting thread takes
+    // them back from there instead of allocating one per task. (The
+    // promise is a block of its own, and a few blocks wait in the worker's
+    // outbox between rounds: those are allocated again.)
+    const TASKS: usize = 20_000;
+    let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
+    let sum = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let round = || {
+        let go = selvedge::Promise::new();
+        for i in 0..TASKS as u64 {
+            let sum = std::sync::Arc::clone(&sum);
+            drop(rt.submit_delayed([go.dep()], move || {
+                sum.fetch_add(i, std::sync::atomic::Ordering::Relaxed);
+            }));
+        }
+        go.fulfill();
+        rt.sync_root();
+    };
+    // Warm-up: the worker's pool fills, and the runtime learns to hold
+    // what it had to refuse (it doubles, at least, each round).
+    for _ in 0..3 {
+        round();
+    }
+    let before = block_sized_allocations();
+    for _ in 0..3 {
+        round();
+    }
+    let blocks = block_sized_allocations() - before;
+    let want = 6 * (TASKS as u64 * (TASKS as u64 - 1) / 2);
+    assert_eq!(sum.load(std::sync::atomic::Ordering::Relaxed), want);
+    assert!(
+        blocks < 200,
+        "{blocks} blocks allocated for 3 rounds of {TASKS} tasks submitted from outside"
+    );
+}
+
+#[test]
 fn delayed_tasks_and_promises_do_not_allocate_after_warm_up() {
     // Per task: a fresh promise, a task delayed on it (parked: its node
     // goes in the task's block) and on an iteration of a loop promise, the

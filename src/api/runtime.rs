@@ -181,7 +181,7 @@ impl Runtime {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let task = task::new_handled(f);
+        let task = task::new_handled_for(self.registry(), f);
         task.name_after::<F>();
         // SAFETY: `F` and `T` are 'static.
         let handle = unsafe { JoinHandle::new(&task) };

@@ -2,6 +2,7 @@
 //! them. Nothing here knows about promises, scopes or loops; the layers
 //! above build on it (see `docs/ARCHITECTURE.md`).
 
+#[cfg(not(loom))]
 pub(crate) mod address_order;
 #[cfg(not(loom))]
 pub(crate) mod affinity;

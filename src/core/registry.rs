@@ -13,7 +13,7 @@ use crate::core::stall::WaitNotes;
 use crate::core::stats::{Counters, WorkerCounters};
 use crate::core::steal::{Mailbox, ReplySlot};
 use crate::core::sync::{AtomicBool, AtomicUsize};
-use crate::core::task::{BlockExchange, Header, TaskRef};
+use crate::core::task::{BlockExchange, Header, OutsidePool, TaskRef};
 use crate::core::worker::Worker;
 use crossbeam_utils::CachePadded;
 use std::sync::Arc;
@@ -49,6 +49,8 @@ pub(crate) struct Registry {
     /// Free task blocks passed from the workers that run tasks to the
     /// workers that make them (`spare_blocks.rs`).
     pub(crate) block_exchange: Arc<BlockExchange>,
+    /// Blocks for tasks made outside the workers (`task::OutsidePool`).
+    pub(crate) outside_blocks: OutsidePool,
     /// The runtime's trace, when it is traced.
     #[cfg(feature = "trace")]
     pub(crate) tracer: Option<crate::core::trace::record::Tracer>,
@@ -62,6 +64,7 @@ impl Registry {
         #[cfg(feature = "trace")] tracer: Option<crate::core::trace::record::Tracer>,
     ) -> Self {
         let n = threads.len();
+        let block_exchange = Arc::new(BlockExchange::new());
         Self {
             sleep: Sleep::new(threads),
             mailboxes: (0..n).map(|_| CachePadded::new(Mailbox::new(n))).collect(),
@@ -79,7 +82,8 @@ impl Registry {
             parked: Parked::new(n),
             waits: WaitNotes::new(n),
             root_syncs: AtomicUsize::new(0),
-            block_exchange: Arc::new(BlockExchange::new()),
+            block_exchange: Arc::clone(&block_exchange),
+            outside_blocks: OutsidePool::new(block_exchange),
             #[cfg(feature = "trace")]
             tracer,
         }

@@ -10,7 +10,9 @@
 //! Blocks come from a per-thread free list on worker threads and go back to
 //! the free list of whichever worker frees them, up to 4096; beyond that
 //! they go to the runtime's block exchange, from which a worker whose list
-//! is empty takes them all (`spare_blocks.rs`). Foreign threads use the
+//! is empty takes them all (`spare_blocks.rs`). Other threads take the
+//! blocks of the tasks they submit to a runtime from its [`OutsidePool`],
+//! which takes from the same exchange; for anything else they use the
 //! global allocator, keeping one free block each for the next.
 
 use crate::core::address_order::AddressOrdered;
@@ -20,7 +22,9 @@ use crate::core::latch::CountLatch;
 use crate::core::registry::Registry;
 use crate::core::spare_blocks::{Linked, SpareBlocks};
 use crate::core::stats::tasks_waiting;
-use crate::core::sync::{AtomicU64, AtomicUsize, Ordering, UnsafeCell as UnsafeLink};
+use crate::core::sync::{
+    lock, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell as UnsafeLink,
+};
 use crate::core::unwind::{catch_and_report, drop_or_report, AbortIfPanic};
 use crate::core::worker::{Worker, WorkerAddress};
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
@@ -600,6 +604,24 @@ where
     handled_in_block(pool.pop().unwrap_or_else(alloc_fresh::<Header>), f)
 }
 
+/// [`new_handled`] for a task of `runtime`: on a thread that is no
+/// runtime's worker, the block comes from the runtime's pool for such
+/// threads rather than the allocator (see [`OutsidePool`]).
+pub(crate) fn new_handled_for<F, T>(runtime: &Registry, f: F) -> TaskRef
+where
+    F: FnOnce() -> T + Send,
+    T: Send,
+{
+    let own = POOL.with(Cell::get);
+    let block = if own.is_null() {
+        runtime.outside_blocks.pop(runtime)
+    } else {
+        // SAFETY: as in `alloc_raw`.
+        unsafe { (*own).pop() }
+    };
+    handled_in_block(block.unwrap_or_else(alloc_fresh::<Header>), f)
+}
+
 /// A handled task of `f` in `block`, an unused block of a task's layout.
 #[inline(always)]
 fn handled_in_block<F, T>(block: NonNull<Header>, f: F) -> TaskRef
@@ -976,6 +998,9 @@ pub(crate) struct BlockPool {
     /// How many tasks of this worker's runtime were parked on promises at
     /// its last take from the exchange.
     parked_at_last_take: u64,
+    /// For a runtime's [`OutsidePool`], while a thread takes a block from
+    /// it: that runtime (a worker's pool finds its own); null otherwise.
+    making_for: *const Registry,
     /// The carrier collecting surplus blocks on their way to the exchange,
     /// and how many blocks it holds, itself included.
     outbox: *mut Header,
@@ -994,6 +1019,7 @@ impl BlockPool {
             open_left: 0,
             ordered: AddressOrdered::new(),
             parked_at_last_take: 0,
+            making_for: ptr::null(),
             outbox: ptr::null_mut(),
             outbox_len: 0,
             exchange,
@@ -1103,9 +1129,16 @@ impl BlockPool {
     /// run soon) go back out the most recently freed first, while still
     /// cached.
     fn takes_in_order(&mut self, held: usize) -> bool {
-        let parked = Worker::current().map_or(0, |w| {
-            tasks_waiting(&w.shared.counters, w.shared.parked.foreign_balance())
-        });
+        let parked = if self.making_for.is_null() {
+            Worker::current().map_or(0, |w| {
+                tasks_waiting(&w.shared.counters, w.shared.parked.foreign_balance())
+            })
+        } else {
+            // SAFETY: set by `OutsidePool::pop` from a live reference to the
+            // runtime, for the duration of the call.
+            let runtime = unsafe { &*self.making_for };
+            tasks_waiting(&runtime.counters, runtime.parked.foreign_balance())
+        };
         let many_parked = parked.max(self.parked_at_last_take) >= ORDER_AT as u64;
         self.parked_at_last_take = parked;
         held >= ORDER_AT && many_parked
@@ -1266,13 +1299,74 @@ impl BlockPool {
         }
     }
 
+    /// Whether it holds blocks taken from the exchange.
+    fn holds_taken_blocks(&self) -> bool {
+        !self.reserve.is_null() || !self.open.is_null() || !self.ordered.is_empty()
+    }
+
     /// Whether an idle trim would give anything back.
     fn has_surplus(&self) -> bool {
-        !self.reserve.is_null()
-            || !self.open.is_null()
-            || !self.ordered.is_empty()
+        self.holds_taken_blocks()
             || !self.outbox.is_null()
             || self.exchange.as_ref().is_some_and(|e| e.0.held() > 0)
+    }
+}
+
+// SAFETY: a pool's blocks are unused memory it owns alone, reached only
+// through the pool; moving the pool to another thread moves that ownership.
+// Its `making_for` is null except during an `OutsidePool::pop`, under the
+// pool's lock.
+unsafe impl Send for BlockPool {}
+
+/// A runtime's block pool for the threads that make its tasks without
+/// being one of its workers (a main thread submitting a graph): they take
+/// from the runtime's exchange the blocks its workers freed, as a worker
+/// does, instead of allocating each block while the workers free as many
+/// into the allocator. Behind a lock, since any thread may submit; the
+/// blocks it holds go with the runtime.
+pub(crate) struct OutsidePool {
+    pool: Mutex<BlockPool>,
+    /// Whether the pool held blocks after its last use, for idle workers
+    /// deciding whether to trim (see [`OutsidePool::has_surplus`]).
+    holds_blocks: AtomicBool,
+}
+
+impl OutsidePool {
+    pub(crate) fn new(exchange: Arc<BlockExchange>) -> Self {
+        Self {
+            pool: Mutex::new(BlockPool::new(Some(exchange))),
+            holds_blocks: AtomicBool::new(false),
+        }
+    }
+
+    /// A block for a task of `runtime`, whose pool this is.
+    fn pop(&self, runtime: &Registry) -> Option<NonNull<Header>> {
+        let mut pool = lock(&self.pool);
+        pool.making_for = runtime;
+        let block = pool.pop();
+        pool.making_for = ptr::null();
+        let holds = pool.holds_taken_blocks();
+        if holds != self.holds_blocks.load(Ordering::Relaxed) {
+            self.holds_blocks.store(holds, Ordering::Relaxed);
+        }
+        block
+    }
+
+    /// Whether the pool holds blocks an idle trim would give back. Read by
+    /// a worker about to park, without the lock: Relaxed, since it only
+    /// decides whether to trim later (a stale answer trims once more, or
+    /// once fewer).
+    pub(crate) fn has_surplus(&self) -> bool {
+        self.holds_blocks.load(Ordering::Relaxed)
+    }
+
+    /// Gives every block the pool holds back to the allocator: every
+    /// worker of its runtime has been idle a while (see `trim_pool`).
+    #[cold]
+    pub(crate) fn trim(&self) {
+        let mut pool = lock(&self.pool);
+        pool.trim_to(0, false);
+        self.holds_blocks.store(false, Ordering::Relaxed);
     }
 }
 

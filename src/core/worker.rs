@@ -1198,7 +1198,7 @@ impl Worker {
                 // A pool holding a busy spell's blocks is trimmed once the
                 // worker has stayed idle a while, not at once: the next
                 // round of an iterative program would need them again.
-                let trim = task::pool_over_idle_capacity();
+                let trim = task::pool_over_idle_capacity() || shared.outside_blocks.has_surplus();
                 let timeout = match (trim, timeout) {
                     (true, Some(t)) => Some(t.min(task::POOL_TRIM_AFTER)),
                     (true, None) => Some(task::POOL_TRIM_AFTER),
@@ -1220,9 +1220,14 @@ impl Worker {
                     timeout,
                 );
                 if trim && parked_at.elapsed() >= task::POOL_TRIM_AFTER {
-                    // The exchange only when no other worker is busy: one
-                    // that makes tasks takes its blocks back from there.
-                    task::trim_pool(shared.sleep.quiescent_except(me, || true));
+                    // The exchange and the pool for threads outside the
+                    // workers only when no other worker is busy: one that
+                    // makes tasks takes its blocks back from there.
+                    let everyone_idle = shared.sleep.quiescent_except(me, || true);
+                    task::trim_pool(everyone_idle);
+                    if everyone_idle {
+                        shared.outside_blocks.trim();
+                    }
                 }
             }
             Until::Complete(c, _) => {

@@ -581,7 +581,7 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let task = task::new_handled(f);
+    let task = task::new_handled_for(runtime, f);
     task.name_after::<N>();
     // SAFETY: `F` and `T` are 'static.
     let handle = unsafe { JoinHandle::new(&task) };
