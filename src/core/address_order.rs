@@ -29,10 +29,12 @@ impl<B> AddressOrdered<B> {
         Self { blocks: Vec::new() }
     }
 
-    /// Takes `blocks` as the batch, in address order. The batch must be
-    /// empty: blocks are refilled only once all were handed out.
-    pub(crate) fn refill(&mut self, blocks: impl IntoIterator<Item = *mut B>) {
+    /// Takes `blocks` (about `count` of them) as the batch, in address
+    /// order. The batch must be empty: blocks are refilled only once all
+    /// were handed out.
+    pub(crate) fn refill(&mut self, count: usize, blocks: impl IntoIterator<Item = *mut B>) {
         debug_assert!(self.blocks.is_empty(), "refilled while holding blocks");
+        self.blocks.reserve(count);
         self.blocks.extend(blocks);
         // Descending, so that `pop` takes the lowest from the end.
         self.blocks.sort_unstable_by(|a, b| b.cmp(a));
@@ -79,7 +81,7 @@ mod tests {
     #[test]
     fn blocks_come_out_lowest_address_first_whatever_order_they_came_in() {
         let mut ordered = AddressOrdered::new();
-        ordered.refill([5, 1, 7, 0, 3, 6, 2, 4].map(at));
+        ordered.refill(8, [5, 1, 7, 0, 3, 6, 2, 4].map(at));
         assert_eq!(ordered.ahead(0), Some(at(0)));
         assert_eq!(ordered.ahead(2), Some(at(2)));
         assert_eq!(handed_out(&mut ordered), (0..8).map(at).collect::<Vec<_>>());
@@ -90,16 +92,16 @@ mod tests {
     #[test]
     fn a_second_batch_is_ordered_on_its_own() {
         let mut ordered = AddressOrdered::new();
-        ordered.refill([3, 1, 2].map(at));
+        ordered.refill(3, [3, 1, 2].map(at));
         assert_eq!(handed_out(&mut ordered), [1, 2, 3].map(at));
-        ordered.refill([9, 0, 4].map(at));
+        ordered.refill(3, [9, 0, 4].map(at));
         assert_eq!(handed_out(&mut ordered), [0, 4, 9].map(at));
     }
 
     #[test]
     fn what_is_left_is_handed_back_whole() {
         let mut ordered = AddressOrdered::new();
-        ordered.refill((0..4).map(at));
+        ordered.refill(4, (0..4).map(at));
         assert_eq!(ordered.pop(), Some(at(0)));
         let mut left = ordered.take_all();
         left.sort_unstable();

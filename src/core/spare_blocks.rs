@@ -25,8 +25,9 @@ use std::ptr;
 pub const MAX_HELD: usize = 1 << 18;
 
 /// The exchange's limit while nobody takes from it (1 MiB of blocks): the
-/// blocks of tasks made outside the workers pass through the workers, and
-/// nobody would take them back. When a take finds the exchange at least
+/// blocks of tasks made outside the workers (other than those a runtime's
+/// outside pool hands out) pass through the workers, and nobody would take
+/// them back. When a take finds the exchange at least
 /// half full, the limit grows by what was refused since the last take (at
 /// least doubling), up to [`MAX_HELD`]: a graph made on one worker needs
 /// one round for the limit to fit it.

@@ -23,7 +23,7 @@ use crate::core::registry::Registry;
 use crate::core::spare_blocks::{Linked, SpareBlocks};
 use crate::core::stats::tasks_waiting;
 use crate::core::sync::{
-    lock, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell as UnsafeLink,
+    AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell as UnsafeLink,
 };
 use crate::core::unwind::{catch_and_report, drop_or_report, AbortIfPanic};
 use crate::core::worker::{Worker, WorkerAddress};
@@ -607,19 +607,40 @@ where
 /// [`new_handled`] for a task of `runtime`: on a thread that is no
 /// runtime's worker, the block comes from the runtime's pool for such
 /// threads rather than the allocator (see [`OutsidePool`]).
+#[inline]
 pub(crate) fn new_handled_for<F, T>(runtime: &Registry, f: F) -> TaskRef
 where
     F: FnOnce() -> T + Send,
     T: Send,
 {
+    handled_in_block(block_for(runtime), f)
+}
+
+/// [`alloc_raw`] for a task of `runtime` (its parked node, say): on a
+/// thread that is no runtime's worker, from the runtime's [`OutsidePool`].
+#[inline]
+pub(crate) fn alloc_raw_for<T>(runtime: &Registry) -> NonNull<T> {
+    const {
+        assert!(size_of::<T>() <= size_of::<TaskBlock>());
+        assert!(align_of::<T>() <= align_of::<TaskBlock>());
+    }
+    block_for(runtime).cast()
+}
+
+/// A free block for a task of `runtime`: from the calling worker's pool,
+/// else from the runtime's pool for other threads, else the allocator.
+#[inline]
+fn block_for(runtime: &Registry) -> NonNull<Header> {
     let own = POOL.with(Cell::get);
     let block = if own.is_null() {
         runtime.outside_blocks.pop(runtime)
     } else {
-        // SAFETY: as in `alloc_raw`.
+        // SAFETY: a non-null `POOL` points to the pool installed by
+        // `install_pool`, which outlives its guard; only this thread uses
+        // it, and not reentrantly.
         unsafe { (*own).pop() }
     };
-    handled_in_block(block.unwrap_or_else(alloc_fresh::<Header>), f)
+    block.unwrap_or_else(alloc_fresh::<Header>)
 }
 
 /// A handled task of `f` in `block`, an unused block of a task's layout.
@@ -855,7 +876,7 @@ const CARRIED: usize = INLINE / size_of::<*mut Header>() - 1;
 const FETCH_AHEAD: usize = 4;
 
 /// Blocks taken from the exchange at once, and tasks parked on promises,
-/// past which a worker hands the take out in address order (see
+/// from which a pool hands the take out in address order (see
 /// `address_order.rs` and `BlockPool::takes_in_order`): 8 MiB of blocks,
 /// what a core's TLB maps on the machines measured, and a quarter of their
 /// L3 cache. Past that, parked tasks made one after the other but placed
@@ -998,9 +1019,6 @@ pub(crate) struct BlockPool {
     /// How many tasks of this worker's runtime were parked on promises at
     /// its last take from the exchange.
     parked_at_last_take: u64,
-    /// For a runtime's [`OutsidePool`], while a thread takes a block from
-    /// it: that runtime (a worker's pool finds its own); null otherwise.
-    making_for: *const Registry,
     /// The carrier collecting surplus blocks on their way to the exchange,
     /// and how many blocks it holds, itself included.
     outbox: *mut Header,
@@ -1019,7 +1037,6 @@ impl BlockPool {
             open_left: 0,
             ordered: AddressOrdered::new(),
             parked_at_last_take: 0,
-            making_for: ptr::null(),
             outbox: ptr::null_mut(),
             outbox_len: 0,
             exchange,
@@ -1029,7 +1046,7 @@ impl BlockPool {
     #[inline]
     fn pop(&mut self) -> Option<NonNull<Header>> {
         let Some(head) = NonNull::new(self.head) else {
-            return self.pop_reserve();
+            return self.pop_reserve(&parked_here);
         };
         // SAFETY: pooled blocks are unused and their `next` links the list.
         self.head = unsafe { next_of(head.as_ptr()) };
@@ -1041,10 +1058,11 @@ impl BlockPool {
     }
 
     /// A block of the reserve, which is refilled from the exchange when
-    /// empty; `None` if both are empty.
+    /// empty; `None` if both are empty. `parked` counts the tasks of the
+    /// pool's runtime parked on promises (see `takes_in_order`).
     #[cold]
-    fn pop_reserve(&mut self) -> Option<NonNull<Header>> {
-        if self.open.is_null() && self.ordered.is_empty() && !self.open_next_carrier() {
+    fn pop_reserve(&mut self, parked: &dyn Fn() -> u64) -> Option<NonNull<Header>> {
+        if self.open.is_null() && self.ordered.is_empty() && !self.open_next_carrier(parked) {
             return None;
         }
         if let Some(block) = self.ordered.pop() {
@@ -1075,7 +1093,7 @@ impl BlockPool {
     /// Opens the reserve's next carrier, refilling the reserve first from
     /// this worker's own outbox, then from the exchange; `false` if all
     /// are empty.
-    fn open_next_carrier(&mut self) -> bool {
+    fn open_next_carrier(&mut self, parked: &dyn Fn() -> u64) -> bool {
         if self.reserve.is_null() {
             // This worker's own surplus, not yet passed on, first.
             self.reserve = self.take_outbox().map_or(ptr::null_mut(), |(c, _)| c);
@@ -1086,9 +1104,11 @@ impl BlockPool {
             };
             // Taken whole: every carrier of the chain is ours.
             let (chain, held) = exchange.0.take_all();
-            if !chain.is_null() && self.takes_in_order(held) {
-                // SAFETY: as above.
-                unsafe { self.order(chain) };
+            if !chain.is_null() && self.takes_in_order(held, parked()) {
+                // SAFETY: taken whole, so every carrier of the chain and
+                // every block they list are ours, and each carrier's count
+                // was written when it was passed on (`take_outbox`).
+                unsafe { self.order(chain, held) };
                 return self.open_ordered();
             }
             self.reserve = chain;
@@ -1121,37 +1141,29 @@ impl BlockPool {
     }
 
     /// Whether a take of `held` blocks from the exchange is handed out in
-    /// address order: a large one while many tasks of this worker's
-    /// runtime are parked on promises, now or at the last take (a program
+    /// address order: a large one while many tasks of the pool's runtime
+    /// (`parked` of them now) are parked on promises, now or at the last
+    /// take (a program
     /// that makes its graph again takes the last round's blocks first).
     /// Those tasks' blocks are touched again when they are made ready, in
     /// another order than they were made; other blocks (tasks queued and
     /// run soon) go back out the most recently freed first, while still
     /// cached.
-    fn takes_in_order(&mut self, held: usize) -> bool {
-        let parked = if self.making_for.is_null() {
-            Worker::current().map_or(0, |w| {
-                tasks_waiting(&w.shared.counters, w.shared.parked.foreign_balance())
-            })
-        } else {
-            // SAFETY: set by `OutsidePool::pop` from a live reference to the
-            // runtime, for the duration of the call.
-            let runtime = unsafe { &*self.making_for };
-            tasks_waiting(&runtime.counters, runtime.parked.foreign_balance())
-        };
+    fn takes_in_order(&mut self, held: usize, parked: u64) -> bool {
         let many_parked = parked.max(self.parked_at_last_take) >= ORDER_AT as u64;
         self.parked_at_last_take = parked;
         held >= ORDER_AT && many_parked
     }
 
-    /// Takes every block of `chain` (a null-terminated chain of carriers)
-    /// into the address-ordered batch, which must be empty.
+    /// Takes every block of `chain` (a null-terminated chain of carriers,
+    /// about `held` blocks) into the address-ordered batch, which must be
+    /// empty.
     ///
     /// # Safety
     /// The caller owns every carrier of the chain and every block they
-    /// list.
+    /// list, and each carrier's count is written.
     #[cold]
-    unsafe fn order(&mut self, chain: *mut Header) {
+    unsafe fn order(&mut self, chain: *mut Header, held: usize) {
         let mut carrier = chain;
         let carriers = std::iter::from_fn(|| {
             let c = NonNull::new(carrier)?.as_ptr();
@@ -1160,13 +1172,16 @@ impl BlockPool {
             prefetch(carrier);
             Some(c)
         });
-        self.ordered.refill(carriers.flat_map(|c| {
-            // SAFETY: owned (caller); the count was written when it was
-            // filled, and each `i` is below it.
-            let count = unsafe { carried_count(c) };
-            // SAFETY: as above.
-            (0..count).map(move |i| unsafe { carried(c, i) }).chain([c])
-        }));
+        self.ordered.refill(
+            held,
+            carriers.flat_map(|c| {
+                // SAFETY: owned (caller); the count was written when it was
+                // filled, and each `i` is below it.
+                let count = unsafe { carried_count(c) };
+                // SAFETY: as above.
+                (0..count).map(move |i| unsafe { carried(c, i) }).chain([c])
+            }),
+        );
     }
 
     /// Fetches the first blocks of the ordered batch just refilled, which
@@ -1312,40 +1327,69 @@ impl BlockPool {
     }
 }
 
-// SAFETY: a pool's blocks are unused memory it owns alone, reached only
-// through the pool; moving the pool to another thread moves that ownership.
-// Its `making_for` is null except during an `OutsidePool::pop`, under the
-// pool's lock.
-unsafe impl Send for BlockPool {}
+/// The tasks of the calling worker's runtime parked on promises (none
+/// off the workers): what a worker's pool orders its takes by.
+fn parked_here() -> u64 {
+    Worker::current().map_or(0, |w| {
+        tasks_waiting(&w.shared.counters, w.shared.parked.foreign_balance())
+    })
+}
 
 /// A runtime's block pool for the threads that make its tasks without
 /// being one of its workers (a main thread submitting a graph): they take
 /// from the runtime's exchange the blocks its workers freed, as a worker
 /// does, instead of allocating each block while the workers free as many
-/// into the allocator. Behind a lock, since any thread may submit; the
-/// blocks it holds go with the runtime.
+/// into the allocator. Behind a lock, since any thread may submit; a
+/// thread that finds it taken allocates instead of waiting. The blocks it
+/// holds go with the runtime.
 pub(crate) struct OutsidePool {
-    pool: Mutex<BlockPool>,
+    pool: Mutex<SharedPool>,
     /// Whether the pool held blocks after its last use, for idle workers
     /// deciding whether to trim (see [`OutsidePool::has_surplus`]).
     holds_blocks: AtomicBool,
 }
 
+/// The pool behind an [`OutsidePool`]'s lock, and whether a block was taken
+/// from it since the last idle trim looked.
+struct SharedPool {
+    pool: BlockPool,
+    used: bool,
+}
+
+// SAFETY: a pool's blocks are unused memory it owns alone, reached only
+// through the pool, so moving it to another thread moves that ownership.
+// Only this wrapper is sent: a worker's installed pool never moves (its
+// thread's `POOL` points at it).
+unsafe impl Send for SharedPool {}
+
 impl OutsidePool {
     pub(crate) fn new(exchange: Arc<BlockExchange>) -> Self {
         Self {
-            pool: Mutex::new(BlockPool::new(Some(exchange))),
+            pool: Mutex::new(SharedPool {
+                pool: BlockPool::new(Some(exchange)),
+                used: false,
+            }),
             holds_blocks: AtomicBool::new(false),
         }
     }
 
-    /// A block for a task of `runtime`, whose pool this is.
+    /// A block for a task of `runtime`, whose pool this is; `None` if the
+    /// pool is empty or another thread is taking from it. Out of line, so
+    /// that `new_handled_for`, inlined where tasks are made, costs a worker
+    /// no more than `new_handled`.
+    #[inline(never)]
     fn pop(&self, runtime: &Registry) -> Option<NonNull<Header>> {
-        let mut pool = lock(&self.pool);
-        pool.making_for = runtime;
-        let block = pool.pop();
-        pool.making_for = ptr::null();
-        let holds = pool.holds_taken_blocks();
+        debug_assert!(
+            ptr::eq(&runtime.outside_blocks, self),
+            "another runtime's pool"
+        );
+        let mut shared = self.pool.try_lock().ok()?;
+        shared.used = true;
+        let parked = || tasks_waiting(&runtime.counters, runtime.parked.foreign_balance());
+        // Nothing is ever freed into this pool, so its own list is empty:
+        // straight to what it took from the exchange.
+        let block = shared.pool.pop_reserve(&parked);
+        let holds = shared.pool.holds_taken_blocks();
         if holds != self.holds_blocks.load(Ordering::Relaxed) {
             self.holds_blocks.store(holds, Ordering::Relaxed);
         }
@@ -1360,12 +1404,19 @@ impl OutsidePool {
         self.holds_blocks.load(Ordering::Relaxed)
     }
 
-    /// Gives every block the pool holds back to the allocator: every
-    /// worker of its runtime has been idle a while (see `trim_pool`).
+    /// Gives every block the pool holds back to the allocator, once no
+    /// thread took one since the last call: every worker of its runtime
+    /// has been idle a while (see `trim_pool`), but a thread outside them
+    /// may be making a graph whose tasks all wait, and will want more.
     #[cold]
     pub(crate) fn trim(&self) {
-        let mut pool = lock(&self.pool);
-        pool.trim_to(0, false);
+        let Ok(mut shared) = self.pool.try_lock() else {
+            return; // in use
+        };
+        if std::mem::take(&mut shared.used) {
+            return;
+        }
+        shared.pool.trim_to(0, false);
         self.holds_blocks.store(false, Ordering::Relaxed);
     }
 }
@@ -1811,26 +1862,26 @@ mod tests {
         giver.flush_outbox();
     }
 
-    /// Everything a pool hands out, in order, until it has nothing left.
-    fn drain(pool: &mut BlockPool) -> Vec<NonNull<Header>> {
-        std::iter::from_fn(|| pool.pop()).collect()
+    /// Everything a pool whose own list is empty hands out from what it
+    /// takes from its exchange, in order, until it has nothing left, with
+    /// `parked` tasks of its runtime parked on promises all along.
+    fn drain(pool: &mut BlockPool, parked: u64) -> Vec<NonNull<Header>> {
+        std::iter::from_fn(|| pool.pop_reserve(&|| parked)).collect()
     }
 
     /// Takes `count` blocks freed lowest address first through the
     /// exchange, twice (the first round's take grows the exchange's limit,
     /// which refuses what is over it at first, so that the second round's
-    /// fits), and returns what `taker` hands out in the second round.
-    fn second_round(taker: &mut BlockPool, parked: u64) -> Vec<NonNull<Header>> {
+    /// fits), and returns what `taker` hands out in the second round, with
+    /// `parked[round]` tasks of its runtime parked on promises.
+    fn second_round(taker: &mut BlockPool, parked: [u64; 2]) -> Vec<NonNull<Header>> {
         let exchange = Arc::clone(taker.exchange.as_ref().expect("an exchange"));
         let count = POOL_IDLE_CAPACITY + ORDER_AT + 1000;
         let mut out = Vec::new();
         for round in 0..2 {
             free_all(std::mem::take(&mut out));
             pass_through_a_pool(&exchange, fresh_blocks(count));
-            // As if the runtime had had `parked` tasks parked at the last
-            // take (off a worker, there is no runtime to count).
-            taker.parked_at_last_take = parked;
-            out = drain(taker);
+            out = drain(taker, parked[round]);
             assert!(
                 round == 0 || out.len() >= ORDER_AT,
                 "the exchange kept {}",
@@ -1847,15 +1898,29 @@ mod tests {
         }
     }
 
-    /// While many tasks are parked, a batch taken from the exchange past
-    /// `ORDER_AT` blocks is handed out lowest address first, however it
-    /// was freed.
+    fn descents(blocks: &[NonNull<Header>]) -> usize {
+        blocks.windows(2).filter(|w| w[1] < w[0]).count()
+    }
+
+    /// While many tasks are parked, a batch taken from the exchange of at
+    /// least `ORDER_AT` blocks is handed out lowest address first, however
+    /// it was freed.
     #[test]
     fn a_large_batch_is_handed_out_in_address_order_while_many_tasks_are_parked() {
         let mut taker = BlockPool::new(Some(Arc::new(BlockExchange::new())));
-        let out = second_round(&mut taker, ORDER_AT as u64);
-        let descents = out.windows(2).filter(|w| w[1] < w[0]).count();
-        assert_eq!(descents, 0, "handed out in address order");
+        let out = second_round(&mut taker, [0, ORDER_AT as u64]);
+        assert_eq!(descents(&out), 0, "handed out in address order");
+        free_all(out);
+    }
+
+    /// Many tasks parked at the pool's last take count too: a program
+    /// making its graph again takes the last round's blocks before it has
+    /// parked many tasks of the new round.
+    #[test]
+    fn a_large_batch_is_handed_out_in_address_order_after_a_take_while_many_were_parked() {
+        let mut taker = BlockPool::new(Some(Arc::new(BlockExchange::new())));
+        let out = second_round(&mut taker, [ORDER_AT as u64, 0]);
+        assert_eq!(descents(&out), 0, "handed out in address order");
         free_all(out);
     }
 
@@ -1865,12 +1930,14 @@ mod tests {
     #[test]
     fn a_large_batch_is_handed_out_most_recently_freed_first_while_few_tasks_are_parked() {
         let mut taker = BlockPool::new(Some(Arc::new(BlockExchange::new())));
-        let out = second_round(&mut taker, 0);
-        let ascents = out.windows(2).filter(|w| w[1] > w[0]).count();
-        assert_eq!(ascents, 0, "handed out most recently freed first");
+        let out = second_round(&mut taker, [0, 0]);
+        assert_eq!(descents(&out), out.len() - 1, "most recently freed first");
         free_all(out);
     }
 
+    /// On a thread outside every pool, a freed block is kept as the
+    /// thread's spare and handed out again; a second one, with the spare
+    /// taken, goes back to the allocator.
     #[test]
     fn a_foreign_thread_keeps_one_spare_block() {
         std::thread::spawn(|| {

@@ -239,7 +239,7 @@ fn park<N>(
     }
     let node = match in_place {
         Some(_) => task.payload_at(NODE_AT).cast::<Delayed>(),
-        None => task::alloc_raw::<Delayed>(),
+        None => task::alloc_raw_for::<Delayed>(runtime),
     };
     // SAFETY: fresh memory for a `Delayed`: a block of its own, or the
     // part of the task's payload that its closure and result leave alone
