@@ -1008,6 +1008,31 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Ch
     charts.push(chart);
     let [overhead_1, overhead_4, overhead_one_worker] = delayed.map(|r| over(&r, r.1));
     let making_2 = per_task(dataflow::OVERHEAD_MAKE_2);
+    // Where the trivial tasks ran: a thief that takes them one at a time
+    // moves each task's block between the cores, which the one-worker row
+    // never pays.
+    // (share of the tasks stolen, tasks handed over per answered request)
+    let stolen_share = |run: TimedRun| {
+        let [_, _, answered, _, stolen, tasks_run, _] = selvedge_counters(pools, run);
+        (
+            (tasks_run > 0.0).then(|| 100.0 * stolen / tasks_run),
+            (answered > 0.0).then(|| stolen / answered),
+        )
+    };
+    let stolen_spawn = stolen_share(|p| {
+        let start = Instant::now();
+        let sum = p
+            .selvedge
+            .run(|| dataflow::overhead_spawn(black_box(dataflow::OVERHEAD_TASKS)));
+        (sum, start.elapsed())
+    });
+    let stolen_delayed_1 = stolen_share(|p| {
+        let start = Instant::now();
+        let sum = p
+            .selvedge
+            .run(|| dataflow::overhead_delayed::<1>(black_box(dataflow::OVERHEAD_TASKS)));
+        (sum, start.elapsed())
+    });
 
     // Chain latency.
     let (d, t) = find("promise_chain");
@@ -1156,7 +1181,11 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Ch
              `spawn_delayed` from inside `rt.run` comes within 25% of serial / threads on \
              256 × 256 tiles of 1 µs and is no slower than rayon's barrier version there, \
              and comes within 15% of serial / threads on 64 × 64 tiles of 5 µs (the \
-             measured column adds the time over that ideal per tile)."
+             measured column adds the time over that ideal per tile). The stolen shares \
+             say how many of the trivial tasks ran on a worker other than the one that made \
+             them, and in batches of how many: a task readied by a fulfil is handed to an \
+             idle thief nearly alone, and crosses between the cores, which the one-worker \
+             row never pays."
         );
         println!();
     }
@@ -1173,6 +1202,20 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Ch
         "| promise overhead per dependency on top of `spawn`, 1 promise, on a runtime of \
          one worker (nothing stolen) | {} ns | (reported) | |",
         ns(overhead_one_worker)
+    );
+    let percent = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.0}%"));
+    let one_digit = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.1}"));
+    println!(
+        "| tasks stolen (run by a worker other than the one that made them): `spawn` row / \
+         1-promise row | {} / {} | (reported) | |",
+        percent(stolen_spawn.0),
+        percent(stolen_delayed_1.0)
+    );
+    println!(
+        "| tasks handed over per answered steal request: `spawn` row / 1-promise row \
+         | {} / {} | (reported) | |",
+        one_digit(stolen_spawn.1),
+        one_digit(stolen_delayed_1.1)
     );
     println!(
         "| making a delayed task with 2 open dependencies (one thread, nothing running) \
