@@ -1008,10 +1008,9 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Ch
     charts.push(chart);
     let [overhead_1, overhead_4, overhead_one_worker] = delayed.map(|r| over(&r, r.1));
     let making_2 = per_task(dataflow::OVERHEAD_MAKE_2);
-    // Where the trivial tasks ran: a thief that takes them one at a time
-    // moves each task's block between the cores, which the one-worker row
-    // never pays.
-    // (share of the tasks stolen, tasks handed over per answered request)
+    // How the trivial tasks reached the other worker, which the one-worker
+    // row never pays for: (share of the tasks run that came through answered
+    // steal requests, tasks per answered request).
     let stolen_share = |run: TimedRun| {
         let [_, _, answered, _, stolen, tasks_run, _] = selvedge_counters(pools, run);
         (
@@ -1181,11 +1180,13 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Ch
              `spawn_delayed` from inside `rt.run` comes within 25% of serial / threads on \
              256 × 256 tiles of 1 µs and is no slower than rayon's barrier version there, \
              and comes within 15% of serial / threads on 64 × 64 tiles of 5 µs (the \
-             measured column adds the time over that ideal per tile). The stolen shares \
-             say how many of the trivial tasks ran on a worker other than the one that made \
-             them, and in batches of how many: a task readied by a fulfil is handed to an \
-             idle thief nearly alone, and crosses between the cores, which the one-worker \
-             row never pays."
+             measured column adds the time over that ideal per tile). The two steal rows \
+             come from five more runs of the `spawn` and 1-promise workloads, untimed: the \
+             tasks the other worker received through answered steal requests, as a share of \
+             the tasks run, and how many tasks each answered request carried. A task that \
+             goes to the other worker moves its block between the cores, a cost the \
+             one-worker row never pays; few tasks per request mean that cost is paid task by \
+             task."
         );
         println!();
     }
@@ -1206,13 +1207,13 @@ fn dataflow_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Ch
     let percent = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.0}%"));
     let one_digit = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.1}"));
     println!(
-        "| tasks stolen (run by a worker other than the one that made them): `spawn` row / \
-         1-promise row | {} / {} | (reported) | |",
+        "| tasks received through answered steal requests, as a share of the tasks run: \
+         `spawn` row / 1-promise row | {} / {} | (reported) | |",
         percent(stolen_spawn.0),
         percent(stolen_delayed_1.0)
     );
     println!(
-        "| tasks handed over per answered steal request: `spawn` row / 1-promise row \
+        "| tasks carried by each answered steal request: `spawn` row / 1-promise row \
          | {} / {} | (reported) | |",
         one_digit(stolen_spawn.1),
         one_digit(stolen_delayed_1.1)
@@ -1374,7 +1375,7 @@ fn fine_wavefront_table(
     }
 }
 
-/// A loop implementation: its checksum and the time of its computation.
+/// A run of a workload on the pools: its checksum and the time of its computation.
 type TimedRun = fn(&Pools) -> (u64, Duration);
 
 /// The pause before each sample of the loops section.
