@@ -10,7 +10,7 @@ use crate::core::parked::Parked;
 use crate::core::rescue::Guarded;
 use crate::core::signal::{Action, SignalInbox, SignalRef};
 use crate::core::stall::WaitNotes;
-use crate::core::stats::{Counters, WorkerCounters};
+use crate::core::stats::{tasks_waiting, Counters, WorkerCounters};
 use crate::core::steal::{Mailbox, ReplySlot};
 use crate::core::sync::{AtomicBool, AtomicUsize};
 use crate::core::task::{BlockExchange, Header, OutsidePool, TaskRef};
@@ -92,6 +92,13 @@ impl Registry {
     /// Shuts the gate of `inject_ready`: the runtime's drop has begun.
     pub(crate) fn close_ready_gate(&self) {
         self.ready_gate.close();
+    }
+
+    /// Delayed tasks of this runtime parked on promises now (what
+    /// `RuntimeStats::tasks_waiting_on_dependencies` says, read without
+    /// allocating).
+    pub(crate) fn tasks_parked(&self) -> u64 {
+        tasks_waiting(&self.counters, self.parked.foreign_balance())
     }
 
     pub(crate) fn num_threads(&self) -> usize {

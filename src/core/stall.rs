@@ -294,7 +294,7 @@ impl Watch {
         let n = r.num_threads();
         let waiting = (0..n).filter(|&i| r.sleep.is_join_waiting(i)).count()
             + lock(&OUTSIDE).iter().flatten().count();
-        let parked = parked(&r);
+        let parked = r.tasks_parked();
         if waiting == 0 || parked == 0 {
             // Nothing stalls: what follows is a new stall.
             self.since = now;
@@ -376,14 +376,4 @@ impl Watch {
         );
         m
     }
-}
-
-/// Tasks of `r` parked on promises now (as
-/// `RuntimeStats::tasks_waiting_on_dependencies`, without its allocation).
-fn parked(r: &Registry) -> u64 {
-    let waiting = r.counters.iter().fold(r.parked.foreign_balance(), |w, c| {
-        w.wrapping_add(c.dependency_parks.load())
-            .wrapping_sub(c.dependency_releases.load())
-    });
-    (waiting as i64).max(0) as u64
 }

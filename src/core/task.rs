@@ -21,7 +21,6 @@ use crate::core::join_slot::{JoinSlot, Release};
 use crate::core::latch::CountLatch;
 use crate::core::registry::Registry;
 use crate::core::spare_blocks::{Linked, SpareBlocks};
-use crate::core::stats::tasks_waiting;
 use crate::core::sync::{
     AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering, UnsafeCell as UnsafeLink,
 };
@@ -1330,9 +1329,7 @@ impl BlockPool {
 /// The tasks of the calling worker's runtime parked on promises (none
 /// off the workers): what a worker's pool orders its takes by.
 fn parked_here() -> u64 {
-    Worker::current().map_or(0, |w| {
-        tasks_waiting(&w.shared.counters, w.shared.parked.foreign_balance())
-    })
+    Worker::current().map_or(0, |w| w.shared.tasks_parked())
 }
 
 /// A runtime's block pool for the threads that make its tasks without
@@ -1385,7 +1382,7 @@ impl OutsidePool {
         );
         let mut shared = self.pool.try_lock().ok()?;
         shared.used = true;
-        let parked = || tasks_waiting(&runtime.counters, runtime.parked.foreign_balance());
+        let parked = || runtime.tasks_parked();
         // Nothing is ever freed into this pool, so its own list is empty:
         // straight to what it took from the exchange.
         let block = shared.pool.pop_reserve(&parked);
