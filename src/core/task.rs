@@ -876,13 +876,20 @@ const FETCH_AHEAD: usize = 4;
 
 /// Blocks taken from the exchange at once, and tasks parked on promises,
 /// from which a pool hands the take out in address order (see
-/// `address_order.rs` and `BlockPool::takes_in_order`): 8 MiB of blocks,
+/// `address_order.rs` and `BlockPool::note_take`): 8 MiB of blocks,
 /// what a core's TLB maps on the machines measured, and a quarter of their
 /// L3 cache. Past that, parked tasks made one after the other but placed
 /// apart are each a miss when they are made ready, and the order pays;
 /// below it the blocks stay mapped and mostly cached whatever their order,
 /// and sorting them (10 to 20 ns a block) would only cost.
 const ORDER_AT: usize = 32768;
+
+/// Blocks a pool takes from the exchange in takes smaller than
+/// [`ORDER_AT`] between two counts of the parked tasks (see
+/// `BlockPool::note_take`): often enough that the count of the last round
+/// of a graph made again is recent, rarely enough that reading every
+/// worker's counters costs nothing per task.
+const COUNT_PARKED_EVERY: usize = 4096;
 
 /// Reads a free block's link.
 ///
@@ -1015,9 +1022,11 @@ pub(crate) struct BlockPool {
     /// A large batch taken from the exchange, handed out in address order
     /// (see `address_order.rs`) before the reserve.
     ordered: AddressOrdered<Header>,
-    /// How many tasks of this worker's runtime were parked on promises at
-    /// its last take from the exchange.
-    parked_at_last_take: u64,
+    /// How many tasks of this worker's runtime were parked on promises
+    /// when it last counted them (see `note_take`).
+    parked_at_last_count: u64,
+    /// Blocks taken from the exchange since then.
+    taken_since_count: usize,
     /// The carrier collecting surplus blocks on their way to the exchange,
     /// and how many blocks it holds, itself included.
     outbox: *mut Header,
@@ -1035,7 +1044,8 @@ impl BlockPool {
             open: ptr::null_mut(),
             open_left: 0,
             ordered: AddressOrdered::new(),
-            parked_at_last_take: 0,
+            parked_at_last_count: 0,
+            taken_since_count: 0,
             outbox: ptr::null_mut(),
             outbox_len: 0,
             exchange,
@@ -1058,7 +1068,7 @@ impl BlockPool {
 
     /// A block of the reserve, which is refilled from the exchange when
     /// empty; `None` if both are empty. `parked` counts the tasks of the
-    /// pool's runtime parked on promises (see `takes_in_order`).
+    /// pool's runtime parked on promises (see `note_take`).
     #[cold]
     fn pop_reserve(&mut self, parked: &dyn Fn() -> u64) -> Option<NonNull<Header>> {
         if self.open.is_null() && self.ordered.is_empty() && !self.open_next_carrier(parked) {
@@ -1103,7 +1113,7 @@ impl BlockPool {
             };
             // Taken whole: every carrier of the chain is ours.
             let (chain, held) = exchange.0.take_all();
-            if !chain.is_null() && self.takes_in_order(held, parked()) {
+            if !chain.is_null() && self.note_take(held, parked) {
                 // SAFETY: taken whole, so every carrier of the chain and
                 // every block they list are ours, and each carrier's count
                 // was written when it was passed on (`take_outbox`).
@@ -1139,18 +1149,29 @@ impl BlockPool {
         true
     }
 
-    /// Whether a take of `held` blocks from the exchange is handed out in
-    /// address order: a large one while many tasks of the pool's runtime
-    /// (`parked` of them now) are parked on promises, now or at the last
-    /// take (a program
-    /// that makes its graph again takes the last round's blocks first).
-    /// Those tasks' blocks are touched again when they are made ready, in
-    /// another order than they were made; other blocks (tasks queued and
-    /// run soon) go back out the most recently freed first, while still
-    /// cached.
-    fn takes_in_order(&mut self, held: usize, parked: u64) -> bool {
-        let many_parked = parked.max(self.parked_at_last_take) >= ORDER_AT as u64;
-        self.parked_at_last_take = parked;
+    /// Notes a take of `held` blocks from the exchange, and says whether
+    /// it is handed out in address order: a large one while many tasks of
+    /// the pool's runtime are parked on promises, now or at the last count
+    /// (a program that makes its graph again takes the last round's blocks
+    /// first). Those tasks' blocks are touched again when they are made
+    /// ready, in another order than they were made; other blocks (tasks
+    /// queued and run soon) go back out the most recently freed first,
+    /// while still cached.
+    ///
+    /// `parked` counts those tasks by reading every worker's counters
+    /// (lines their owners keep writing), so it is called only for a take
+    /// large enough to be ordered, or once every [`COUNT_PARKED_EVERY`]
+    /// blocks taken in smaller takes: a worker taking one carrier at a time
+    /// does not read them all for each.
+    fn note_take(&mut self, held: usize, parked: &dyn Fn() -> u64) -> bool {
+        self.taken_since_count = self.taken_since_count.saturating_add(held);
+        if held < ORDER_AT && self.taken_since_count < COUNT_PARKED_EVERY {
+            return false;
+        }
+        self.taken_since_count = 0;
+        let parked = parked();
+        let many_parked = parked.max(self.parked_at_last_count) >= ORDER_AT as u64;
+        self.parked_at_last_count = parked;
         held >= ORDER_AT && many_parked
     }
 
@@ -1834,8 +1855,9 @@ impl<F, R> StackJob<F, R> {
 mod tests {
     use super::{
         alloc_fresh, alloc_raw, dealloc_block, free_raw, BlockExchange, BlockPool, Header,
-        ORDER_AT, POOL_IDLE_CAPACITY,
+        COUNT_PARKED_EVERY, ORDER_AT, POOL_IDLE_CAPACITY,
     };
+    use std::cell::Cell;
     use std::ptr::NonNull;
     use std::sync::Arc;
 
@@ -1926,6 +1948,35 @@ mod tests {
         let out = second_round(&mut taker, [0, 0]);
         assert_eq!(descents(&out), out.len() - 1, "most recently freed first");
         free_all(out);
+    }
+
+    /// Small takes from the exchange count the parked tasks (which reads
+    /// every worker's counters) once every `COUNT_PARKED_EVERY` blocks,
+    /// not once each.
+    #[test]
+    fn small_takes_count_the_parked_tasks_once_every_few_thousand_blocks() {
+        let exchange = Arc::new(BlockExchange::new());
+        let mut taker = BlockPool::new(Some(Arc::clone(&exchange)));
+        let counts = Cell::new(0);
+        let parked = || {
+            counts.set(counts.get() + 1);
+            0
+        };
+        let mut taken = 0;
+        while taken < 3 * COUNT_PARKED_EVERY {
+            // The giver keeps `POOL_IDLE_CAPACITY` blocks: 100 reach the
+            // exchange each time.
+            pass_through_a_pool(&exchange, fresh_blocks(POOL_IDLE_CAPACITY + 100));
+            let out: Vec<_> = std::iter::from_fn(|| taker.pop_reserve(&parked)).collect();
+            assert!(!out.is_empty() && out.len() < ORDER_AT, "a small take");
+            taken += out.len();
+            free_all(out);
+        }
+        let counted = counts.get();
+        assert!(
+            (1..=taken / COUNT_PARKED_EVERY).contains(&counted),
+            "{counted} counts for {taken} blocks taken"
+        );
     }
 
     /// On a thread outside every pool, a freed block is kept as the
