@@ -202,6 +202,34 @@ fn tasks_submitted_from_outside_the_workers_reuse_the_blocks_the_workers_free() 
 }
 
 #[test]
+fn a_thread_outside_the_workers_that_joins_each_task_reuses_its_block() {
+    // Submitted and joined one at a time from a thread that is not a
+    // worker, each joined once finished: the join frees the block on this
+    // thread, which keeps it as its spare, and the next submission takes it
+    // back.
+    let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
+    let submit_and_join = |i: u64| {
+        let h = rt.submit(move || i);
+        while !h.is_finished() {
+            std::thread::yield_now();
+        }
+        h.join()
+    };
+    assert_eq!(submit_and_join(1), 1);
+    let before = block_sized_allocations();
+    let mut sum = 0;
+    for i in 0..1_000u64 {
+        sum += submit_and_join(i);
+    }
+    let blocks = block_sized_allocations() - before;
+    assert_eq!(sum, 1_000 * 999 / 2);
+    assert!(
+        blocks < 100,
+        "{blocks} blocks allocated for 1000 tasks submitted and joined one at a time"
+    );
+}
+
+#[test]
 fn delayed_tasks_and_promises_do_not_allocate_after_warm_up() {
     // Per task: a fresh promise, a task delayed on it (parked: its node
     // goes in the task's block) and on an iteration of a loop promise, the

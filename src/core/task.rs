@@ -619,20 +619,29 @@ where
 /// thread that is no runtime's worker, from the runtime's [`OutsidePool`].
 #[inline]
 pub(crate) fn alloc_raw_for<T>(runtime: &Registry) -> NonNull<T> {
-    const {
-        assert!(size_of::<T>() <= size_of::<TaskBlock>());
-        assert!(align_of::<T>() <= align_of::<TaskBlock>());
-    }
-    block_for(runtime).cast()
+    as_raw(block_for(runtime))
 }
 
 /// A free block for a task of `runtime`: from the calling worker's pool,
-/// else from the runtime's pool for other threads, else the allocator.
+/// else from the runtime's pool for other threads or this thread's spare,
+/// else the allocator.
 #[inline]
 fn block_for(runtime: &Registry) -> NonNull<Header> {
+    pooled_block(|| {
+        runtime
+            .outside_blocks
+            .pop(runtime)
+            .or_else(take_foreign_spare)
+    })
+}
+
+/// A free block from the calling thread's installed pool, or on a thread
+/// without one from `outside`, else from the allocator.
+#[inline(always)]
+fn pooled_block(outside: impl FnOnce() -> Option<NonNull<Header>>) -> NonNull<Header> {
     let own = POOL.with(Cell::get);
     let block = if own.is_null() {
-        runtime.outside_blocks.pop(runtime)
+        outside()
     } else {
         // SAFETY: a non-null `POOL` points to the pool installed by
         // `install_pool`, which outlives its guard; only this thread uses
@@ -640,6 +649,16 @@ fn block_for(runtime: &Registry) -> NonNull<Header> {
         unsafe { (*own).pop() }
     };
     block.unwrap_or_else(alloc_fresh::<Header>)
+}
+
+/// A free block as raw memory for a `T`, which a block must hold.
+#[inline(always)]
+fn as_raw<T>(block: NonNull<Header>) -> NonNull<T> {
+    const {
+        assert!(size_of::<T>() <= size_of::<TaskBlock>());
+        assert!(align_of::<T>() <= align_of::<TaskBlock>());
+    }
+    block.cast()
 }
 
 /// A handled task of `f` in `block`, an unused block of a task's layout.
@@ -1562,21 +1581,7 @@ fn init_block(block: NonNull<Header>, vtable: &'static VTable) -> NonNull<Header
 /// task's node), so neither costs a trip to the allocator on a worker.
 #[inline]
 pub(crate) fn alloc_raw<T>() -> NonNull<T> {
-    const {
-        assert!(size_of::<T>() <= size_of::<TaskBlock>());
-        assert!(align_of::<T>() <= align_of::<TaskBlock>());
-    }
-    let pooled = POOL.with(|p| {
-        let pool = p.get();
-        if pool.is_null() {
-            return take_foreign_spare();
-        }
-        // SAFETY: a non-null `POOL` points to the pool installed by
-        // `install_pool`, which outlives its guard; only this thread uses
-        // it, and not reentrantly.
-        unsafe { (*pool).pop() }
-    });
-    pooled.unwrap_or_else(alloc_fresh::<Header>).cast()
+    as_raw(pooled_block(take_foreign_spare))
 }
 
 /// A block from the allocator, for when the pool has none.
