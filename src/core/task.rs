@@ -26,12 +26,14 @@ use crate::core::sync::{
 };
 use crate::core::unwind::{catch_and_report, drop_or_report, AbortIfPanic};
 use crate::core::worker::{Worker, WorkerAddress};
+use crossbeam_utils::CachePadded;
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::cell::{Cell, UnsafeCell};
 use std::mem::{align_of, size_of, MaybeUninit};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::{self, NonNull};
-use std::sync::Arc;
+use std::sync::{Arc, TryLockError};
+use std::time::Instant;
 
 /// Payload bytes stored inline in a block. (With the `trace` feature the
 /// header holds a task's name and flow, and the payload gives up the room.)
@@ -630,7 +632,7 @@ fn block_for(runtime: &Registry) -> NonNull<Header> {
     pooled_block(|| {
         runtime
             .outside_blocks
-            .pop(runtime)
+            .pop(&|| runtime.tasks_parked())
             .or_else(take_foreign_spare)
     })
 }
@@ -1382,15 +1384,21 @@ fn parked_here() -> u64 {
 pub(crate) struct OutsidePool {
     pool: Mutex<SharedPool>,
     /// Whether the pool held blocks after its last use, for idle workers
-    /// deciding whether to trim (see [`OutsidePool::has_surplus`]).
-    holds_blocks: AtomicBool,
+    /// deciding whether to trim (see [`OutsidePool::has_surplus`]), and
+    /// for a thread about to take one. A line of its own: the lock's is
+    /// written by each taker.
+    holds_blocks: CachePadded<AtomicBool>,
+    /// The exchange the pool takes from, looked at before the lock.
+    exchange: Arc<BlockExchange>,
 }
 
-/// The pool behind an [`OutsidePool`]'s lock, and whether a block was taken
-/// from it since the last idle trim looked.
+/// The pool behind an [`OutsidePool`]'s lock, whether a block was taken
+/// from it since the last idle trim looked, and when a trim first found it
+/// unused since.
 struct SharedPool {
     pool: BlockPool,
     used: bool,
+    unused_since: Option<Instant>,
 }
 
 // SAFETY: a pool's blocks are unused memory it owns alone, reached only
@@ -1403,29 +1411,38 @@ impl OutsidePool {
     pub(crate) fn new(exchange: Arc<BlockExchange>) -> Self {
         Self {
             pool: Mutex::new(SharedPool {
-                pool: BlockPool::new(Some(exchange)),
+                pool: BlockPool::new(Some(Arc::clone(&exchange))),
                 used: false,
+                unused_since: None,
             }),
-            holds_blocks: AtomicBool::new(false),
+            holds_blocks: CachePadded::new(AtomicBool::new(false)),
+            exchange,
         }
     }
 
-    /// A block for a task of `runtime`, whose pool this is; `None` if the
+    /// A block for a task of the pool's runtime, of which `parked` counts
+    /// the tasks parked on promises; `None` if the
     /// pool is empty or another thread is taking from it. Out of line, so
     /// that `new_handled_for`, inlined where tasks are made, costs a worker
     /// no more than `new_handled`.
     #[inline(never)]
-    fn pop(&self, runtime: &Registry) -> Option<NonNull<Header>> {
-        debug_assert!(
-            ptr::eq(&runtime.outside_blocks, self),
-            "another runtime's pool"
-        );
-        let mut shared = self.pool.try_lock().ok()?;
+    fn pop(&self, parked: &dyn Fn() -> u64) -> Option<NonNull<Header>> {
+        if !self.holds_blocks.load(Ordering::Relaxed) && self.exchange.0.held() == 0 {
+            // Nothing to take (a hint: blocks freed meanwhile wait for the
+            // next task): no lock.
+            return None;
+        }
+        let mut shared = match self.pool.try_lock() {
+            Ok(shared) => shared,
+            // No user code runs under the lock, and the pool is whole
+            // whatever panicked: poison changes nothing (as `sync::lock`).
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
         shared.used = true;
-        let parked = || runtime.tasks_parked();
         // Nothing is ever freed into this pool, so its own list is empty:
         // straight to what it took from the exchange.
-        let block = shared.pool.pop_reserve(&parked);
+        let block = shared.pool.pop_reserve(parked);
         let holds = shared.pool.holds_taken_blocks();
         if holds != self.holds_blocks.load(Ordering::Relaxed) {
             self.holds_blocks.store(holds, Ordering::Relaxed);
@@ -1442,17 +1459,30 @@ impl OutsidePool {
     }
 
     /// Gives every block the pool holds back to the allocator, once no
-    /// thread took one since the last call: every worker of its runtime
+    /// thread took one for [`POOL_TRIM_AFTER`]: every worker of its runtime
     /// has been idle a while (see `trim_pool`), but a thread outside them
-    /// may be making a graph whose tasks all wait, and will want more.
+    /// may be making a graph whose tasks all wait, and will want more. The
+    /// first call that finds the pool unused since the last one starts the
+    /// delay, so that the workers, going idle one after the other, do not
+    /// give the blocks back at the second call.
     #[cold]
     pub(crate) fn trim(&self) {
-        let Ok(mut shared) = self.pool.try_lock() else {
-            return; // in use
+        let mut shared = match self.pool.try_lock() {
+            Ok(shared) => shared,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return, // in use
         };
-        if std::mem::take(&mut shared.used) {
-            return;
+        let now = Instant::now();
+        let used = std::mem::take(&mut shared.used);
+        match shared.unused_since {
+            Some(since) if !used && now.duration_since(since) >= POOL_TRIM_AFTER => {}
+            Some(_) if !used => return,
+            _ => {
+                shared.unused_since = Some(now);
+                return;
+            }
         }
+        shared.unused_since = None;
         shared.pool.trim_to(0, false);
         self.holds_blocks.store(false, Ordering::Relaxed);
     }
@@ -1860,7 +1890,7 @@ impl<F, R> StackJob<F, R> {
 mod tests {
     use super::{
         alloc_fresh, alloc_raw, dealloc_block, free_raw, BlockExchange, BlockPool, Header,
-        COUNT_PARKED_EVERY, ORDER_AT, POOL_IDLE_CAPACITY,
+        OutsidePool, COUNT_PARKED_EVERY, ORDER_AT, POOL_IDLE_CAPACITY, POOL_TRIM_AFTER,
     };
     use std::cell::Cell;
     use std::ptr::NonNull;
@@ -1982,6 +2012,26 @@ mod tests {
             (1..=taken / COUNT_PARKED_EVERY).contains(&counted),
             "{counted} counts for {taken} blocks taken"
         );
+    }
+
+    /// The pool for threads outside the workers keeps what it took while
+    /// it was used within `POOL_TRIM_AFTER`, however many idle workers try
+    /// to trim it one after the other, and gives it back after.
+    #[test]
+    fn the_outside_pool_keeps_its_blocks_through_the_trim_delay() {
+        let exchange = Arc::new(BlockExchange::new());
+        pass_through_a_pool(&exchange, fresh_blocks(POOL_IDLE_CAPACITY + 100));
+        let pool = OutsidePool::new(Arc::clone(&exchange));
+        let block = pool.pop(&|| 0).expect("a block from the exchange");
+        assert!(pool.has_surplus(), "the rest of the take is held");
+        // Two workers going idle one after the other.
+        pool.trim();
+        pool.trim();
+        assert!(pool.has_surplus(), "given back before the delay");
+        std::thread::sleep(POOL_TRIM_AFTER + POOL_TRIM_AFTER / 10);
+        pool.trim();
+        assert!(!pool.has_surplus(), "kept past the delay");
+        free_all(vec![block]);
     }
 
     /// On a thread outside every pool, a freed block is kept as the
