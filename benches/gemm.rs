@@ -15,8 +15,14 @@
 //! SELVEDGE_BENCH_THREADS=2 cargo bench --bench gemm
 //! ```
 
+#[allow(dead_code)] // its one-thread version is for the tests
+#[path = "workloads/blis.rs"]
+mod blis;
 #[path = "workloads/gemm.rs"]
 mod gemm;
+#[allow(dead_code)] // its name is for the reports
+#[path = "workloads/microkernel.rs"]
+mod microkernel;
 #[allow(dead_code)] // Weave's suite in it is `benches/scheduler.rs`'s; we use the pools
 mod workloads;
 use workloads::pinning;
@@ -42,14 +48,14 @@ fn nested_gemm(c: &mut Criterion) {
             "{name} differs from the serial result by {err}"
         );
     };
-    pools
-        .selvedge
-        .run(|| gemm::selvedge(&input, &mut out, BLOCK_ROWS));
+    pools.selvedge.run(|| gemm::selvedge(&input, &mut out));
     check("selvedge", &out);
     pools
         .rayon
         .install(|| gemm::rayon(&input, &mut out, BLOCK_ROWS));
     check("rayon", &out);
+    pools.rayon.install(|| gemm::rayon_nest(&input, &mut out));
+    check("rayon, same nest", &out);
     pools
         .rayon
         .install(|| gemm::rayon_per_matrix(&input, &mut out));
@@ -69,11 +75,7 @@ fn nested_gemm(c: &mut Criterion) {
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(5));
     group.bench_function("selvedge nested dataflow", |b| {
-        b.iter(|| {
-            pools
-                .selvedge
-                .run(|| gemm::selvedge(&input, &mut out, BLOCK_ROWS))
-        })
+        b.iter(|| pools.selvedge.run(|| gemm::selvedge(&input, &mut out)))
     });
     group.bench_function("rayon nested par_chunks_mut", |b| {
         b.iter(|| {
@@ -81,6 +83,9 @@ fn nested_gemm(c: &mut Criterion) {
                 .rayon
                 .install(|| gemm::rayon(&input, &mut out, BLOCK_ROWS))
         })
+    });
+    group.bench_function("rayon, selvedge's loop nest", |b| {
+        b.iter(|| pools.rayon.install(|| gemm::rayon_nest(&input, &mut out)))
     });
     group.bench_function("rayon one task per matrix", |b| {
         b.iter(|| {

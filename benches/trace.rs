@@ -12,9 +12,15 @@
 //! SELVEDGE_BENCH_THREADS=2 cargo bench --features trace --bench trace [-- --samples N]
 //! ```
 
+#[allow(dead_code)] // its one-thread and rayon versions are for others
+#[path = "workloads/blis.rs"]
+mod blis;
 #[allow(dead_code)] // the demonstration's other versions
 #[path = "workloads/gemm.rs"]
 mod gemm;
+#[allow(dead_code)] // its name is for the reports
+#[path = "workloads/microkernel.rs"]
+mod microkernel;
 #[allow(dead_code)] // the fib workloads and the pools are what this uses
 mod workloads;
 #[allow(unused_imports)] // benches/workloads/gemm.rs names it as `crate::pinning`
@@ -139,8 +145,8 @@ fn main() {
     let gemm_row = interleaved_medians(
         samples,
         [
-            &mut || plain.run(|| gemm::selvedge(&input, &mut a, 64)),
-            &mut || traced.run(|| gemm::selvedge(&input, &mut b, 64)),
+            &mut || plain.run(|| gemm::selvedge(&input, &mut a)),
+            &mut || traced.run(|| gemm::selvedge(&input, &mut b)),
             &mut || rayon.install(|| gemm::rayon(&input, &mut c, 64)),
         ],
     );

@@ -2,24 +2,28 @@
 //!
 //! A batch of `--batch` pairs of `--size` x `--size` single-precision
 //! matrices. Stage 1 multiplies each pair: an outer parallel loop over the
-//! batch, an inner parallel loop over blocks of `--block` rows
-//! (`for_each_span`: one single-threaded `matrixmultiply` kernel call per
-//! span of blocks, the whole matrix unless a thief took some). Stage 2
-//! (ReLU and row sums) starts on each matrix the moment its product is
-//! done, through a `LoopPromise`: no barrier between the stages. The code
-//! is in `benches/workloads/gemm.rs`, shared with `cargo bench --bench
-//! gemm`.
+//! batch, and in each product a BLIS-style loop nest
+//! (`benches/workloads/blis.rs`): `B` packed once and shared by every
+//! task, a parallel loop over blocks of rows of `C` and, nested in it, a
+//! parallel loop over groups of its columns, down to a SIMD microkernel.
+//! The loops split only when an idle worker asks, so a large batch is
+//! shared out matrix by matrix and one large matrix (`--batch 1`) block
+//! by block. Stage 2 (ReLU and row sums) starts on each matrix the moment
+//! its product is done, through a `LoopPromise`: no barrier between the
+//! stages. The code is in `benches/workloads/gemm.rs`, shared with `cargo
+//! bench --bench gemm`.
 //!
 //! The program checks selvedge's and rayon's versions (each in a pool of
-//! `--threads` threads: rayon nested, one kernel call per block of rows,
-//! and rayon with one task per matrix) and a scheduler-free reference
-//! (`--threads` OS threads, each with an equal contiguous share of the
-//! batch: what the machine allows) against the serial result, then times
-//! them, the serial
-//! program and the kernel alone (stage 1 on one thread, whose rate times
-//! `--threads` is the parallel limit), taking turns sample by sample. It
-//! prints GFLOP/s (of stage 1's flops, over the time of both stages), the
-//! medians, and the ratios.
+//! `--threads` threads: rayon nested, one `matrixmultiply` call per block
+//! of `--block` rows, as a rayon user writes it; rayon running the same
+//! loop nest as selvedge; and rayon with one task per matrix) and a
+//! scheduler-free reference (`--threads` OS threads, each with an equal
+//! contiguous share of the batch's rows) against the serial result, then
+//! times them, the serial program and the kernel alone (stage 1 on one
+//! thread with `matrixmultiply`, whose rate times `--threads` is the
+//! parallel limit), taking turns sample by sample. It prints GFLOP/s (of
+//! stage 1's flops, over the time of both stages), the medians, and the
+//! ratios.
 //!
 //! ```text
 //! cargo run --release --example batched_gemm -- [--batch 64] [--size 256] [--block 64] [--threads 2] [--samples 7]
@@ -64,11 +68,16 @@
 //! no cuBLAS, no device, or built without the `cuda` feature) fails with
 //! exit status 1 and says why, instead of falling back to the CPU.
 
+#[allow(dead_code)] // its one-thread version is for the tests
+#[path = "../benches/workloads/blis.rs"]
+mod blis;
 #[path = "../benches/workloads/gemm.rs"]
 mod gemm;
 #[cfg(feature = "cuda")]
 #[path = "../benches/workloads/gpu.rs"]
 mod gpu_workload;
+#[path = "../benches/workloads/microkernel.rs"]
+mod microkernel;
 #[path = "../benches/workloads/pinning.rs"]
 mod pinning;
 #[path = "../benches/workloads/turns.rs"]
@@ -161,7 +170,7 @@ fn main() {
     let input = gemm::Batch::new(args.batch, args.size, 0x5e1_7ed6e);
     let gflops = |secs: f64| input.flops() / secs / 1e9;
     println!(
-        "batched GEMM: {} x {}^3 f32, row blocks of {}, {} threads{}, median of {} runs",
+        "batched GEMM: {} x {}^3 f32, rayon's row blocks of {}, {} threads{}, median of {} runs",
         args.batch,
         args.size,
         args.block,
@@ -223,13 +232,20 @@ fn main() {
         println!("device: CPU (built without the `cuda` feature)");
     }
 
+    println!(
+        "microkernel of selvedge's loop nest: {}",
+        microkernel::kernel().name
+    );
     let mut out = input.output();
-    runtime.run(|| gemm::selvedge(&input, &mut out, args.block));
+    runtime.run(|| gemm::selvedge(&input, &mut out));
     check("selvedge", &expected, &out);
     let mut out_rayon = input.output();
     pool.install(|| gemm::rayon(&input, &mut out_rayon, args.block));
     check("rayon", &expected, &out_rayon);
 
+    let mut out_nest = input.output();
+    pool.install(|| gemm::rayon_nest(&input, &mut out_nest));
+    check("rayon, same nest", &expected, &out_nest);
     let mut out_flat = input.output();
     pool.install(|| gemm::rayon_per_matrix(&input, &mut out_flat));
     check("rayon per matrix", &expected, &out_flat);
@@ -238,13 +254,14 @@ fn main() {
     check("static threads", &expected, &out_static);
 
     let (mut scratch, mut scratch2) = (input.output(), input.output());
-    let [kernel, serial, ours, theirs, theirs_flat, ceiling] = interleaved_medians(
+    let [kernel, serial, ours, theirs, theirs_nest, theirs_flat, ceiling] = interleaved_medians(
         args.samples,
         [
             &mut || gemm::serial_products(&input, &mut scratch),
             &mut || gemm::serial(&input, &mut scratch2),
-            &mut || runtime.run(|| gemm::selvedge(&input, &mut out, args.block)),
+            &mut || runtime.run(|| gemm::selvedge(&input, &mut out)),
             &mut || pool.install(|| gemm::rayon(&input, &mut out_rayon, args.block)),
+            &mut || pool.install(|| gemm::rayon_nest(&input, &mut out_nest)),
             &mut || pool.install(|| gemm::rayon_per_matrix(&input, &mut out_flat)),
             &mut || gemm::static_threads(&input, &mut out_static, args.threads),
         ],
@@ -268,6 +285,7 @@ fn main() {
     for (name, secs) in [
         ("selvedge (nested, dataflow)", ours),
         ("rayon (nested, barrier)", theirs),
+        ("rayon (same nest as selvedge)", theirs_nest),
         ("rayon (one task per matrix)", theirs_flat),
         ("static threads (no scheduler)", ceiling),
     ] {
@@ -279,8 +297,9 @@ fn main() {
         );
     }
     println!(
-        "selvedge / rayon time: {:.3} (nested), {:.3} (per matrix)   selvedge / static threads: {:.3}   ideal (serial / {}): {:.2} ms",
+        "selvedge / rayon time: {:.3} (nested), {:.3} (same nest), {:.3} (per matrix)   selvedge / static threads: {:.3}   ideal (serial / {}): {:.2} ms",
         ours / theirs,
+        ours / theirs_nest,
         ours / theirs_flat,
         ours / ceiling,
         args.threads,
@@ -321,8 +340,8 @@ fn trace_run(
     let [plain, with_trace] = interleaved_medians(
         args.samples,
         [
-            &mut || runtime.run(|| gemm::selvedge(input, &mut out, args.block)),
-            &mut || timed.run(|| gemm::selvedge(input, &mut out_traced, args.block)),
+            &mut || runtime.run(|| gemm::selvedge(input, &mut out)),
+            &mut || timed.run(|| gemm::selvedge(input, &mut out_traced)),
         ],
     );
     check("selvedge, traced", expected, &out_traced);
@@ -336,7 +355,7 @@ fn trace_run(
     );
     let rt = traced(path);
     let mut out = input.output();
-    rt.run(|| gemm::selvedge(input, &mut out, args.block));
+    rt.run(|| gemm::selvedge(input, &mut out));
     check("selvedge, traced", expected, &out);
     if let Err(e) = rt.flush_trace() {
         eprintln!(

@@ -71,16 +71,26 @@ mod access;
 mod cholesky;
 #[path = "../benches/workloads/dataflow.rs"]
 mod dataflow;
-// Only the CPU implementations; the kernel-only timing is the demonstration's.
+// The nest's one-thread version is the example's and the tests'.
 #[allow(dead_code)]
+#[path = "../benches/workloads/blis.rs"]
+mod blis;
 #[path = "../benches/workloads/gemm.rs"]
 mod gemm;
 #[path = "../benches/workloads/handoff.rs"]
 mod handoff;
 #[path = "../benches/workloads/loops.rs"]
 mod loops;
+#[path = "../benches/workloads/microkernel.rs"]
+mod microkernel;
 #[path = "../benches/workloads/mod.rs"]
 mod workloads;
+// What every section uses: medians, goal verdicts, progress lines.
+#[path = "bench_report/common.rs"]
+mod common;
+// The nested batched GEMM section.
+#[path = "bench_report/gemm_section.rs"]
+mod gemm_section;
 // `--plot DIR`: the tables as SVG charts.
 #[path = "bench_report/plot.rs"]
 mod plot;
@@ -92,10 +102,11 @@ use std::time::{Duration, Instant};
 use dataflow::fine_wavefront as fine;
 use dataflow::graph_replay as graph;
 
+use common::{median_min_max, met, progress, WARMUPS};
+use gemm_section::gemm_section;
 use plot::{ratios, Chart};
 use workloads::{pinning, Kind, Pools, Workload};
 
-const WARMUPS: usize = 2;
 /// In the dataflow section, a sample of a workload shorter than this is the
 /// mean of back-to-back runs lasting at least this long (ms).
 const DATAFLOW_MIN_SAMPLE_MS: f64 = 20.0;
@@ -257,16 +268,6 @@ fn measure_phase(
     sample(samples, min_sample_ms, || {
         black_box(run(pools)).1.as_secs_f64() * 1e3
     })
-}
-
-fn median_min_max(mut ms: Vec<f64>) -> (f64, f64, f64) {
-    ms.sort_by(f64::total_cmp);
-    let median = if ms.len() % 2 == 1 {
-        ms[ms.len() / 2]
-    } else {
-        (ms[ms.len() / 2 - 1] + ms[ms.len() / 2]) / 2.0
-    };
-    (median, ms[0], ms[ms.len() - 1])
 }
 
 fn ms(t: Option<f64>) -> String {
@@ -474,14 +475,6 @@ fn handoff_section(handoffs: &[(&str, f64)]) {
         println!("| {when} | {ns:.0} |");
     }
     println!();
-}
-
-/// In `--markdown` mode, says on stderr what is being timed (stdout is the
-/// document); in the normal mode, nothing.
-fn progress(md: bool, what: &str) {
-    if md {
-        eprintln!("bench_report: {what}");
-    }
 }
 
 /// The document's title, what it measures, and the run's setup: the
@@ -853,14 +846,6 @@ fn ns_per(ms: Option<f64>, units: u64) -> Option<f64> {
 
 fn ns(t: Option<f64>) -> String {
     t.map_or_else(|| "—".to_string(), |t| format!("{t:.0}"))
-}
-
-fn met(ok: bool) -> &'static str {
-    if ok {
-        "**met**"
-    } else {
-        "**missed**"
-    }
 }
 
 /// The heaviest monotone path through the wavefront grid, in cost units:
@@ -1760,106 +1745,6 @@ fn loops_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Chart
 /// Nanoseconds with two decimals (per-iteration times are around 1 ns).
 fn ns_f(t: Option<f64>) -> String {
     t.map_or_else(|| "—".to_string(), |t| format!("{t:.2}"))
-}
-
-/// The main demonstration's workload (`examples/batched_gemm.rs`): 64
-/// products of 256x256 f32 matrices, an outer loop over the batch, an
-/// inner loop over blocks of 64 rows, a second stage per matrix behind a
-/// loop promise; against rayon nested (a barrier between the stages),
-/// rayon with one task per matrix, and plain threads with a static split.
-/// The implementations' samples are taken in turn.
-fn gemm_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Chart>) {
-    const BATCH: usize = 64;
-    const SIZE: usize = 256;
-    const BLOCK: usize = 64;
-    progress(md, "timing the nested batched GEMM");
-    let input = gemm::Batch::new(BATCH, SIZE, 0x5e1_7ed6e);
-    let mut expected = input.output();
-    gemm::serial(&input, &mut expected);
-    let threads = pools.threads;
-    let [mut serial_out, mut ours, mut nested, mut flat, mut fixed] =
-        std::array::from_fn(|_| input.output());
-    let mut runs: [(&str, &mut dyn FnMut()); 5] = [
-        ("serial", &mut || gemm::serial(&input, &mut serial_out)),
-        ("selvedge, nested and dataflow", &mut || {
-            pools
-                .selvedge
-                .run(|| gemm::selvedge(&input, &mut ours, BLOCK))
-        }),
-        ("rayon, nested with a barrier", &mut || {
-            pools
-                .rayon
-                .install(|| gemm::rayon(&input, &mut nested, BLOCK))
-        }),
-        ("rayon, one task per matrix", &mut || {
-            pools
-                .rayon
-                .install(|| gemm::rayon_per_matrix(&input, &mut flat))
-        }),
-        ("plain threads, static split", &mut || {
-            gemm::static_threads(&input, &mut fixed, threads)
-        }),
-    ];
-    for (_, run) in runs.iter_mut() {
-        for _ in 0..WARMUPS {
-            run();
-        }
-    }
-    let mut ms: Vec<Vec<f64>> = vec![Vec::with_capacity(samples); runs.len()];
-    for _ in 0..samples {
-        for (k, (_, run)) in runs.iter_mut().enumerate() {
-            let t = Instant::now();
-            run();
-            ms[k].push(t.elapsed().as_secs_f64() * 1e3);
-        }
-    }
-    let names: Vec<&str> = runs.iter().map(|(name, _)| *name).collect();
-    for (name, out) in names
-        .iter()
-        .zip([&serial_out, &ours, &nested, &flat, &fixed])
-    {
-        let err = gemm::max_relative_error(&expected, out);
-        assert!(
-            err < 1e-4,
-            "{name}: relative error {err} against the serial result"
-        );
-    }
-    let medians: Vec<(f64, f64, f64)> = ms.into_iter().map(median_min_max).collect();
-    let ours_ms = medians[1].0;
-    println!("## Nested batched GEMM");
-    println!();
-    if md {
-        println!(
-            "The main demonstration's workload (`cargo run --release --example \
-             batched_gemm`): {BATCH} products of {SIZE}x{SIZE} f32 matrices with \
-             `matrixmultiply`'s kernel, an outer loop over the batch and an inner loop \
-             over blocks of {BLOCK} rows, then a second stage per matrix (ReLU and row \
-             sums). selvedge starts each matrix's second stage through a loop promise \
-             the moment its product is done; rayon nested runs the stages with a \
-             barrier between them. The implementations' samples are taken in turn. \
-             `selvedge / it` is selvedge's median time over this one's; every output \
-             is checked against the serial result."
-        );
-        println!();
-    }
-    println!("| implementation | median ms | min | max | GFLOP/s | selvedge / it |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    let mut chart = Chart::new("Nested batched GEMM", "ms");
-    for (k, (name, (median, min, max))) in names.iter().zip(&medians).enumerate() {
-        println!(
-            "| {name} | {median:.2} | {min:.2} | {max:.2} | {:.1} | {:.2}x |",
-            input.flops() / (median / 1e3) / 1e9,
-            ours_ms / median
-        );
-        let note = if k == 1 {
-            String::new()
-        } else {
-            format!("selvedge / it = {:.2}x", ours_ms / median)
-        };
-        chart.row(name, Some(*median), note);
-    }
-    println!();
-    charts.push(chart);
 }
 
 fn data_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Chart>) {

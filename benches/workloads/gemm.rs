@@ -7,18 +7,24 @@
 //! sums each of its rows. The implementations of the same computation:
 //!
 //! - [`serial`]: one thread, one kernel call per matrix.
-//! - [`selvedge`]: an outer `parallel_for` over the batch whose body runs an
-//!   inner parallel loop over blocks of rows (`par_chunks_mut(..)
-//!   .for_each_span`): one kernel call per span of row blocks, which is the
-//!   whole matrix unless a thief took some of its blocks. Every matrix
-//!   fulfills its iteration of a `LoopPromise` when its product is done,
-//!   and stage 2 is a `depends_on_each` loop that starts on a matrix the
-//!   moment it is ready, with no barrier between the stages. Both loops
-//!   split only when a worker asks for work, so with idle workers the
-//!   thief takes whole outer iterations, not row blocks.
-//! - [`rayon`]: the same nesting with rayon's `par_chunks_mut`, one kernel
-//!   call per block of rows, and stage 2 after the stage-1 loop returns
-//!   (rayon has no per-iteration dependency).
+//! - [`selvedge`]: an outer `parallel_for` over the batch whose body
+//!   multiplies its matrix with the loop nest of `blis.rs` on selvedge's
+//!   loops: `B` packed once and shared, a loop over blocks of rows (each
+//!   packs its rows of `A`) with a loop over groups of columns nested in
+//!   it. Every matrix fulfills its iteration of a `LoopPromise` when its
+//!   product is done, and stage 2 is a `depends_on_each` loop that starts
+//!   on a matrix the moment it is ready, with no barrier between the
+//!   stages. The loops split only when a worker asks for work, so with
+//!   idle workers the thief takes whole outer iterations first, and parts
+//!   of one matrix when the batch has too few (one large matrix).
+//! - [`rayon`]: the nesting a rayon user writes with a kernel crate:
+//!   `par_chunks_mut` over the batch and over blocks of rows, one
+//!   `matrixmultiply` call per block (which packs all of `B` again), and
+//!   stage 2 after the stage-1 loop returns (rayon has no per-iteration
+//!   dependency).
+//! - [`rayon_nest`]: `blis.rs`'s nest on rayon's loops, then stage 2 after
+//!   a barrier: the same kernel and packing as [`selvedge`], so that the
+//!   two differ only in their scheduler.
 //! - [`rayon_per_matrix`]: rayon without the inner loop: one task per
 //!   matrix doing both stages, one kernel call each. Not nested, but what a
 //!   rayon user would write to avoid the cost of splitting every matrix
@@ -27,16 +33,23 @@
 //!   whole matrices).
 //! - [`static_threads`]: no scheduler at all, the machine's own limit.
 //!
-//! The kernel is `matrixmultiply::sgemm`, single-threaded: a packed,
-//! cache-blocked, SIMD-dispatched GEMM in a small, well-kept crate with no
-//! threading of its own, so all parallelism comes from the scheduler
-//! under test.
+//! [`serial`], [`rayon`], [`rayon_per_matrix`] and [`static_threads`]
+//! call `matrixmultiply::sgemm`, single-threaded: a packed, cache-blocked,
+//! SIMD-dispatched GEMM in a small, well-kept crate with no threading of
+//! its own, so all parallelism comes from the scheduler under test. Its
+//! one-thread rate ([`serial_products`]) is the kernel's, against which
+//! the parallel versions are read. [`selvedge`] and [`rayon_nest`] run
+//! `blis.rs`'s nest, whose microkernel sums each element in the same order
+//! as `matrixmultiply`'s on the CPUs measured here (the checks compare
+//! with a tolerance all the same).
 
-use selvedge::{named, par_chunks_mut, parallel_for, LoopPromise};
+use selvedge::{named, parallel_for, LoopPromise};
 use std::sync::Mutex;
 
-// The crate including this file provides `pinning` (benches/workloads/pinning.rs).
-use crate::pinning;
+// The crate including this file provides `pinning`
+// (benches/workloads/pinning.rs) and `blis` (benches/workloads/blis.rs,
+// which needs `microkernel` too).
+use crate::{blis, pinning};
 
 /// The inputs and outputs of one batch.
 pub struct Batch {
@@ -182,9 +195,8 @@ pub fn serial_products(input: &Batch, out: &mut Output) {
 }
 
 /// Nested dataflow version; call it on a worker of the runtime to use (for
-/// example inside `Runtime::run`). `block_rows` rows of C per inner
-/// iteration.
-pub fn selvedge(input: &Batch, out: &mut Output, block_rows: usize) {
+/// example inside `Runtime::run`).
+pub fn selvedge(input: &Batch, out: &mut Output) {
     let (n, nn) = (input.n, input.n * input.n);
     // Each matrix's output behind its own lock: stage 1 holds it while its
     // inner loop writes the row blocks, stage 2 takes it once the promise
@@ -215,21 +227,14 @@ pub fn selvedge(input: &Batch, out: &mut Output, block_rows: usize) {
                 });
             })
         });
-        // Stage 1: batch x row blocks, nested.
+        // Stage 1: the batch, and in each product the nest's loops.
         named(STAGE_1, || {
             parallel_for(0..input.batch).for_each(|m| {
                 {
                     let mut guard = matrices[m].lock().unwrap();
                     let (a, b) = (input.matrix(&input.a, m), input.matrix(&input.b, m));
-                    // One kernel call per span of row blocks: the whole matrix
-                    // unless a thief took some of its blocks.
                     named(STAGE_1, || {
-                        par_chunks_mut(&mut guard.0[..], block_rows * n).for_each_span(
-                            |blk, c_rows| {
-                                let a_rows = &a[blk * block_rows * n..][..c_rows.len()];
-                                gemm_rows(a_rows, b, c_rows, n);
-                            },
-                        )
+                        blis::product_selvedge(a, b, &mut guard.0[..], n)
                     });
                 }
                 products_done.fulfill(m);
@@ -256,6 +261,23 @@ pub fn rayon(input: &Batch, out: &mut Output, block_rows: usize) {
                 let a_rows = &a[blk * block_rows * n..][..c_rows.len()];
                 gemm_rows(a_rows, b, c_rows, n);
             });
+    });
+    out.c
+        .par_chunks_mut(nn)
+        .zip(out.row_sums.par_chunks_mut(n))
+        .for_each(|(c, sums)| activate_and_sum(c, sums, n));
+}
+
+/// `blis.rs`'s nest on rayon's loops inside rayon's loop over the batch,
+/// then stage 2 after the barrier of that loop's return: [`selvedge`]'s
+/// kernel and packing with rayon's scheduling. Call it inside the rayon
+/// pool to use.
+pub fn rayon_nest(input: &Batch, out: &mut Output) {
+    use rayon::prelude::*;
+    let (n, nn) = (input.n, input.n * input.n);
+    out.c.par_chunks_mut(nn).enumerate().for_each(|(m, c)| {
+        let (a, b) = (input.matrix(&input.a, m), input.matrix(&input.b, m));
+        blis::product_rayon(a, b, c, n);
     });
     out.c
         .par_chunks_mut(nn)
