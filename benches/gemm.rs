@@ -4,9 +4,11 @@
 //! implementations are in `benches/workloads/gemm.rs`, which
 //! `examples/batched_gemm.rs` runs too.
 //!
-//! One group, `nested_gemm`, holds selvedge's nested dataflow version,
-//! rayon's nested `par_chunks_mut` version (stage 2 after a barrier),
-//! rayon with one task per matrix (not nested), a scheduler-free reference (one OS thread per share of the batch) and the
+//! One group, `nested_gemm`, holds selvedge's nested dataflow version (a
+//! loop nest per product, `benches/workloads/blis.rs`), rayon's nested
+//! `par_chunks_mut` version (stage 2 after a barrier), rayon running
+//! selvedge's loop nest, rayon with one task per matrix (not nested), a
+//! scheduler-free reference (one OS thread per share of the batch) and the
 //! serial program, each checked against the serial result first. Throughput
 //! is stage 1's flops. The pools are built once with
 //! `SELVEDGE_BENCH_THREADS` threads (default 2).
