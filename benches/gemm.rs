@@ -7,9 +7,10 @@
 //! One group, `nested_gemm`, holds selvedge's nested dataflow version (a
 //! loop nest per product, `benches/workloads/blis.rs`), rayon's nested
 //! `par_chunks_mut` version (stage 2 after a barrier), rayon running
-//! selvedge's loop nest, rayon with one task per matrix (not nested), a
-//! scheduler-free reference (one OS thread per share of the batch) and the
-//! serial program, each checked against the serial result first. Throughput
+//! selvedge's loop nest, rayon with one task per matrix (not nested),
+//! scheduler-free references (one OS thread per share of the batch, with
+//! `matrixmultiply` or the loop nest) and the serial program (with either),
+//! each checked against the serial result first. Throughput
 //! is stage 1's flops. The pools are built once with
 //! `SELVEDGE_BENCH_THREADS` threads (default 2).
 //!
@@ -17,7 +18,6 @@
 //! SELVEDGE_BENCH_THREADS=2 cargo bench --bench gemm
 //! ```
 
-#[allow(dead_code)] // its one-thread version is for the tests
 #[path = "workloads/blis.rs"]
 mod blis;
 #[path = "workloads/gemm.rs"]
@@ -64,6 +64,10 @@ fn nested_gemm(c: &mut Criterion) {
     check("rayon per matrix", &out);
     gemm::static_threads(&input, &mut out, pools.threads);
     check("static threads", &out);
+    gemm::static_threads_nest(&input, &mut out, pools.threads);
+    check("static threads, same nest", &out);
+    gemm::serial_nest(&input, &mut out);
+    check("serial, same nest", &out);
     eprintln!(
         "nested_gemm: {BATCH} x {SIZE}^3, {} threads, all implementations agree",
         pools.threads
@@ -99,7 +103,13 @@ fn nested_gemm(c: &mut Criterion) {
     group.bench_function("static threads", |b| {
         b.iter(|| gemm::static_threads(&input, &mut out, pools.threads))
     });
+    group.bench_function("static threads, selvedge's loop nest", |b| {
+        b.iter(|| gemm::static_threads_nest(&input, &mut out, pools.threads))
+    });
     group.bench_function("serial", |b| b.iter(|| gemm::serial(&input, &mut out)));
+    group.bench_function("serial, selvedge's loop nest", |b| {
+        b.iter(|| gemm::serial_nest(&input, &mut out))
+    });
     group.bench_function("serial kernel only", |b| {
         b.iter(|| gemm::serial_products(&input, &mut out))
     });

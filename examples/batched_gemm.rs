@@ -18,7 +18,8 @@
 //! of `--block` rows, as a rayon user writes it; rayon running the same
 //! loop nest as selvedge; and rayon with one task per matrix) and a
 //! scheduler-free reference (`--threads` OS threads, each with an equal
-//! contiguous share of the batch's rows) against the serial result, then
+//! contiguous share of the batch's rows, calling `matrixmultiply` or
+//! running selvedge's loop nest on them) against the serial result, then
 //! times them, the serial program and the kernel alone (stage 1 on one
 //! thread with `matrixmultiply`, whose rate times `--threads` is the
 //! parallel limit), taking turns sample by sample. It prints GFLOP/s (of
@@ -68,7 +69,6 @@
 //! no cuBLAS, no device, or built without the `cuda` feature) fails with
 //! exit status 1 and says why, instead of falling back to the CPU.
 
-#[allow(dead_code)] // its one-thread version is for the tests
 #[path = "../benches/workloads/blis.rs"]
 mod blis;
 #[path = "../benches/workloads/gemm.rs"]
@@ -252,20 +252,26 @@ fn main() {
     let mut out_static = input.output();
     gemm::static_threads(&input, &mut out_static, args.threads);
     check("static threads", &expected, &out_static);
+    let mut out_static_nest = input.output();
+    gemm::static_threads_nest(&input, &mut out_static_nest, args.threads);
+    check("static threads, same nest", &expected, &out_static_nest);
 
-    let (mut scratch, mut scratch2) = (input.output(), input.output());
-    let [kernel, serial, ours, theirs, theirs_nest, theirs_flat, ceiling] = interleaved_medians(
-        args.samples,
-        [
-            &mut || gemm::serial_products(&input, &mut scratch),
-            &mut || gemm::serial(&input, &mut scratch2),
-            &mut || runtime.run(|| gemm::selvedge(&input, &mut out)),
-            &mut || pool.install(|| gemm::rayon(&input, &mut out_rayon, args.block)),
-            &mut || pool.install(|| gemm::rayon_nest(&input, &mut out_nest)),
-            &mut || pool.install(|| gemm::rayon_per_matrix(&input, &mut out_flat)),
-            &mut || gemm::static_threads(&input, &mut out_static, args.threads),
-        ],
-    );
+    let [mut scratch, mut scratch2, mut scratch3] = std::array::from_fn(|_| input.output());
+    let [kernel, serial, serial_nest, ours, theirs, theirs_nest, theirs_flat, ceiling, ceiling_nest] =
+        interleaved_medians(
+            args.samples,
+            [
+                &mut || gemm::serial_products(&input, &mut scratch),
+                &mut || gemm::serial(&input, &mut scratch2),
+                &mut || gemm::serial_nest(&input, &mut scratch3),
+                &mut || runtime.run(|| gemm::selvedge(&input, &mut out)),
+                &mut || pool.install(|| gemm::rayon(&input, &mut out_rayon, args.block)),
+                &mut || pool.install(|| gemm::rayon_nest(&input, &mut out_nest)),
+                &mut || pool.install(|| gemm::rayon_per_matrix(&input, &mut out_flat)),
+                &mut || gemm::static_threads(&input, &mut out_static, args.threads),
+                &mut || gemm::static_threads_nest(&input, &mut out_static_nest, args.threads),
+            ],
+        );
     let limit = gflops(kernel) * args.threads as f64;
 
     println!(
@@ -282,12 +288,18 @@ fn main() {
         serial * 1e3,
         gflops(serial)
     );
+    println!(
+        "serial, same nest as selvedge:     {:>8.2} ms  {:>6.1} GFLOP/s",
+        serial_nest * 1e3,
+        gflops(serial_nest)
+    );
     for (name, secs) in [
         ("selvedge (nested, dataflow)", ours),
         ("rayon (nested, barrier)", theirs),
         ("rayon (same nest as selvedge)", theirs_nest),
         ("rayon (one task per matrix)", theirs_flat),
         ("static threads (no scheduler)", ceiling),
+        ("static threads, same nest as selvedge", ceiling_nest),
     ] {
         println!(
             "{name:<34} {:>8.2} ms  {:>6.1} GFLOP/s  {:>5.1}% of the limit",
@@ -297,11 +309,13 @@ fn main() {
         );
     }
     println!(
-        "selvedge / rayon time: {:.3} (nested), {:.3} (same nest), {:.3} (per matrix)   selvedge / static threads: {:.3}   ideal (serial / {}): {:.2} ms",
+        "selvedge / rayon time: {:.3} (nested), {:.3} (same nest), {:.3} (per matrix)   selvedge / static threads: {:.3} ({:.3} with the same nest)   selvedge's speedup over the same nest serially: {:.2}x   ideal (serial / {}): {:.2} ms",
         ours / theirs,
         ours / theirs_nest,
         ours / theirs_flat,
         ours / ceiling,
+        ours / ceiling_nest,
+        serial_nest / ours,
         args.threads,
         serial / args.threads as f64 * 1e3
     );

@@ -66,15 +66,13 @@
 
 #[path = "../benches/workloads/access.rs"]
 mod access;
+#[path = "../benches/workloads/blis.rs"]
+mod blis;
 #[allow(dead_code)] // the residual is the example's
 #[path = "../benches/workloads/cholesky.rs"]
 mod cholesky;
 #[path = "../benches/workloads/dataflow.rs"]
 mod dataflow;
-// The nest's one-thread version is the example's and the tests'.
-#[allow(dead_code)]
-#[path = "../benches/workloads/blis.rs"]
-mod blis;
 #[path = "../benches/workloads/gemm.rs"]
 mod gemm;
 #[path = "../benches/workloads/handoff.rs"]

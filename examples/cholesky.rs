@@ -69,7 +69,7 @@ fn parse_args() -> Args {
             }
         }
     }
-    if !args.size.is_multiple_of(args.tile) {
+    if args.size % args.tile != 0 {
         eprintln!(
             "cholesky: the tile size {} does not divide the size {}",
             args.tile, args.size

@@ -512,10 +512,12 @@ scaling_table() {
       gr && /^### graph wavefront \(/ { t = $0; sub(/^### graph wavefront \(/, "", t); sub(/, [0-9]+ rounds\)$/, "", t) }
       gr && /^\| selvedge graph \(replayed\) \|/ { replayed = trim($3) }
       gr && /^\| rayon barrier \(par_iter per diagonal\) \|/ { print n "\tgraph replayed, " t "\t" replayed " / " trim($3) }
-      /^## Nested batched GEMM/ { g = 1 }
+      # One row per shape of the GEMM section (a table under each "### ").
+      /^## Nested batched GEMM/ { g = 1; next }
+      /^## / { g = 0 }
+      g && /^### / { shape = substr($0, 5); s = "" }
       g && /^\| selvedge, nested and dataflow \|/ { s = trim($3) }
-      g && /^\| rayon, nested with a barrier \|/ { r = trim($3) }
-      END { if (s != "") print n "\tbatched GEMM\t" s " / " r }
+      g && /^\| rayon, nested with a barrier \|/ { print n "\tGEMM, " shape "\t" s " / " trim($3) }
     ' "$out/scaling-$n.md"
   done | awk -F'\t' '
     !($1 in seen_n) { seen_n[$1] = 1; ns[++nn] = $1 }

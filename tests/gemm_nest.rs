@@ -2,14 +2,25 @@
 //! (`benches/workloads/blis.rs`): on one thread, on selvedge's loops and on
 //! rayon's it computes the product `matrixmultiply` computes, for sizes
 //! whose edges cut through tiles, blocks and slices of the inner
-//! dimension, with packing buffers that earlier products left dirty; and
-//! the three versions agree bit for bit (each element is summed in the
-//! same order).
+//! dimension, on packing buffers that earlier products left holding their
+//! values (the buffers are shared by the tests running at the same time,
+//! so which buffer a product gets varies); and the three versions, and
+//! every microkernel the CPU runs, agree bit for bit (each element is
+//! summed in the same order). `C` starts as NaN, so a tile left unwritten
+//! fails the comparisons.
 
 #[path = "../benches/workloads/blis.rs"]
 mod blis;
+// The reference product and the comparison; the rest is the
+// demonstration's.
+#[allow(dead_code)]
+#[path = "../benches/workloads/gemm.rs"]
+mod gemm;
 #[path = "../benches/workloads/microkernel.rs"]
 mod microkernel;
+#[allow(dead_code)] // what `gemm.rs` pins its plain threads with
+#[path = "../benches/workloads/pinning.rs"]
+mod pinning;
 
 use selvedge::Runtime;
 
@@ -28,39 +39,9 @@ fn matrix(len: usize, seed: u64) -> Vec<f32> {
 
 /// `a b` by `matrixmultiply`, for `m x n` `a` and `n x n` `b`.
 fn reference(a: &[f32], b: &[f32], n: usize) -> Vec<f32> {
-    let m = a.len() / n;
-    let mut c = vec![0.0; m * n];
-    // SAFETY: A is m x n, B n x n, C m x n, all row-major and contiguous,
-    // and C is borrowed uniquely.
-    unsafe {
-        matrixmultiply::sgemm(
-            m,
-            n,
-            n,
-            1.0,
-            a.as_ptr(),
-            n as isize,
-            1,
-            b.as_ptr(),
-            n as isize,
-            1,
-            0.0,
-            c.as_mut_ptr(),
-            n as isize,
-            1,
-        );
-    }
+    let mut c = vec![0.0; a.len()];
+    gemm::gemm_rows(a, b, &mut c, n);
     c
-}
-
-/// The largest difference from the reference, relative to the larger of
-/// the element's magnitude and 1.
-fn max_relative_error(expected: &[f32], got: &[f32]) -> f32 {
-    expected
-        .iter()
-        .zip(got)
-        .map(|(x, y)| (x - y).abs() / x.abs().max(1.0))
-        .fold(0.0, f32::max)
 }
 
 #[test]
@@ -88,7 +69,7 @@ fn every_version_computes_the_product_at_sizes_that_cut_through_tiles() {
         let expected = reference(&a, &b, n);
         let mut serial = vec![f32::NAN; m * n];
         blis::product_serial(&a, &b, &mut serial, n);
-        let err = max_relative_error(&expected, &serial);
+        let err = gemm::max_relative_difference(&expected, &serial);
         assert!(
             err < 1e-5,
             "{m} x {n}: the nest on one thread ({}) differs from matrixmultiply by {err}",
@@ -119,7 +100,7 @@ fn every_microkernel_this_cpu_runs_computes_the_same_bits() {
         for kr in microkernel::available() {
             let mut c = vec![f32::NAN; m * n];
             blis::product_serial_with(kr, &a, &b, &mut c, n);
-            let err = max_relative_error(&expected, &c);
+            let err = gemm::max_relative_difference(&expected, &c);
             assert!(
                 err < 1e-5,
                 "{m} x {n}: kernel {} differs from matrixmultiply by {err}",

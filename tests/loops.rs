@@ -66,7 +66,7 @@ fn spin(n: u32) {
 fn uneven_work(i: usize, n: usize) {
     if i % 4096 < 3 {
         spin(4000);
-    } else if i.is_multiple_of(61) || i >= n - n / 16 {
+    } else if i % 61 == 0 || i >= n - n / 16 {
         spin(60);
     }
 }

@@ -5,7 +5,7 @@
 //! A kernel called once per block of rows packs all of `B` again on each
 //! call, so the finer a loop splits a matrix, the more it copies; and a
 //! call on a large block cannot be split at all once it started. Here `B`
-//! is packed once, in slivers of [`NR`] columns, and shared by every task;
+//! is packed once, in slivers of `nr` columns, and shared by every task;
 //! each block of [`MC`] rows of `A` is packed once by the task that owns
 //! it; and the parallel loops run over blocks of rows and, nested inside
 //! each, over groups of column slivers, so that a thief can take work
@@ -13,18 +13,23 @@
 //!
 //! Inside a group the loops are BLIS's: for each [`KC`]-deep slice of the
 //! inner dimension, for each sliver of `B` (kept in L1), for each sliver of
-//! [`MR`] rows of the packed `A` block (kept in L2), one microkernel call
-//! on an `MR x NR` tile of `C`. The microkernel (`microkernel.rs`) uses
-//! AVX2 and FMA where the CPU has them and plain loops elsewhere.
+//! `mr` rows of the packed `A` block (kept in L2), one microkernel call on
+//! an `mr x nr` tile of `C`. The microkernel (`microkernel.rs`) uses
+//! AVX-512 or AVX2 and FMA where the CPU has them, plain loops elsewhere;
+//! its tile's shape (`mr x nr`) comes with it.
 //!
 //! The same nest runs on one thread ([`product_serial`]), on selvedge's
 //! loops ([`product_selvedge`]) and on rayon's ([`product_rayon`]), so the
 //! three differ only in who runs the loops.
 //!
-//! Results: every element of `C` is summed in the same order by all three
-//! (each tile's sums run over `k` in [`KC`] slices, in order), so they are
-//! equal bit for bit; against `matrixmultiply`, which sums in another order,
-//! they agree to a relative error of single precision's rounding.
+//! Results: every element of `C` is summed in the same order by all three,
+//! whatever the kernel (each tile's sums run over `k` in [`KC`] slices, in
+//! order, one rounding per product), so they are equal bit for bit.
+//! `matrixmultiply` 0.3's x86 kernels happen to sum in that order too, but
+//! nothing promises it: comparisons with it allow single precision's
+//! rounding.
+
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 use std::ops::Range;
 use std::sync::Mutex;
@@ -53,7 +58,7 @@ pub const GROUP_COLUMNS: usize = 64;
 /// `j` holds, for each row `p` of `B`, its columns `j * nr ..` (padded
 /// with zeros past `n`), `k * nr` values in all.
 pub struct PackedB {
-    data: Lines,
+    data: PackBuffer,
     k: usize,
     n: usize,
     nr: usize,
@@ -90,23 +95,25 @@ impl PackedB {
 /// it never straddle two (with a plain `Vec`'s 16-byte alignment, one load
 /// in two did).
 ///
-/// Taken from a pool ([`Lines::take`]) and given back when dropped, as
+/// Taken from a pool ([`PackBuffer::take`]) and given back when dropped, as
 /// BLIS keeps its packing buffers: a fresh 15 MB buffer for each product
 /// of 1920 x 1920 matrices costs a page fault per 4 KiB page on its first
 /// writes, about 10 ms on the development machine, more than a tenth of
 /// the product itself on two threads.
-pub struct Lines(Vec<Line>);
+pub struct PackBuffer(Vec<Line>);
 
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Line([f32; 16]);
 
-/// The buffers not in use. A few: one for `B` and one per block of `A`
-/// being packed at a time (a worker packs one block at a time, and a
-/// block's buffer is given back before the next is taken).
+/// The buffers not in use: one for each `B` and each block of `A` that
+/// were packed at the same time, which is more than one per worker when a
+/// worker waiting for a block's inner loop to finish runs an iteration of
+/// another block. They are kept until the process ends (a benchmark's
+/// process: a library would trim them when idle).
 static POOL: Mutex<Vec<Vec<Line>>> = Mutex::new(Vec::new());
 
-impl Lines {
+impl PackBuffer {
     /// A buffer of at least `len` values, whatever they are: the packing
     /// writes every value the microkernel reads for the tiles it keeps
     /// (the padding past a partial tile's edge may hold old values, which
@@ -126,18 +133,18 @@ impl Lines {
         if buf.len() < lines {
             buf.resize(lines, Line([0.0; 16]));
         }
-        Lines(buf)
+        PackBuffer(buf)
     }
 }
 
-impl Drop for Lines {
+impl Drop for PackBuffer {
     fn drop(&mut self) {
         let buf = std::mem::take(&mut self.0);
         POOL.lock().unwrap_or_else(|e| e.into_inner()).push(buf);
     }
 }
 
-impl std::ops::Deref for Lines {
+impl std::ops::Deref for PackBuffer {
     type Target = [f32];
 
     fn deref(&self) -> &[f32] {
@@ -148,7 +155,7 @@ impl std::ops::Deref for Lines {
     }
 }
 
-impl std::ops::DerefMut for Lines {
+impl std::ops::DerefMut for PackBuffer {
     fn deref_mut(&mut self) -> &mut [f32] {
         // SAFETY: as in `deref`, borrowed uniquely.
         unsafe { std::slice::from_raw_parts_mut(self.0.as_mut_ptr().cast(), self.0.len() * 16) }
@@ -177,7 +184,7 @@ fn pack_b_with(
 ) -> PackedB {
     assert_eq!(b.len(), k * n, "B is k x n");
     let nr = kr.nr;
-    let mut data = Lines::take(n.div_ceil(nr) * k * nr);
+    let mut data = PackBuffer::take(n.div_ceil(nr) * k * nr);
     each_sliver(&mut data[..n.div_ceil(nr) * k * nr], k * nr, &|j, out| {
         pack_b_sliver(b, (k, n, nr), j, out)
     });
@@ -186,11 +193,12 @@ fn pack_b_with(
 
 /// Rows `rows` of `a` (`m x k`, row-major) packed for kernel `kr` in
 /// slivers of `mr` rows: for each sliver, for each `p`, its rows'
-/// `a[., p]` (zeros past the last row).
-fn pack_a_block(a: &[f32], k: usize, rows: Range<usize>, kr: &Kernel) -> Lines {
+/// `a[., p]`. Past the last row the sliver keeps whatever the buffer held
+/// (see [`PackBuffer::take`]).
+fn pack_a_block(a: &[f32], k: usize, rows: Range<usize>, kr: &Kernel) -> PackBuffer {
     let mr = kr.mr;
     let slivers = rows.len().div_ceil(mr);
-    let mut out = Lines::take(slivers * mr * k);
+    let mut out = PackBuffer::take(slivers * mr * k);
     for (s, dst) in out.chunks_exact_mut(mr * k).take(slivers).enumerate() {
         let first = rows.start + s * mr;
         let height = mr.min(rows.end - first);
@@ -214,7 +222,7 @@ fn pack_a_block(a: &[f32], k: usize, rows: Range<usize>, kr: &Kernel) -> Lines {
 /// `rows` and column slivers `js` during the call.
 unsafe fn compute_slivers(
     (packed_a, b, kr): (&[f32], &PackedB, &Kernel),
-    c: CPtr,
+    c: SharedC,
     rows: Range<usize>,
     js: Range<usize>,
 ) {
@@ -250,17 +258,17 @@ unsafe fn compute_slivers(
 
 /// `C`'s base pointer, shared by the tasks that write disjoint tiles of it.
 #[derive(Clone, Copy)]
-struct CPtr(*mut f32);
+struct SharedC(*mut f32);
 
 // SAFETY: the tasks that share it write disjoint tiles (each group of
 // slivers of each block of rows is computed by one loop iteration), and
 // the loops return before `C`'s borrow ends.
-unsafe impl Send for CPtr {}
+unsafe impl Send for SharedC {}
 // SAFETY: as above.
-unsafe impl Sync for CPtr {}
+unsafe impl Sync for SharedC {}
 
 /// Checks the shapes of one product; returns the rows of `A`.
-fn check(a: &[f32], b: &[f32], c: &[f32], n: usize) -> usize {
+fn rows_of_product(a: &[f32], b: &[f32], c: &[f32], n: usize) -> usize {
     assert!(n > 0, "an empty matrix has no product to compute");
     assert_eq!(b.len(), n * n, "B is n x n");
     assert_eq!(a.len() % n, 0, "whole rows of A");
@@ -282,13 +290,13 @@ pub fn product_serial(a: &[f32], b: &[f32], c: &mut [f32], n: usize) {
 /// [`product_serial`] with microkernel `kr` (which must run on this CPU:
 /// one of `microkernel::available()`).
 pub fn product_serial_with(kr: &Kernel, a: &[f32], b: &[f32], c: &mut [f32], n: usize) {
-    let m = check(a, b, c, n);
+    let m = rows_of_product(a, b, c, n);
     let packed_b = pack_b_with(b, (n, n), kr, |data, len, pack| {
         for (j, out) in data.chunks_exact_mut(len).enumerate() {
             pack(j, out);
         }
     });
-    let c = CPtr(c.as_mut_ptr());
+    let c = SharedC(c.as_mut_ptr());
     for blk in 0..m.div_ceil(MC) {
         let rows = block_rows(blk, m);
         let packed_a = pack_a_block(a, n, rows.clone(), kr);
@@ -304,13 +312,13 @@ pub fn product_serial_with(kr: &Kernel, a: &[f32], b: &[f32], c: &mut [f32], n: 
 /// [`GROUP_COLUMNS`] columns. Call it on a worker (inside `Runtime::run`,
 /// or a task).
 pub fn product_selvedge(a: &[f32], b: &[f32], c: &mut [f32], n: usize) {
-    let m = check(a, b, c, n);
+    let m = rows_of_product(a, b, c, n);
     let kr = kernel();
     let packed_b = pack_b_with(b, (n, n), kr, |data, len, pack| {
         par_chunks_mut(data, len).for_each(pack);
     });
     let packed_b = &packed_b;
-    let c = CPtr(c.as_mut_ptr());
+    let c = SharedC(c.as_mut_ptr());
     parallel_for(0..m.div_ceil(MC)).for_each(|blk| {
         let rows = block_rows(blk, m);
         let packed_a = pack_a_block(a, n, rows.clone(), kr);
@@ -330,7 +338,7 @@ pub fn product_selvedge(a: &[f32], b: &[f32], c: &mut [f32], n: usize) {
 /// pool: `ThreadPool::install`).
 pub fn product_rayon(a: &[f32], b: &[f32], c: &mut [f32], n: usize) {
     use rayon::prelude::*;
-    let m = check(a, b, c, n);
+    let m = rows_of_product(a, b, c, n);
     let kr = kernel();
     let packed_b = pack_b_with(b, (n, n), kr, |data, len, pack| {
         data.par_chunks_mut(len)
@@ -338,7 +346,7 @@ pub fn product_rayon(a: &[f32], b: &[f32], c: &mut [f32], n: usize) {
             .for_each(|(j, out)| pack(j, out));
     });
     let packed_b = &packed_b;
-    let c = CPtr(c.as_mut_ptr());
+    let c = SharedC(c.as_mut_ptr());
     (0..m.div_ceil(MC)).into_par_iter().for_each(|blk| {
         let rows = block_rows(blk, m);
         let packed_a = pack_a_block(a, n, rows.clone(), kr);

@@ -86,7 +86,7 @@ impl Tiles {
     pub fn from_matrix(a: &Mat<f64>, t: usize) -> Self {
         let n = a.nrows();
         assert!(
-            t > 0 && n.is_multiple_of(t),
+            t > 0 && n % t == 0,
             "tile size {t} does not divide the order {n}"
         );
         let nt = n / t;

@@ -633,7 +633,7 @@ pub fn tile_units() -> &'static [u32; TILES] {
         let mut rng = SplitMix64(WAVEFRONT_SEED);
         std::array::from_fn(|_| {
             let base = 2 + (rng.next_u64() % 11) as u32;
-            if rng.next_u64().is_multiple_of(10) {
+            if rng.next_u64() % 10 == 0 {
                 base * 20
             } else {
                 base

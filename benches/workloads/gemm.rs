@@ -6,7 +6,8 @@
 //! `C = A B`, and stage 2 applies an activation (ReLU) to `C` in place and
 //! sums each of its rows. The implementations of the same computation:
 //!
-//! - [`serial`]: one thread, one kernel call per matrix.
+//! - [`serial`]: one thread, one kernel call per matrix; [`serial_nest`]
+//!   the same with `blis.rs`'s loop nest.
 //! - [`selvedge`]: an outer `parallel_for` over the batch whose body
 //!   multiplies its matrix with the loop nest of `blis.rs` on selvedge's
 //!   loops: `B` packed once and shared, a loop over blocks of rows (each
@@ -32,16 +33,18 @@
 //!   in blocks of 64 rows takes about 12% longer on one thread than in
 //!   whole matrices).
 //! - [`static_threads`]: no scheduler at all, the machine's own limit.
+//! - [`static_threads_nest`]: the same with `blis.rs`'s nest on each
+//!   thread's rows: the machine's limit for [`selvedge`]'s kernel.
 //!
 //! [`serial`], [`rayon`], [`rayon_per_matrix`] and [`static_threads`]
 //! call `matrixmultiply::sgemm`, single-threaded: a packed, cache-blocked,
 //! SIMD-dispatched GEMM in a small, well-kept crate with no threading of
 //! its own, so all parallelism comes from the scheduler under test. Its
 //! one-thread rate ([`serial_products`]) is the kernel's, against which
-//! the parallel versions are read. [`selvedge`] and [`rayon_nest`] run
-//! `blis.rs`'s nest, whose microkernel sums each element in the same order
-//! as `matrixmultiply`'s on the CPUs measured here (the checks compare
-//! with a tolerance all the same).
+//! the parallel versions are read. [`selvedge`], [`rayon_nest`] and
+//! [`static_threads_nest`] run `blis.rs`'s nest, whose results equal
+//! `matrixmultiply`'s only where its kernels happen to sum in the same
+//! order: the checks allow single precision's rounding.
 
 use selvedge::{named, parallel_for, LoopPromise};
 use std::sync::Mutex;
@@ -173,6 +176,17 @@ pub fn activate_and_sum(c: &mut [f32], row_sums: &mut [f32], n: usize) {
 
 /// One thread, one kernel call per matrix.
 pub fn serial(input: &Batch, out: &mut Output) {
+    serial_with(input, out, gemm_rows);
+}
+
+/// One thread, `blis.rs`'s loop nest per matrix: [`selvedge`]'s work with
+/// no scheduler.
+pub fn serial_nest(input: &Batch, out: &mut Output) {
+    serial_with(input, out, blis::product_serial);
+}
+
+/// One thread, both stages per matrix, the product by `product`.
+fn serial_with(input: &Batch, out: &mut Output, product: RowsProduct) {
     let (n, nn) = (input.n, input.n * input.n);
     for (m, (c, sums)) in out
         .c
@@ -180,7 +194,7 @@ pub fn serial(input: &Batch, out: &mut Output) {
         .zip(out.row_sums.chunks_mut(n))
         .enumerate()
     {
-        gemm_rows(input.matrix(&input.a, m), input.matrix(&input.b, m), c, n);
+        product(input.matrix(&input.a, m), input.matrix(&input.b, m), c, n);
         activate_and_sum(c, sums, n);
     }
 }
@@ -199,7 +213,7 @@ pub fn serial_products(input: &Batch, out: &mut Output) {
 pub fn selvedge(input: &Batch, out: &mut Output) {
     let (n, nn) = (input.n, input.n * input.n);
     // Each matrix's output behind its own lock: stage 1 holds it while its
-    // inner loop writes the row blocks, stage 2 takes it once the promise
+    // loop nest writes the product, stage 2 takes it once the promise
     // says the product is done, so the lock is never contended; it is what
     // lets two loops hand a buffer over without `unsafe`.
     let matrices: Vec<Mutex<(&mut [f32], &mut [f32])>> = out
@@ -310,6 +324,25 @@ pub fn rayon_per_matrix(input: &Batch, out: &mut Output) {
 /// the timed region, as each run of a scheduler wakes its pool's. Pinned
 /// like the pools' threads under `SELVEDGE_PIN_THREADS=1`.
 pub fn static_threads(input: &Batch, out: &mut Output, threads: usize) {
+    static_split(input, out, threads, gemm_rows);
+}
+
+/// [`static_threads`] with the loop nest of `blis.rs` on each thread's
+/// rows: what the machine allows for [`selvedge`]'s kernel, with no
+/// scheduler. Each thread packs all of each `B` it needs, so where threads
+/// share a matrix (a batch smaller than the threads) it packs `B` once per
+/// thread where [`selvedge`] packs it once: a little under the limit.
+pub fn static_threads_nest(input: &Batch, out: &mut Output, threads: usize) {
+    static_split(input, out, threads, blis::product_serial);
+}
+
+/// The product of rows of `A` (`c_rows.len() / n` of them) with an
+/// `n x n` `B`, on the calling thread.
+type RowsProduct = fn(&[f32], &[f32], &mut [f32], usize);
+
+/// `threads` OS threads, each doing both stages on an equal contiguous
+/// share of the batch's rows with `product`.
+fn static_split(input: &Batch, out: &mut Output, threads: usize, product: RowsProduct) {
     let n = input.n;
     let rows = input.batch * n;
     let threads = threads.clamp(1, rows.max(1));
@@ -324,7 +357,7 @@ pub fn static_threads(input: &Batch, out: &mut Output, threads: usize) {
             let share_start = first;
             s.spawn(move || {
                 pinning::pin_current_thread(t);
-                rows_of_batch(input, c, sums, share_start);
+                rows_of_batch(input, c, sums, share_start, product);
             });
             first = end;
         }
@@ -333,8 +366,14 @@ pub fn static_threads(input: &Batch, out: &mut Output, threads: usize) {
 
 /// Both stages on the batch's rows `first_row..` (counted across the
 /// matrices, one after the other), whose outputs are `c` and `sums`: one
-/// kernel call per matrix the rows touch.
-fn rows_of_batch(input: &Batch, mut c: &mut [f32], mut sums: &mut [f32], first_row: usize) {
+/// call of `product` per matrix the rows touch.
+fn rows_of_batch(
+    input: &Batch,
+    mut c: &mut [f32],
+    mut sums: &mut [f32],
+    first_row: usize,
+    product: RowsProduct,
+) {
     let n = input.n;
     let mut row = first_row;
     while !sums.is_empty() {
@@ -343,18 +382,35 @@ fn rows_of_batch(input: &Batch, mut c: &mut [f32], mut sums: &mut [f32], first_r
         let (c_here, c_rest) = std::mem::take(&mut c).split_at_mut(take * n);
         let (sums_here, sums_rest) = std::mem::take(&mut sums).split_at_mut(take);
         let a_rows = &input.matrix(&input.a, m)[row_in_matrix * n..][..take * n];
-        gemm_rows(a_rows, input.matrix(&input.b, m), c_here, n);
+        product(a_rows, input.matrix(&input.b, m), c_here, n);
         activate_and_sum(c_here, sums_here, n);
         (c, sums, row) = (c_rest, sums_rest, row + take);
     }
 }
 
-/// The largest relative difference between two outputs (the kernel may sum
-/// in a different order when it sees fewer rows, so bitwise equality is
-/// not promised).
+/// The largest relative difference between two outputs (kernels may sum
+/// in different orders, so bitwise equality is not promised); infinite
+/// where either holds a NaN (an element never written, say).
 pub fn max_relative_error(expected: &Output, got: &Output) -> f32 {
-    let rel = |(x, y): (&f32, &f32)| (x - y).abs() / x.abs().max(1.0);
-    let c = expected.c.iter().zip(&got.c).map(rel);
-    let s = expected.row_sums.iter().zip(&got.row_sums).map(rel);
-    c.chain(s).fold(0.0, f32::max)
+    max_relative_difference(&expected.c, &got.c)
+        .max(max_relative_difference(&expected.row_sums, &got.row_sums))
+}
+
+/// The largest difference between two slices' elements, relative to the
+/// larger of the expected element's magnitude and 1; infinite where
+/// either holds a NaN.
+pub fn max_relative_difference(expected: &[f32], got: &[f32]) -> f32 {
+    assert_eq!(expected.len(), got.len(), "slices of the same length");
+    expected
+        .iter()
+        .zip(got)
+        .map(|(x, y)| {
+            let d = (x - y).abs() / x.abs().max(1.0);
+            if d.is_nan() {
+                f32::INFINITY
+            } else {
+                d
+            }
+        })
+        .fold(0.0, f32::max)
 }

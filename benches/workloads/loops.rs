@@ -1020,7 +1020,7 @@ pub fn pipe_units() -> &'static ([u32; PIPE_ITEMS], [u32; PIPE_ITEMS]) {
         let mut rng = Rng(SEED ^ 0x919E);
         let a = std::array::from_fn(|_| {
             let base = 1 + (rng.next_u64() % 3) as u32;
-            if rng.next_u64().is_multiple_of(8) {
+            if rng.next_u64() % 8 == 0 {
                 base * 16
             } else {
                 base

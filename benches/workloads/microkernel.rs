@@ -7,16 +7,20 @@
 //! nest is to pack `B` once for every task. The tile's shape is the one
 //! BLIS uses on each instruction set, chosen once at run time:
 //!
-//! - x86-64 with AVX-512: 12 x 32, twenty-four 16-lane accumulators; per
-//!   step of the inner dimension two loads of `B`, twelve broadcasts of
-//!   `A`, twenty-four fused multiply-adds.
+//! - x86-64 with AVX-512 (and a compiler that has its intrinsics, Rust
+//!   1.89 or later: `build.rs` says): 12 x 32, twenty-four 16-lane
+//!   accumulators; per step of the inner dimension two loads of `B`,
+//!   twelve broadcasts of `A`, twenty-four fused multiply-adds.
 //! - x86-64 with AVX2 and FMA: 6 x 16, twelve 8-lane accumulators.
-//! - anything else: 6 x 16 in plain loops, which the compiler vectorizes
-//!   as it can.
+//! - anything else: 6 x 16 in plain loops with `mul_add`, which is one
+//!   instruction where the target has fused multiply-add (on x86-64
+//!   without FMA it is a call to the C library's `fmaf`: correct, slow).
 //!
 //! Each element of a tile sums its products in order of the inner index,
-//! one rounding per product on every path (fused multiply-adds; the plain
-//! loops use `mul_add`), so the three give the same bits.
+//! one rounding per product on every path, so the three give the same
+//! bits.
+
+#![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 use std::sync::OnceLock;
 
@@ -28,51 +32,55 @@ const MAX_NR: usize = 32;
 /// values in `a` and of `nr` in `b`, `c` at row stride `ldc`.
 type FullTile = unsafe fn(usize, *const f32, *const f32, *mut f32, usize, bool);
 
-/// One microkernel: its tile's shape and its code.
+/// One microkernel: its tile's shape and its code. Only the statics below
+/// exist, and [`available`] hands out those the CPU runs.
 pub struct Kernel {
     /// Rows of a tile (of a sliver of packed `A`).
     pub mr: usize,
     /// Columns of a tile (of a sliver of packed `B`).
     pub nr: usize,
-    /// What it runs on (for reports).
+    /// What it runs on, for reports.
     pub name: &'static str,
     full: FullTile,
 }
 
-#[cfg(target_arch = "x86_64")]
+#[cfg(all(target_arch = "x86_64", avx512_intrinsics))]
 static AVX512: Kernel = Kernel {
-    mr: 12,
-    nr: 32,
+    mr: x86::AVX512_MR,
+    nr: x86::AVX512_NR,
     name: "AVX-512, 12 x 32",
     full: x86::tile_avx512,
 };
 
 #[cfg(target_arch = "x86_64")]
 static AVX2: Kernel = Kernel {
-    mr: 6,
-    nr: 16,
+    mr: x86::AVX2_MR,
+    nr: x86::AVX2_NR,
     name: "AVX2 + FMA, 6 x 16",
     full: x86::tile_avx2,
 };
 
 static PORTABLE: Kernel = Kernel {
-    mr: 6,
-    nr: 16,
+    mr: PORTABLE_MR,
+    nr: PORTABLE_NR,
     name: "portable, 6 x 16",
     full: tile_portable,
 };
 
+const PORTABLE_MR: usize = 6;
+const PORTABLE_NR: usize = 16;
+static_assertions::const_assert!(PORTABLE_MR <= MAX_MR && PORTABLE_NR <= MAX_NR);
+
 /// The kernels this CPU runs, best first (the tests run each).
 pub fn available() -> Vec<&'static Kernel> {
     let mut kernels = Vec::new();
+    #[cfg(all(target_arch = "x86_64", avx512_intrinsics))]
+    if is_x86_feature_detected!("avx512f") {
+        kernels.push(&AVX512);
+    }
     #[cfg(target_arch = "x86_64")]
-    {
-        if is_x86_feature_detected!("avx512f") {
-            kernels.push(&AVX512);
-        }
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            kernels.push(&AVX2);
-        }
+    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        kernels.push(&AVX2);
     }
     kernels.push(&PORTABLE);
     kernels
@@ -87,10 +95,12 @@ pub fn kernel() -> &'static Kernel {
 impl Kernel {
     /// `C[tile] (+)= A_sliver B_sliver` for the `height x width` corner of
     /// one tile (`height <= mr`, `width <= nr`): `a` holds `kc` steps of
-    /// `mr` values, `b` `kc` steps of `nr` (both zero past the tile's
-    /// edge), `c` points to the tile's first element in a matrix of row
-    /// stride `ldc`. With `accumulate` the product is added to `C`, else
-    /// it replaces it.
+    /// `mr` values, `b` `kc` steps of `nr`, `c` points to the tile's first
+    /// element in a matrix of row stride `ldc`. With `accumulate` the
+    /// product is added to `C`, else it replaces it. Past the corner the
+    /// slivers may hold anything: row `i` of a tile depends only on `A`'s
+    /// row `i`, column `j` only on `B`'s column `j`, and only the corner is
+    /// written.
     ///
     /// # Safety
     /// `c` is valid for reads and writes of `height` rows of `width`
@@ -115,16 +125,17 @@ impl Kernel {
         assert!(height <= mr && width <= nr, "a tile is at most {mr} x {nr}");
         if height == mr && width == nr {
             // SAFETY: the slivers hold `kc` steps (asserted); a full tile
-            // of `C` is valid (caller); `full` runs on this CPU (`kernel`
-            // checked its features).
+            // of `C` is valid (caller); `full` runs on this CPU (only
+            // `available` hands out kernels, after checking the CPU).
             unsafe { (self.full)(kc, a.as_ptr(), b.as_ptr(), c, ldc, accumulate) };
             return;
         }
         // A partial tile at the edge of `C`: the full tile into a buffer,
         // then its corner.
         let mut out = [[0.0f32; MAX_NR]; MAX_MR];
-        // SAFETY: as above, into the buffer (row stride `MAX_NR`, at least
-        // `mr` rows of `nr`).
+        // SAFETY: as above, into the buffer: `MAX_MR x MAX_NR` at stride
+        // `MAX_NR` holds any kernel's tile (each kernel's shape is
+        // asserted at most that).
         unsafe {
             (self.full)(
                 kc,
@@ -135,13 +146,37 @@ impl Kernel {
                 false,
             )
         };
-        for (i, row) in out.iter().enumerate().take(height) {
-            // SAFETY: row `i < height` of the tile, `width` elements
-            // (caller).
-            let dst = unsafe { std::slice::from_raw_parts_mut(c.add(i * ldc), width) };
-            for (d, &v) in dst.iter_mut().zip(row) {
-                *d = if accumulate { *d + v } else { v };
-            }
+        // SAFETY: the corner of `C` is valid and ours (caller).
+        unsafe {
+            write_rows(
+                out.iter().map(|row| &row[..width]).take(height),
+                c,
+                ldc,
+                accumulate,
+            )
+        };
+    }
+}
+
+/// Writes (or, with `accumulate`, adds) `rows` to the rows of `C` from
+/// `c` on, at stride `ldc`.
+///
+/// # Safety
+/// `c` is valid for reads and writes of as many rows of as many elements
+/// as `rows` yields, at stride `ldc`, and nothing else accesses them.
+unsafe fn write_rows<'r>(
+    rows: impl Iterator<Item = &'r [f32]>,
+    c: *mut f32,
+    ldc: usize,
+    accumulate: bool,
+) {
+    for (i, row) in rows.enumerate() {
+        // SAFETY: row `i` of the rows `c` points to (caller).
+        let start = unsafe { c.add(i * ldc) };
+        // SAFETY: as above; `row.len()` elements of it.
+        let dst = unsafe { std::slice::from_raw_parts_mut(start, row.len()) };
+        for (d, &v) in dst.iter_mut().zip(row) {
+            *d = if accumulate { *d + v } else { v };
         }
     }
 }
@@ -159,15 +194,12 @@ unsafe fn tile_portable(
     ldc: usize,
     accumulate: bool,
 ) {
-    const MR: usize = 6;
-    const NR: usize = 16;
-    // SAFETY: the slivers' lengths (caller).
-    let (a, b) = unsafe {
-        (
-            std::slice::from_raw_parts(a, kc * MR),
-            std::slice::from_raw_parts(b, kc * NR),
-        )
-    };
+    const MR: usize = PORTABLE_MR;
+    const NR: usize = PORTABLE_NR;
+    // SAFETY: `a` holds `kc * MR` values (caller).
+    let a = unsafe { std::slice::from_raw_parts(a, kc * MR) };
+    // SAFETY: `b` holds `kc * NR` values (caller).
+    let b = unsafe { std::slice::from_raw_parts(b, kc * NR) };
     let mut acc = [[0.0f32; NR]; MR];
     for (ap, bp) in a.chunks_exact(MR).zip(b.chunks_exact(NR)) {
         for (row, &x) in acc.iter_mut().zip(ap) {
@@ -176,18 +208,21 @@ unsafe fn tile_portable(
             }
         }
     }
-    for (i, row) in acc.iter().enumerate() {
-        // SAFETY: row `i` of the tile (caller).
-        let dst = unsafe { std::slice::from_raw_parts_mut(c.add(i * ldc), NR) };
-        for (d, &v) in dst.iter_mut().zip(row) {
-            *d = if accumulate { *d + v } else { v };
-        }
-    }
+    // SAFETY: a full tile of `C` (caller).
+    unsafe { write_rows(acc.iter().map(|row| &row[..]), c, ldc, accumulate) };
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use super::{MAX_MR, MAX_NR};
     use std::arch::x86_64::*;
+
+    pub const AVX2_MR: usize = 6;
+    pub const AVX2_NR: usize = 16;
+    pub const AVX512_MR: usize = 12;
+    pub const AVX512_NR: usize = 32;
+    static_assertions::const_assert!(AVX2_MR <= MAX_MR && AVX2_NR <= MAX_NR);
+    static_assertions::const_assert!(AVX512_MR <= MAX_MR && AVX512_NR <= MAX_NR);
 
     /// A full 6 x 16 tile with AVX2 and FMA.
     ///
@@ -204,36 +239,39 @@ mod x86 {
         ldc: usize,
         accumulate: bool,
     ) {
-        const MR: usize = 6;
-        const NR: usize = 16;
+        const MR: usize = AVX2_MR;
+        const NR: usize = AVX2_NR;
         let mut acc = [[_mm256_setzero_ps(); 2]; MR];
         for p in 0..kc {
-            // SAFETY: step `p < kc` of the `B` sliver (caller).
-            let (b0, b1) = unsafe {
-                (
-                    _mm256_loadu_ps(b.add(p * NR)),
-                    _mm256_loadu_ps(b.add(p * NR + 8)),
-                )
-            };
+            // SAFETY: step `p < kc` of the `B` sliver, its first 8 values
+            // (caller).
+            let b0 = unsafe { _mm256_loadu_ps(b.add(p * NR)) };
+            // SAFETY: the same step's last 8 values.
+            let b1 = unsafe { _mm256_loadu_ps(b.add(p * NR + 8)) };
             for (i, row) in acc.iter_mut().enumerate() {
-                // SAFETY: step `p < kc` of the `A` sliver (caller).
+                // SAFETY: value `i < MR` of step `p < kc` of the `A` sliver
+                // (caller).
                 let x = unsafe { _mm256_broadcast_ss(&*a.add(p * MR + i)) };
                 row[0] = _mm256_fmadd_ps(x, b0, row[0]);
                 row[1] = _mm256_fmadd_ps(x, b1, row[1]);
             }
         }
         for (i, row) in acc.iter().enumerate() {
-            // SAFETY: row `i < MR` of the tile, `NR` elements (caller).
-            unsafe {
-                let dst = c.add(i * ldc);
-                let (mut lo, mut hi) = (row[0], row[1]);
-                if accumulate {
-                    lo = _mm256_add_ps(_mm256_loadu_ps(dst), lo);
-                    hi = _mm256_add_ps(_mm256_loadu_ps(dst.add(8)), hi);
-                }
-                _mm256_storeu_ps(dst, lo);
-                _mm256_storeu_ps(dst.add(8), hi);
+            // SAFETY: row `i < MR` of the tile (caller).
+            let dst = unsafe { c.add(i * ldc) };
+            // SAFETY: as above; the row's last 8 of its `NR` elements.
+            let dst_hi = unsafe { dst.add(8) };
+            let (mut lo, mut hi) = (row[0], row[1]);
+            if accumulate {
+                // SAFETY: the row's first 8 elements (caller).
+                lo = _mm256_add_ps(unsafe { _mm256_loadu_ps(dst) }, lo);
+                // SAFETY: its last 8.
+                hi = _mm256_add_ps(unsafe { _mm256_loadu_ps(dst_hi) }, hi);
             }
+            // SAFETY: the row's first 8 elements, ours (caller).
+            unsafe { _mm256_storeu_ps(dst, lo) };
+            // SAFETY: its last 8.
+            unsafe { _mm256_storeu_ps(dst_hi, hi) };
         }
     }
 
@@ -243,6 +281,10 @@ mod x86 {
     /// The CPU has AVX-512F; `a` and `b` hold `kc * 12` and `kc * 32`
     /// values; `c` is valid for a full tile at stride `ldc`, and nothing
     /// else accesses it meanwhile.
+    // The crate's MSRV predates these intrinsics: `build.rs` compiles this
+    // only with a compiler that has them.
+    #[cfg(avx512_intrinsics)]
+    #[allow(clippy::incompatible_msrv)]
     #[target_feature(enable = "avx512f")]
     pub unsafe fn tile_avx512(
         kc: usize,
@@ -252,36 +294,39 @@ mod x86 {
         ldc: usize,
         accumulate: bool,
     ) {
-        const MR: usize = 12;
-        const NR: usize = 32;
+        const MR: usize = AVX512_MR;
+        const NR: usize = AVX512_NR;
         let mut acc = [[_mm512_setzero_ps(); 2]; MR];
         for p in 0..kc {
-            // SAFETY: step `p < kc` of the `B` sliver (caller).
-            let (b0, b1) = unsafe {
-                (
-                    _mm512_loadu_ps(b.add(p * NR)),
-                    _mm512_loadu_ps(b.add(p * NR + 16)),
-                )
-            };
+            // SAFETY: step `p < kc` of the `B` sliver, its first 16 values
+            // (caller).
+            let b0 = unsafe { _mm512_loadu_ps(b.add(p * NR)) };
+            // SAFETY: the same step's last 16 values.
+            let b1 = unsafe { _mm512_loadu_ps(b.add(p * NR + 16)) };
             for (i, row) in acc.iter_mut().enumerate() {
-                // SAFETY: step `p < kc` of the `A` sliver (caller).
+                // SAFETY: value `i < MR` of step `p < kc` of the `A` sliver
+                // (caller).
                 let x = _mm512_set1_ps(unsafe { *a.add(p * MR + i) });
                 row[0] = _mm512_fmadd_ps(x, b0, row[0]);
                 row[1] = _mm512_fmadd_ps(x, b1, row[1]);
             }
         }
         for (i, row) in acc.iter().enumerate() {
-            // SAFETY: row `i < MR` of the tile, `NR` elements (caller).
-            unsafe {
-                let dst = c.add(i * ldc);
-                let (mut lo, mut hi) = (row[0], row[1]);
-                if accumulate {
-                    lo = _mm512_add_ps(_mm512_loadu_ps(dst), lo);
-                    hi = _mm512_add_ps(_mm512_loadu_ps(dst.add(16)), hi);
-                }
-                _mm512_storeu_ps(dst, lo);
-                _mm512_storeu_ps(dst.add(16), hi);
+            // SAFETY: row `i < MR` of the tile (caller).
+            let dst = unsafe { c.add(i * ldc) };
+            // SAFETY: as above; the row's last 16 of its `NR` elements.
+            let dst_hi = unsafe { dst.add(16) };
+            let (mut lo, mut hi) = (row[0], row[1]);
+            if accumulate {
+                // SAFETY: the row's first 16 elements (caller).
+                lo = _mm512_add_ps(unsafe { _mm512_loadu_ps(dst) }, lo);
+                // SAFETY: its last 16.
+                hi = _mm512_add_ps(unsafe { _mm512_loadu_ps(dst_hi) }, hi);
             }
+            // SAFETY: the row's first 16 elements, ours (caller).
+            unsafe { _mm512_storeu_ps(dst, lo) };
+            // SAFETY: its last 16.
+            unsafe { _mm512_storeu_ps(dst_hi, hi) };
         }
     }
 }
