@@ -224,6 +224,59 @@ mod x86 {
     static_assertions::const_assert!(AVX2_MR <= MAX_MR && AVX2_NR <= MAX_NR);
     static_assertions::const_assert!(AVX512_MR <= MAX_MR && AVX512_NR <= MAX_NR);
 
+    /// The body of a full-tile kernel, for one vector width: `MR` rows of
+    /// two vectors of `LANES` lanes each (`NR = 2 * LANES`), with that
+    /// width's zero, load, broadcast, fused multiply-add, add and store.
+    ///
+    /// Its caller's contract (as a kernel's `# Safety`): the CPU has the
+    /// instructions; `a` and `b` hold `kc * MR` and `kc * NR` values; `c`
+    /// is valid for a full tile at stride `ldc`, and nothing else accesses
+    /// it meanwhile.
+    macro_rules! full_tile {
+        (
+            ($kc:ident, $a:ident, $b:ident, $c:ident, $ldc:ident, $accumulate:ident),
+            $mr:expr, $nr:expr, $lanes:expr,
+            $zero:ident, $load:ident, $set1:ident, $fma:ident, $add:ident, $store:ident
+        ) => {{
+            const MR: usize = $mr;
+            const NR: usize = $nr;
+            const LANES: usize = $lanes;
+            static_assertions::const_assert!(NR == 2 * LANES);
+            let mut acc = [[$zero(); 2]; MR];
+            for p in 0..$kc {
+                // SAFETY: step `p < kc` of the `B` sliver, its first
+                // `LANES` values (caller).
+                let b0 = unsafe { $load($b.add(p * NR)) };
+                // SAFETY: the same step's last `LANES` values.
+                let b1 = unsafe { $load($b.add(p * NR + LANES)) };
+                for (i, row) in acc.iter_mut().enumerate() {
+                    // SAFETY: value `i < MR` of step `p < kc` of the `A`
+                    // sliver (caller).
+                    let x = $set1(unsafe { *$a.add(p * MR + i) });
+                    row[0] = $fma(x, b0, row[0]);
+                    row[1] = $fma(x, b1, row[1]);
+                }
+            }
+            for (i, row) in acc.iter().enumerate() {
+                // SAFETY: row `i < MR` of the tile (caller).
+                let dst = unsafe { $c.add(i * $ldc) };
+                // SAFETY: as above; the row's last `LANES` elements.
+                let dst_hi = unsafe { dst.add(LANES) };
+                let (mut lo, mut hi) = (row[0], row[1]);
+                if $accumulate {
+                    // SAFETY: the row's first `LANES` elements (caller).
+                    lo = $add(unsafe { $load(dst) }, lo);
+                    // SAFETY: its last `LANES`.
+                    hi = $add(unsafe { $load(dst_hi) }, hi);
+                }
+                // SAFETY: the row's first `LANES` elements, ours (caller).
+                unsafe { $store(dst, lo) };
+                // SAFETY: its last `LANES`.
+                unsafe { $store(dst_hi, hi) };
+            }
+        }};
+    }
+
     /// A full 6 x 16 tile with AVX2 and FMA.
     ///
     /// # Safety
@@ -239,40 +292,18 @@ mod x86 {
         ldc: usize,
         accumulate: bool,
     ) {
-        const MR: usize = AVX2_MR;
-        const NR: usize = AVX2_NR;
-        let mut acc = [[_mm256_setzero_ps(); 2]; MR];
-        for p in 0..kc {
-            // SAFETY: step `p < kc` of the `B` sliver, its first 8 values
-            // (caller).
-            let b0 = unsafe { _mm256_loadu_ps(b.add(p * NR)) };
-            // SAFETY: the same step's last 8 values.
-            let b1 = unsafe { _mm256_loadu_ps(b.add(p * NR + 8)) };
-            for (i, row) in acc.iter_mut().enumerate() {
-                // SAFETY: value `i < MR` of step `p < kc` of the `A` sliver
-                // (caller).
-                let x = unsafe { _mm256_broadcast_ss(&*a.add(p * MR + i)) };
-                row[0] = _mm256_fmadd_ps(x, b0, row[0]);
-                row[1] = _mm256_fmadd_ps(x, b1, row[1]);
-            }
-        }
-        for (i, row) in acc.iter().enumerate() {
-            // SAFETY: row `i < MR` of the tile (caller).
-            let dst = unsafe { c.add(i * ldc) };
-            // SAFETY: as above; the row's last 8 of its `NR` elements.
-            let dst_hi = unsafe { dst.add(8) };
-            let (mut lo, mut hi) = (row[0], row[1]);
-            if accumulate {
-                // SAFETY: the row's first 8 elements (caller).
-                lo = _mm256_add_ps(unsafe { _mm256_loadu_ps(dst) }, lo);
-                // SAFETY: its last 8.
-                hi = _mm256_add_ps(unsafe { _mm256_loadu_ps(dst_hi) }, hi);
-            }
-            // SAFETY: the row's first 8 elements, ours (caller).
-            unsafe { _mm256_storeu_ps(dst, lo) };
-            // SAFETY: its last 8.
-            unsafe { _mm256_storeu_ps(dst_hi, hi) };
-        }
+        full_tile!(
+            (kc, a, b, c, ldc, accumulate),
+            AVX2_MR,
+            AVX2_NR,
+            8,
+            _mm256_setzero_ps,
+            _mm256_loadu_ps,
+            _mm256_set1_ps,
+            _mm256_fmadd_ps,
+            _mm256_add_ps,
+            _mm256_storeu_ps
+        )
     }
 
     /// A full 12 x 32 tile with AVX-512.
@@ -294,39 +325,17 @@ mod x86 {
         ldc: usize,
         accumulate: bool,
     ) {
-        const MR: usize = AVX512_MR;
-        const NR: usize = AVX512_NR;
-        let mut acc = [[_mm512_setzero_ps(); 2]; MR];
-        for p in 0..kc {
-            // SAFETY: step `p < kc` of the `B` sliver, its first 16 values
-            // (caller).
-            let b0 = unsafe { _mm512_loadu_ps(b.add(p * NR)) };
-            // SAFETY: the same step's last 16 values.
-            let b1 = unsafe { _mm512_loadu_ps(b.add(p * NR + 16)) };
-            for (i, row) in acc.iter_mut().enumerate() {
-                // SAFETY: value `i < MR` of step `p < kc` of the `A` sliver
-                // (caller).
-                let x = _mm512_set1_ps(unsafe { *a.add(p * MR + i) });
-                row[0] = _mm512_fmadd_ps(x, b0, row[0]);
-                row[1] = _mm512_fmadd_ps(x, b1, row[1]);
-            }
-        }
-        for (i, row) in acc.iter().enumerate() {
-            // SAFETY: row `i < MR` of the tile (caller).
-            let dst = unsafe { c.add(i * ldc) };
-            // SAFETY: as above; the row's last 16 of its `NR` elements.
-            let dst_hi = unsafe { dst.add(16) };
-            let (mut lo, mut hi) = (row[0], row[1]);
-            if accumulate {
-                // SAFETY: the row's first 16 elements (caller).
-                lo = _mm512_add_ps(unsafe { _mm512_loadu_ps(dst) }, lo);
-                // SAFETY: its last 16.
-                hi = _mm512_add_ps(unsafe { _mm512_loadu_ps(dst_hi) }, hi);
-            }
-            // SAFETY: the row's first 16 elements, ours (caller).
-            unsafe { _mm512_storeu_ps(dst, lo) };
-            // SAFETY: its last 16.
-            unsafe { _mm512_storeu_ps(dst_hi, hi) };
-        }
+        full_tile!(
+            (kc, a, b, c, ldc, accumulate),
+            AVX512_MR,
+            AVX512_NR,
+            16,
+            _mm512_setzero_ps,
+            _mm512_loadu_ps,
+            _mm512_set1_ps,
+            _mm512_fmadd_ps,
+            _mm512_add_ps,
+            _mm512_storeu_ps
+        )
     }
 }
