@@ -237,20 +237,14 @@ unsafe fn compute_slivers(
             for (s, first) in rows.clone().step_by(mr).enumerate() {
                 let height = mr.min(rows.end - first);
                 let a_sliver = &packed_a[s * mr * k + ps.start * mr..][..kc * mr];
+                // SAFETY: the tile's first element (row `first`, column
+                // `c0`) lies in `C`: `rows` and `js` are rows and slivers
+                // of it.
+                let tile = unsafe { c.0.add(first * n + c0) };
                 // SAFETY: the tile (rows `first..first + height`, columns
-                // `c0..c0 + width`) lies in `C` (`rows` and `js` are rows
-                // and slivers of it) and is this call's alone (caller).
-                unsafe {
-                    kr.tile(
-                        kc,
-                        a_sliver,
-                        b_sliver,
-                        c.0.add(first * n + c0),
-                        n,
-                        (height, width),
-                        p0 > 0,
-                    )
-                };
+                // `c0..c0 + width`) lies in `C` and is this call's alone
+                // (caller).
+                unsafe { kr.tile(kc, a_sliver, b_sliver, tile, n, (height, width), p0 > 0) };
             }
         }
     }

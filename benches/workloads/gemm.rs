@@ -14,8 +14,8 @@
 //!   packs its rows of `A`) with a loop over groups of columns nested in
 //!   it. Every matrix fulfills its iteration of a `LoopPromise` when its
 //!   product is done, and stage 2 is a `depends_on_each` loop that starts
-//!   on a matrix the moment it is ready, with no barrier between the
-//!   stages. The loops split only when a worker asks for work, so with
+//!   on a matrix the moment it is ready (with a loop over blocks of rows
+//!   nested in it), with no barrier between the stages. The loops split only when a worker asks for work, so with
 //!   idle workers the thief takes whole outer iterations first, and parts
 //!   of one matrix when the batch has too few (one large matrix).
 //! - [`rayon`]: the nesting a rayon user writes with a kernel crate:
@@ -24,8 +24,9 @@
 //!   stage 2 after the stage-1 loop returns (rayon has no per-iteration
 //!   dependency).
 //! - [`rayon_nest`]: `blis.rs`'s nest on rayon's loops, then stage 2 after
-//!   a barrier: the same kernel and packing as [`selvedge`], so that the
-//!   two differ only in their scheduler.
+//!   a barrier (with the same inner loop over blocks of rows): the same
+//!   kernel, packing and loops as [`selvedge`], so that the two differ in
+//!   their scheduler and the barrier.
 //! - [`rayon_per_matrix`]: rayon without the inner loop: one task per
 //!   matrix doing both stages, one kernel call each. Not nested, but what a
 //!   rayon user would write to avoid the cost of splitting every matrix
@@ -40,13 +41,14 @@
 //! call `matrixmultiply::sgemm`, single-threaded: a packed, cache-blocked,
 //! SIMD-dispatched GEMM in a small, well-kept crate with no threading of
 //! its own, so all parallelism comes from the scheduler under test. Its
-//! one-thread rate ([`serial_products`]) is the kernel's, against which
-//! the parallel versions are read. [`selvedge`], [`rayon_nest`] and
+//! one-thread rate of stage 1 alone is [`serial_products`]'s. The
+//! parallel versions are read against the faster of the two serial
+//! programs ([`serial`], [`serial_nest`]). [`selvedge`], [`rayon_nest`] and
 //! [`static_threads_nest`] run `blis.rs`'s nest, whose results equal
 //! `matrixmultiply`'s only where its kernels happen to sum in the same
 //! order: the checks allow single precision's rounding.
 
-use selvedge::{named, parallel_for, LoopPromise};
+use selvedge::{named, par_chunks_mut, parallel_for, LoopPromise};
 use std::sync::Mutex;
 
 // The crate including this file provides `pinning`
@@ -199,8 +201,8 @@ fn serial_with(input: &Batch, out: &mut Output, product: RowsProduct) {
     }
 }
 
-/// Only stage 1 on one thread: the kernel's single-thread rate, which sets
-/// the parallel limit (`threads` times this rate).
+/// Only stage 1 on one thread, with `matrixmultiply`: the kernel's
+/// single-thread rate.
 pub fn serial_products(input: &Batch, out: &mut Output) {
     let (n, nn) = (input.n, input.n * input.n);
     for (m, c) in out.c.chunks_mut(nn).enumerate() {
@@ -236,7 +238,7 @@ pub fn selvedge(input: &Batch, out: &mut Output) {
                         .for_each(|m| {
                             let mut guard = matrices[m].lock().unwrap();
                             let (c, sums) = &mut *guard;
-                            activate_and_sum(c, sums, n);
+                            activate_and_sum_in_blocks(c, sums, n);
                         })
                 });
             })
@@ -296,7 +298,31 @@ pub fn rayon_nest(input: &Batch, out: &mut Output) {
     out.c
         .par_chunks_mut(nn)
         .zip(out.row_sums.par_chunks_mut(n))
-        .for_each(|(c, sums)| activate_and_sum(c, sums, n));
+        .for_each(|(c, sums)| {
+            c.par_chunks_mut(STAGE_2_ROWS * n)
+                .zip(sums.par_chunks_mut(STAGE_2_ROWS))
+                .for_each(|(c, sums)| activate_and_sum(c, sums, n))
+        });
+}
+
+/// Rows per iteration of the inner loop of stage 2 in [`selvedge`] and
+/// [`rayon_nest`]: on one large matrix, stage 2 alone would otherwise run
+/// on one thread while the others wait (2-4% of a run at batch 1).
+const STAGE_2_ROWS: usize = 64;
+
+/// Stage 2 on one matrix as selvedge's loop over blocks of
+/// [`STAGE_2_ROWS`] rows (split only if a worker is idle).
+fn activate_and_sum_in_blocks(c: &mut [f32], sums: &mut [f32], n: usize) {
+    // The sums of a block go in under a lock: one short lock per block,
+    // and no `unsafe` to write two slices from one loop.
+    let sums = Mutex::new(sums);
+    par_chunks_mut(c, STAGE_2_ROWS * n).for_each(|blk, rows| {
+        let mut block_sums = [0.0f32; STAGE_2_ROWS];
+        let k = rows.len() / n;
+        activate_and_sum(rows, &mut block_sums[..k], n);
+        let mut sums = sums.lock().unwrap_or_else(|e| e.into_inner());
+        sums[blk * STAGE_2_ROWS..][..k].copy_from_slice(&block_sums[..k]);
+    });
 }
 
 /// Rayon, flat: one task per matrix, both stages in it, one kernel call

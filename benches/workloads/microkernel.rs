@@ -242,19 +242,34 @@ mod x86 {
             const NR: usize = $nr;
             const LANES: usize = $lanes;
             static_assertions::const_assert!(NR == 2 * LANES);
-            let mut acc = [[$zero(); 2]; MR];
+            // The arithmetic intrinsics are safe to call in a function with
+            // their target features from Rust 1.87 on, unsafe before (the
+            // crate's MSRV is 1.86): in blocks, which newer compilers find
+            // unused (the kernels allow that).
+            // SAFETY: the CPU has the instructions (caller).
+            let mut acc = [[unsafe { $zero() }; 2]; MR];
             for p in 0..$kc {
-                // SAFETY: step `p < kc` of the `B` sliver, its first
-                // `LANES` values (caller).
-                let b0 = unsafe { $load($b.add(p * NR)) };
-                // SAFETY: the same step's last `LANES` values.
-                let b1 = unsafe { $load($b.add(p * NR + LANES)) };
+                // SAFETY: step `p < kc` of the `B` sliver (caller).
+                let step = unsafe { $b.add(p * NR) };
+                // SAFETY: the step's first `LANES` values.
+                let b0 = unsafe { $load(step) };
+                // SAFETY: within the step (`LANES < NR`).
+                let step_hi = unsafe { step.add(LANES) };
+                // SAFETY: the step's last `LANES` values.
+                let b1 = unsafe { $load(step_hi) };
+                // SAFETY: step `p < kc` of the `A` sliver (caller).
+                let a_step = unsafe { $a.add(p * MR) };
                 for (i, row) in acc.iter_mut().enumerate() {
-                    // SAFETY: value `i < MR` of step `p < kc` of the `A`
-                    // sliver (caller).
-                    let x = $set1(unsafe { *$a.add(p * MR + i) });
-                    row[0] = $fma(x, b0, row[0]);
-                    row[1] = $fma(x, b1, row[1]);
+                    // SAFETY: value `i < MR` of the step.
+                    let at = unsafe { a_step.add(i) };
+                    // SAFETY: as above: in the sliver, initialized.
+                    let value = unsafe { *at };
+                    // SAFETY: the CPU has the instructions (caller).
+                    let x = unsafe { $set1(value) };
+                    // SAFETY: as above.
+                    row[0] = unsafe { $fma(x, b0, row[0]) };
+                    // SAFETY: as above.
+                    row[1] = unsafe { $fma(x, b1, row[1]) };
                 }
             }
             for (i, row) in acc.iter().enumerate() {
@@ -265,9 +280,13 @@ mod x86 {
                 let (mut lo, mut hi) = (row[0], row[1]);
                 if $accumulate {
                     // SAFETY: the row's first `LANES` elements (caller).
-                    lo = $add(unsafe { $load(dst) }, lo);
-                    // SAFETY: its last `LANES`.
-                    hi = $add(unsafe { $load(dst_hi) }, hi);
+                    let old = unsafe { $load(dst) };
+                    // SAFETY: the CPU has the instructions (caller).
+                    lo = unsafe { $add(old, lo) };
+                    // SAFETY: the row's last `LANES` elements (caller).
+                    let old_hi = unsafe { $load(dst_hi) };
+                    // SAFETY: the CPU has the instructions (caller).
+                    hi = unsafe { $add(old_hi, hi) };
                 }
                 // SAFETY: the row's first `LANES` elements, ours (caller).
                 unsafe { $store(dst, lo) };
@@ -284,6 +303,7 @@ mod x86 {
     /// values; `c` is valid for a full tile at stride `ldc`, and nothing
     /// else accesses it meanwhile.
     #[target_feature(enable = "avx2,fma")]
+    #[allow(unused_unsafe)] // see `full_tile`
     pub unsafe fn tile_avx2(
         kc: usize,
         a: *const f32,
@@ -315,7 +335,7 @@ mod x86 {
     // The crate's MSRV predates these intrinsics: `build.rs` compiles this
     // only with a compiler that has them.
     #[cfg(avx512_intrinsics)]
-    #[allow(clippy::incompatible_msrv)]
+    #[allow(clippy::incompatible_msrv, unused_unsafe)]
     #[target_feature(enable = "avx512f")]
     pub unsafe fn tile_avx512(
         kc: usize,
