@@ -15,7 +15,8 @@
 //!   it. Every matrix fulfills its iteration of a `LoopPromise` when its
 //!   product is done, and stage 2 is a `depends_on_each` loop that starts
 //!   on a matrix the moment it is ready (with a loop over blocks of rows
-//!   nested in it), with no barrier between the stages. The loops split only when a worker asks for work, so with
+//!   nested in it for a large matrix), with no barrier between the
+//!   stages. The loops split only when a worker asks for work, so with
 //!   idle workers the thief takes whole outer iterations first, and parts
 //!   of one matrix when the batch has too few (one large matrix).
 //! - [`rayon`]: the nesting a rayon user writes with a kernel crate:
@@ -299,6 +300,10 @@ pub fn rayon_nest(input: &Batch, out: &mut Output) {
         .par_chunks_mut(nn)
         .zip(out.row_sums.par_chunks_mut(n))
         .for_each(|(c, sums)| {
+            if c.len() < STAGE_2_SPLIT_FROM {
+                activate_and_sum(c, sums, n);
+                return;
+            }
             c.par_chunks_mut(STAGE_2_ROWS * n)
                 .zip(sums.par_chunks_mut(STAGE_2_ROWS))
                 .for_each(|(c, sums)| activate_and_sum(c, sums, n))
@@ -309,10 +314,18 @@ pub fn rayon_nest(input: &Batch, out: &mut Output) {
 /// [`rayon_nest`]: on one large matrix, stage 2 alone would otherwise run
 /// on one thread while the others wait (2-4% of a run at batch 1).
 const STAGE_2_ROWS: usize = 64;
+/// Matrices of fewer elements run stage 2 in one call: at 256 x 256 (a
+/// few tens of microseconds) a loop per matrix cost a batch of 256 about
+/// 3% (pinned, three alternated pairs).
+const STAGE_2_SPLIT_FROM: usize = 512 * 512;
 
-/// Stage 2 on one matrix as selvedge's loop over blocks of
-/// [`STAGE_2_ROWS`] rows (split only if a worker is idle).
+/// Stage 2 on one matrix: on a large one, as selvedge's loop over blocks
+/// of [`STAGE_2_ROWS`] rows (split only if a worker is idle).
 fn activate_and_sum_in_blocks(c: &mut [f32], sums: &mut [f32], n: usize) {
+    if c.len() < STAGE_2_SPLIT_FROM {
+        activate_and_sum(c, sums, n);
+        return;
+    }
     // The sums of a block go in under a lock: one short lock per block,
     // and no `unsafe` to write two slices from one loop.
     let sums = Mutex::new(sums);
