@@ -147,11 +147,19 @@ impl<N: Linked> SpareBlocks<N> {
 
     /// Takes every node held, as [`SpareBlocks::take_all`], to give them
     /// back to the allocator (every worker is idle): the limit falls back
-    /// to [`MIN_LIMIT`] until takers want more again.
+    /// to [`MIN_LIMIT`] until takers want more again. An exchange found
+    /// empty keeps its limit: a taker emptied it since the last push, so
+    /// one is at work (a thread outside the workers making a round of
+    /// tasks, slowly enough for them to go idle), and its round's blocks
+    /// will come back here.
     pub fn take_all_to_free(&self) -> *mut N {
+        // Acquire: pairs with each push's Release.
+        let list = self.head.swap(ptr::null_mut(), Ordering::Acquire);
+        if list.is_null() {
+            return list;
+        }
         self.limit.store(MIN_LIMIT, Ordering::Relaxed);
         self.refused.store(0, Ordering::Relaxed);
-        let list = self.head.swap(ptr::null_mut(), Ordering::Acquire);
         self.held.store(0, Ordering::Relaxed);
         list
     }
@@ -159,5 +167,101 @@ impl<N: Linked> SpareBlocks<N> {
     /// About how many nodes are held (see the field).
     pub fn held(&self) -> usize {
         self.held.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::{Linked, SpareBlocks, MIN_LIMIT};
+    use crate::core::sync::UnsafeCell;
+    use std::ptr;
+
+    /// A free node: only its link.
+    struct Node {
+        link: UnsafeCell<*mut Node>,
+    }
+
+    // SAFETY: `link` projects the node's own link cell from the pointer.
+    unsafe impl Linked for Node {
+        unsafe fn link(node: *mut Node) -> *const UnsafeCell<*mut Node> {
+            // SAFETY: `node` is live (caller).
+            unsafe { ptr::addr_of!((*node).link) }
+        }
+    }
+
+    /// Pushes a chain of `len` fresh nodes; whether the exchange took it
+    /// (the nodes are freed if not).
+    fn push_fresh(exchange: &SpareBlocks<Node>, len: usize) -> bool {
+        let nodes: Vec<*mut Node> = (0..len)
+            .map(|_| {
+                Box::into_raw(Box::new(Node {
+                    link: UnsafeCell::new(ptr::null_mut()),
+                }))
+            })
+            .collect();
+        for pair in nodes.windows(2) {
+            // SAFETY: fresh nodes, ours alone.
+            unsafe { (*pair[0]).link.with_mut(|l| *l = pair[1]) };
+        }
+        // SAFETY: owned, linked from first to last.
+        let pushed = unsafe { exchange.push_chain(nodes[0], nodes[len - 1], len) };
+        if !pushed {
+            free(nodes[0]);
+        }
+        pushed
+    }
+
+    fn free(mut list: *mut Node) {
+        while !list.is_null() {
+            // SAFETY: a taken (or refused) list is ours alone, each node a
+            // leaked box.
+            let node = unsafe { Box::from_raw(list) };
+            // SAFETY: the node is ours; its link is no one else's.
+            list = node.link.with(|l| unsafe { *l });
+        }
+    }
+
+    /// Fills the exchange to its limit, has one chain refused, and takes
+    /// it all: the limit grows.
+    fn grow_once(exchange: &SpareBlocks<Node>) {
+        assert!(push_fresh(exchange, MIN_LIMIT));
+        assert!(!push_fresh(exchange, 3 * MIN_LIMIT), "over the limit");
+        free(exchange.take_all().0);
+    }
+
+    /// Whether the exchange takes a chain of `len` nodes once emptied.
+    fn holds(exchange: &SpareBlocks<Node>, len: usize) -> bool {
+        free(exchange.take_all().0);
+        let first = push_fresh(exchange, MIN_LIMIT);
+        let second = push_fresh(exchange, len - MIN_LIMIT);
+        free(exchange.take_all().0);
+        first && second
+    }
+
+    #[test]
+    fn a_take_grows_the_limit_by_what_was_refused() {
+        let exchange = SpareBlocks::<Node>::new();
+        grow_once(&exchange);
+        assert!(holds(&exchange, 4 * MIN_LIMIT));
+    }
+
+    #[test]
+    fn freeing_what_the_exchange_holds_brings_the_limit_back_down() {
+        let exchange = SpareBlocks::<Node>::new();
+        grow_once(&exchange);
+        assert!(push_fresh(&exchange, 1));
+        free(exchange.take_all_to_free());
+        assert!(!holds(&exchange, 4 * MIN_LIMIT));
+    }
+
+    /// Idle workers trimming while a thread outside them makes a round of
+    /// tasks find the exchange emptied by that thread: the round's blocks,
+    /// coming back, must still fit.
+    #[test]
+    fn an_exchange_found_empty_keeps_its_limit_when_trimmed() {
+        let exchange = SpareBlocks::<Node>::new();
+        grow_once(&exchange);
+        assert!(exchange.take_all_to_free().is_null());
+        assert!(holds(&exchange, 4 * MIN_LIMIT));
     }
 }
