@@ -160,6 +160,7 @@ pub struct ReadmeDoctests;
 #[doc(hidden)]
 pub mod protocols {
     pub use crate::core::deque::{Deque, Popped};
+    pub use crate::core::fallback_watch::FallbackWatch;
     pub use crate::core::gate::Gate;
     pub use crate::core::join_slot::{CompletionHook, Install, JoinSlot, Release};
     pub use crate::core::latch::{CountLatch, Unpark};

@@ -39,6 +39,17 @@ fn on_ranks(test: &str, n: usize, body: impl FnOnce(Cluster)) -> Option<String> 
 /// say). The parent returns the ranks' output, stdout then stderr (`None`
 /// in a rank, or when skipped without `mpirun`).
 fn on_ranks_starting(test: &str, n: usize, body: impl FnOnce()) -> Option<String> {
+    on_ranks_with(test, n, &[], body)
+}
+
+/// [`on_ranks_starting`] with the environment variables `env` set for the
+/// ranks.
+fn on_ranks_with(
+    test: &str,
+    n: usize,
+    env: &[(&str, &str)],
+    body: impl FnOnce(),
+) -> Option<String> {
     if std::env::var(RANK_OF).is_ok_and(|t| t == test) {
         body();
         return None;
@@ -61,6 +72,7 @@ fn on_ranks_starting(test: &str, n: usize, body: impl FnOnce()) -> Option<String
         .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(RANK_OF, test)
         .env(SHARED_DIR, &dir)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -138,36 +150,50 @@ fn mpirun() -> Option<std::path::PathBuf> {
 /// dependency (no thread blocks on it); rank 0 checks every element.
 #[test]
 fn ping_pong_through_promises() {
-    on_ranks("ping_pong_through_promises", 2, |cluster| {
-        const ROUNDS: u64 = 200;
-        const LEN: usize = 1000;
-        for round in 0..ROUNDS {
-            let tag = (round % 1000) as i32;
-            if cluster.rank() == 0 {
-                let data: Vec<u64> = (0..LEN as u64).map(|i| i * 7 + round).collect();
-                let sent = cluster.isend(data, 1, tag);
-                let back = cluster.irecv::<u64>(LEN, 1, tag).join().unwrap();
-                assert!(
-                    back.iter()
-                        .enumerate()
-                        .all(|(i, &v)| v == i as u64 * 7 + round + 1),
-                    "round {round}: {:?}...",
-                    &back[..4]
-                );
-                assert_eq!(sent.join().unwrap().len(), LEN);
-            } else {
-                let got = cluster.irecv::<u64>(LEN, 0, tag);
-                let dep = got.dep();
-                let reply = cluster.send_after(
-                    [dep],
-                    move || got.join().unwrap().into_iter().map(|v| v + 1).collect(),
-                    0,
-                    tag,
-                );
-                reply.join().unwrap();
-            }
-        }
+    on_ranks("ping_pong_through_promises", 2, ping_pong);
+}
+
+/// The same with every MPI call on the cluster's own thread, as with a
+/// library that gives only `MPI_THREAD_FUNNELED`.
+#[test]
+fn ping_pong_with_every_call_on_the_progress_thread() {
+    let test = "ping_pong_with_every_call_on_the_progress_thread";
+    on_ranks_with(test, 2, &[("SELVEDGE_MPI_FUNNELED", "1")], || {
+        ping_pong(Cluster::start().expect("MPI starts under mpirun"));
     });
+}
+
+/// 200 round trips of 1000 values, rank 1 answering from a task that
+/// waits for the receive.
+fn ping_pong(cluster: Cluster) {
+    const ROUNDS: u64 = 200;
+    const LEN: usize = 1000;
+    for round in 0..ROUNDS {
+        let tag = (round % 1000) as i32;
+        if cluster.rank() == 0 {
+            let data: Vec<u64> = (0..LEN as u64).map(|i| i * 7 + round).collect();
+            let sent = cluster.isend(data, 1, tag);
+            let back = cluster.irecv::<u64>(LEN, 1, tag).join().unwrap();
+            assert!(
+                back.iter()
+                    .enumerate()
+                    .all(|(i, &v)| v == i as u64 * 7 + round + 1),
+                "round {round}: {:?}...",
+                &back[..4]
+            );
+            assert_eq!(sent.join().unwrap().len(), LEN);
+        } else {
+            let got = cluster.irecv::<u64>(LEN, 0, tag);
+            let dep = got.dep();
+            let reply = cluster.send_after(
+                [dep],
+                move || got.join().unwrap().into_iter().map(|v| v + 1).collect(),
+                0,
+                tag,
+            );
+            reply.join().unwrap();
+        }
+    }
 }
 
 /// Three ranks on two cores: a ring of sends, a sum over every rank, a

@@ -11,12 +11,15 @@ pub(crate) mod blocking;
 #[cfg(not(loom))]
 pub(crate) mod clock;
 #[cfg(not(loom))]
+pub(crate) mod completions;
+#[cfg(not(loom))]
 pub(crate) mod config;
 pub(crate) mod deque;
 #[cfg(not(loom))]
 pub(crate) mod endless;
 #[cfg(not(loom))]
 pub(crate) mod error;
+pub(crate) mod fallback_watch;
 pub(crate) mod gate;
 #[cfg(not(loom))]
 pub(crate) mod handle;

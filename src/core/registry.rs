@@ -1,6 +1,7 @@
 //! A runtime's registry: what its workers share (deques, mailboxes, the
 //! injector, signals, parked tasks), and the ways a task gets in.
 
+use crate::core::completions::Completions;
 use crate::core::deque::Deque;
 use crate::core::error::Cancellation;
 use crate::core::gate::Gate;
@@ -35,6 +36,9 @@ pub(crate) struct Registry {
     pub(crate) injector: Injector,
     /// Signals fired where nothing else may be done (device callbacks).
     pub(crate) inbox: SignalInbox,
+    /// What idle workers test while operations are in flight (an MPI
+    /// cluster's messages).
+    pub(crate) completions: Completions,
     pub(crate) shutdown: AtomicBool,
     /// Shut when the runtime's drop begins: from then on, delayed tasks made
     /// ready outside the workers are cancelled rather than queued.
@@ -77,6 +81,7 @@ impl Registry {
                 .collect(),
             injector: Injector::new(),
             inbox: SignalInbox::new(),
+            completions: Completions::default(),
             shutdown: AtomicBool::new(false),
             ready_gate: Gate::new(),
             parked: Parked::new(n),

@@ -1055,6 +1055,11 @@ impl Worker {
                 rounds = 0;
                 continue;
             }
+            // Messages in flight: test them here rather than wait for
+            // their own thread to find them (`completions.rs`).
+            if self.shared.completions.poll() {
+                continue;
+            }
             if matches!(until, Until::Quiescent) && self.quiescent() {
                 return;
             }

@@ -1,6 +1,6 @@
-//! The MPI calls the progress thread makes (and only it: MPI is started on
-//! it at `MPI_THREAD_FUNNELED`): starting MPI and the cluster's
-//! communicator, starting an operation, testing the operations in flight,
+//! The MPI calls the engine makes (on the progress thread, or where MPI
+//! gives `MPI_THREAD_SERIALIZED`, on whichever thread holds the engine's
+//! lock: see `engine.rs`): starting MPI and the cluster's communicator, starting an operation, testing the operations in flight,
 //! cancelling a receive, reading how one ended, finalizing; and MPI's
 //! texts for its error codes.
 
@@ -9,17 +9,31 @@ use super::MpiError;
 use mpi_sys::{MPI_Comm, MPI_Datatype, MPI_Request, MPI_Status};
 use std::ffi::{c_int, c_void};
 
-/// Starts MPI on this thread and makes the cluster's communicator.
-pub(super) fn init() -> Result<(MPI_Comm, Started), MpiError> {
+/// Starts MPI on this thread and makes the cluster's communicator; with
+/// it, whether other threads may call MPI, one at a time (the library gave
+/// `MPI_THREAD_SERIALIZED` or more, and `serialized` asked for it).
+pub(super) fn init(serialized: bool) -> Result<(MPI_Comm, Started, bool), MpiError> {
     let unavailable = |reason: String| MpiError::Unavailable { reason };
     let mut provided: c_int = 0;
+    // SAFETY: constants of the library, read only.
+    let (funneled, serialized_level) = unsafe {
+        (
+            mpi_sys::RSMPI_THREAD_FUNNELED,
+            mpi_sys::RSMPI_THREAD_SERIALIZED,
+        )
+    };
+    let wanted = if serialized {
+        serialized_level
+    } else {
+        funneled
+    };
     // SAFETY: null argc/argv are allowed; `provided` is a valid
     // out-pointer. MPI is started once per process (the cluster checks).
     let rc = unsafe {
         mpi_sys::MPI_Init_thread(
             std::ptr::null_mut(),
             std::ptr::null_mut(),
-            mpi_sys::RSMPI_THREAD_FUNNELED,
+            wanted,
             &mut provided,
         )
     };
@@ -30,13 +44,7 @@ pub(super) fn init() -> Result<(MPI_Comm, Started), MpiError> {
         )));
     }
     // SAFETY: constants of the library, read only.
-    let (funneled, world, null) = unsafe {
-        (
-            mpi_sys::RSMPI_THREAD_FUNNELED,
-            mpi_sys::RSMPI_COMM_WORLD,
-            mpi_sys::RSMPI_COMM_NULL,
-        )
-    };
+    let (world, null) = unsafe { (mpi_sys::RSMPI_COMM_WORLD, mpi_sys::RSMPI_COMM_NULL) };
     if provided < funneled {
         // SAFETY: started above, on this thread.
         unsafe { mpi_sys::MPI_Finalize() };
@@ -95,6 +103,7 @@ pub(super) fn init() -> Result<(MPI_Comm, Started), MpiError> {
             size: size as usize,
             tag_ub,
         },
+        serialized && provided >= serialized_level,
     ))
 }
 
@@ -102,7 +111,7 @@ pub(super) fn init() -> Result<(MPI_Comm, Started), MpiError> {
 pub(super) fn begin(kind: &Kind, comm: MPI_Comm) -> Result<MPI_Request, c_int> {
     // SAFETY: a constant of the library, read only.
     let mut request = unsafe { mpi_sys::RSMPI_REQUEST_NULL };
-    // SAFETY: MPI was started on this thread; the buffers are live and
+    // SAFETY: the caller may call MPI (engine.rs); the buffers are live and
     // hold `count` elements of `datatype` each, and stay put until the
     // operation ends (their owner, `finish`, runs only then).
     let rc = unsafe {
@@ -166,7 +175,7 @@ impl Tester {
             self.statuses.resize(n, unsafe { std::mem::zeroed() });
         }
         let mut outcount: c_int = 0;
-        // SAFETY: MPI was started on this thread; the arrays hold at least
+        // SAFETY: the caller may call MPI (engine.rs); the arrays hold at least
         // `n` entries.
         let rc = unsafe {
             mpi_sys::MPI_Testsome(
@@ -228,7 +237,7 @@ pub(super) fn outcome(
     let count = match receive {
         Some((datatype, _)) => {
             let mut count: c_int = 0;
-            // SAFETY: MPI was started on this thread; the status is the
+            // SAFETY: the caller may call MPI (engine.rs); the status is the
             // completed receive's.
             unsafe { mpi_sys::MPI_Get_count(status, datatype, &mut count) };
             count.max(0) as usize
@@ -242,7 +251,7 @@ pub(super) fn outcome(
 /// completed before the cancel took).
 fn was_cancelled(status: &MPI_Status) -> bool {
     let mut flag: c_int = 0;
-    // SAFETY: MPI was started on this thread; `status` is a completed
+    // SAFETY: the caller may call MPI (engine.rs); `status` is a completed
     // request's; `flag` is a valid out-pointer.
     unsafe { mpi_sys::MPI_Test_cancelled(status, &mut flag) };
     flag != 0
@@ -253,7 +262,7 @@ fn was_cancelled(status: &MPI_Status) -> bool {
 /// guarantees it ends whatever the other ranks do). `Err`: MPI's error
 /// text.
 pub(super) fn cancel(request: &mut MPI_Request) -> Result<(), String> {
-    // SAFETY: MPI was started on this thread; the request is active.
+    // SAFETY: the caller may call MPI (engine.rs); the request is active.
     let rc = unsafe { mpi_sys::MPI_Cancel(request) };
     if rc == 0 {
         Ok(())
@@ -279,7 +288,7 @@ pub(super) unsafe fn finalize(mut comm: MPI_Comm) {
 /// carry more than the class: compare classes).
 pub(super) fn error_class(code: c_int) -> c_int {
     let mut class: c_int = code;
-    // SAFETY: a valid out-pointer; callable on the thread that started MPI.
+    // SAFETY: a valid out-pointer; called where MPI may be called.
     unsafe { mpi_sys::MPI_Error_class(code, &mut class) };
     class
 }

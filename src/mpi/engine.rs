@@ -1,73 +1,126 @@
-//! The progress engine: one thread per cluster makes every MPI call.
+//! The operations MPI works on, and the threads that test them.
 //!
-//! MPI is started on this thread (`MPI_Init_thread` at `FUNNELED`: only
-//! it calls MPI), which duplicates `MPI_COMM_WORLD` into a communicator of
-//! the cluster's own. Operations come to it as commands, each with its
-//! buffers (owned by its `finish` closure, so they stay put while MPI uses
-//! them) and a signal of the runtime's inbox, made when the operation was
-//! posted. The thread starts each operation nonblocking, keeps the raw
-//! requests (MPI libraries differ in what a request is: they never leave
-//! this thread), and tests them with `MPI_Testsome`; for each one that
-//! completes it runs `finish` (which hands the buffer to the operation's
-//! handle) and fires the signal, whose action a worker runs: it fulfills
-//! the operation's promise, or breaks it if the operation failed.
+//! MPI is started on a thread of the cluster's own, the progress thread
+//! (`progress.rs`), which duplicates `MPI_COMM_WORLD` into a communicator
+//! of the cluster's own. Operations come to the engine as commands, each
+//! with its buffers (owned by its `finish` closure, so they stay put while
+//! MPI uses them) and a signal of the runtime's inbox, made when the
+//! operation was posted. A *round* starts each command's operation
+//! nonblocking, keeps the raw requests (MPI libraries differ in what a
+//! request is: they never leave the engine's state), and tests them with
+//! `MPI_Testsome`; for each one that completes it runs `finish` (which
+//! hands the buffer to the operation's handle) and fires the signal, whose
+//! action a worker runs: it fulfills the operation's promise, or breaks it
+//! if the operation failed.
+//!
+//! Who runs rounds: where the library gives `MPI_THREAD_SERIALIZED` (one
+//! thread at a time may call MPI, any thread), any thread that holds the
+//! state's lock. Idle workers poll the engine (a round under a try-lock)
+//! while operations are in flight, as a completion source of their
+//! runtime (`core/completions.rs`): what they find ended fires its signal
+//! on the worker that found it, which runs the action next, with no thread
+//! woken. A thread that posts starts its operation at once when the lock
+//! is free, and a thread outside the pool that joins a message tests
+//! while it waits. The progress thread is the fallback: it tests at
+//! intervals while operations are in flight, so that they progress when
+//! every worker is busy, and sleeps until one is posted when none is
+//! (`core/fallback_watch.rs` says when posting must wake it). Where the
+//! library gives only `MPI_THREAD_FUNNELED`, the progress thread alone
+//! calls MPI, as it always did: it tests busily for 20 µs after progress,
+//! then yields for up to 1 ms, then tests every 100 µs.
 //!
 //! A signal made and not yet fired counts as pending work of the runtime:
 //! `sync_root` and the runtime's drop wait for messages in flight.
 //!
-//! When the cluster is dropped, the thread stops taking operations (later
-//! ones fail unstarted) and finalizes MPI only once no request is active,
-//! as MPI requires: each receive in flight is cancelled (`MPI_Cancel`,
-//! which MPI guarantees to end locally); sends and collectives are left to
-//! complete, since MPI cannot cancel a collective at all and does not
-//! reliably cancel a send (MPI 4.0 deprecates it; MPICH accepts the call on
-//! a large send and never ends it), and a send that completes delivers the
-//! data its rank meant to send. Each one that ends fires its signal as
-//! usual (a cancelled receive breaks its promise: `MpiError::Abandoned`).
-//! If some are still active a second after the drop, the thread says on
-//! stderr which, and again each time the wait doubles. Then it frees its
-//! communicator, finalizes MPI and fires the stop's own signal, if the
-//! cluster was dropped on a worker (which does not wait for the thread:
-//! the runtime's `sync_root` and drop wait for that signal instead).
-//!
 //! Should MPI fail as a whole (`MPI_Testsome` returns an error), nothing
 //! in flight will end: every operation is abandoned at once, its buffers
 //! leaked rather than freed under MPI, its promise broken.
-//!
-//! Between operations the thread backs off: with operations in flight it
-//! tests them busily for 20 µs, then yielding for up to 1 ms, then every
-//! 100 µs; with none it sleeps until a command wakes it, so that an idle
-//! cluster costs no core.
 
 use super::calls::{self, Tester};
 use super::op::{Described, Kind, Op, Outcome, Started};
 use super::MpiError;
+use crate::core::completions::CompletionSource;
+use crate::core::fallback_watch::FallbackWatch;
 use crate::core::registry::{fire_signal, Registry};
 use crate::core::signal::SignalRef;
-use crate::core::sync::{lock, Mutex};
-use mpi_sys::{MPI_Datatype, MPI_Request};
-use std::sync::{mpsc, Arc};
+use crate::core::sync::{lock, AtomicBool, Mutex, Ordering};
+use crate::core::worker::Worker;
+use mpi_sys::{MPI_Comm, MPI_Datatype, MPI_Request};
+use std::sync::{mpsc, Arc, Weak};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-/// How long a stop waits for operations MPI cannot cancel before it says
-/// so; then again each time the wait doubled.
-const FIRST_NOTICE: Duration = Duration::from_secs(1);
-
-/// Shared between the cluster's handles and its progress thread.
+/// Shared between the cluster's handles, its progress thread and the
+/// runtime's idle workers.
 pub(super) struct Engine {
-    /// Commands for the thread; `None` once it stopped taking them.
+    /// Commands for the next round; `None` once the engine stopped taking
+    /// them.
     queue: Mutex<Option<Vec<Command>>>,
+    /// What MPI works on: whoever holds the lock may call MPI (see the
+    /// module docs).
+    state: Mutex<State>,
+    /// Whether threads other than the progress thread may run rounds (MPI
+    /// gave `MPI_THREAD_SERIALIZED` or more). Set once, before the cluster
+    /// is handed out.
+    shared_calls: AtomicBool,
+    /// Operations in flight, and whether the progress thread sleeps until
+    /// one is posted.
+    pub(super) watch: FallbackWatch,
     thread: Thread,
     pub(super) registry: Arc<Registry>,
+    /// This engine as its runtime's completion source, to leave the list
+    /// when it stops.
+    pub(super) as_source: Weak<dyn CompletionSource>,
 }
 
-enum Command {
+pub(super) enum Command {
     Post(Op),
     /// The cluster was dropped; the signal, if any, is fired once MPI is
     /// finalized.
     Stop(Option<SignalRef>),
 }
+
+/// An operation MPI is working on.
+pub(super) struct InFlight {
+    finish: Box<dyn FnOnce(Outcome) + Send>,
+    signal: SignalRef,
+    /// What it is, for its outcome and a shutdown notice.
+    pub(super) described: Described,
+    /// For a receive: its datatype and the elements asked for.
+    receive: Option<(MPI_Datatype, usize)>,
+    /// Whether a stop asked MPI to cancel it (receives only).
+    cancel_asked: bool,
+}
+
+/// A stop under way: since when, when it next speaks, and the signal to
+/// fire once MPI is finalized.
+pub(super) struct Stopping {
+    pub(super) since: Instant,
+    pub(super) next_notice: Duration,
+    pub(super) finalized: Option<SignalRef>,
+}
+
+/// What MPI works on, behind the engine's lock.
+pub(super) struct State {
+    /// The cluster's communicator while MPI runs; `None` before it started
+    /// and once it is finalized (or failed): no round calls MPI then.
+    pub(super) comm: Option<MPI_Comm>,
+    pub(super) flights: Vec<InFlight>,
+    pub(super) requests: Vec<MPI_Request>,
+    tester: Tester,
+    /// Reused round after round: a round that finds nothing allocates
+    /// nothing (swapped with the queue's vector).
+    commands: Vec<Command>,
+    pub(super) stopping: Option<Stopping>,
+    pub(super) mpi_failed: bool,
+}
+
+// SAFETY: the MPI handles (communicator, requests, datatypes) are used
+// only by the thread that holds the engine's lock, and by threads other
+// than the one that started MPI only where MPI allows it
+// (`MPI_THREAD_SERIALIZED`: `Engine::shared_calls`); the closures and
+// signals are `Send`.
+unsafe impl Send for State {}
 
 impl Engine {
     /// Starts MPI on a thread of its own; returns once it started (or
@@ -84,15 +137,31 @@ impl Engine {
                     Ok(engine) => engine,
                     Err(_) => return,
                 };
-                progress(&engine, started_tx);
+                super::progress::run(&engine, started_tx);
             })
             .map_err(|e| MpiError::Unavailable {
                 reason: format!("the progress thread could not start: {e}"),
             })?;
-        let engine = Arc::new(Engine {
-            queue: Mutex::new(Some(Vec::new())),
-            thread: join.thread().clone(),
-            registry,
+        let thread = join.thread().clone();
+        let engine = Arc::new_cyclic(|me: &Weak<Engine>| {
+            let as_source: Weak<dyn CompletionSource> = me.clone();
+            Engine {
+                queue: Mutex::new(Some(Vec::new())),
+                state: Mutex::new(State {
+                    comm: None,
+                    flights: Vec::new(),
+                    requests: Vec::new(),
+                    tester: Tester::default(),
+                    commands: Vec::new(),
+                    stopping: None,
+                    mpi_failed: false,
+                }),
+                shared_calls: AtomicBool::new(false),
+                watch: FallbackWatch::new(),
+                thread,
+                registry,
+                as_source,
+            }
         });
         let _ = tx.send(Arc::clone(&engine));
         match started_rx.recv() {
@@ -110,27 +179,59 @@ impl Engine {
         }
     }
 
-    /// Hands `op` to the progress thread; abandons it at once if the
-    /// thread stopped.
+    /// MPI started on the progress thread with `comm`; `shared_calls`:
+    /// whether other threads may run rounds. Called by the progress thread
+    /// before it reports the start.
+    pub(super) fn started(self: &Arc<Self>, comm: MPI_Comm, shared_calls: bool) {
+        lock(&self.state).comm = Some(comm);
+        if shared_calls {
+            self.shared_calls.store(true, Ordering::Release);
+            self.registry.completions.add(self.as_source.clone());
+        }
+    }
+
+    /// Hands `op` to the next round, and runs one at once here if no other
+    /// thread is (where MPI allows it); abandons it if the engine stopped.
     pub(super) fn post(&self, op: Op) {
+        // Counted before it is queued: a round may end it at once.
+        self.registry.completions.began();
+        let wake = self.watch.begin();
         let mut queue = lock(&self.queue);
         match &mut *queue {
             Some(commands) => {
                 commands.push(Command::Post(op));
                 drop(queue);
-                self.thread.unpark();
+                if wake {
+                    self.thread.unpark();
+                }
+                self.start_posted_here();
             }
             None => {
                 drop(queue);
-                self.abandon_unstarted(op);
+                self.abandon_queued(op);
             }
         }
     }
 
-    /// Asks the progress thread to end what is in flight (see the module
-    /// docs), free its communicator and finalize MPI, and then to fire
-    /// `finalized`. If the thread already stopped (MPI failed), `finalized`
-    /// is discarded here.
+    /// Starts what was posted, on this thread, if MPI allows it and no
+    /// other thread runs a round: the operation is under way before the
+    /// caller goes on (no test: a task that posts a thousand messages
+    /// would test the growing list a thousand times).
+    fn start_posted_here(&self) {
+        if !self.shared_calls.load(Ordering::Acquire) {
+            return;
+        }
+        if let Ok(mut state) = self.state.try_lock() {
+            if let Some(comm) = state.comm {
+                self.start_commands(&mut state, comm);
+            }
+        }
+    }
+
+    /// Asks the engine to end what is in flight, free its communicator and
+    /// finalize MPI, and then to fire `finalized` (see `progress.rs`). If
+    /// the engine already stopped (MPI failed), `finalized` is discarded
+    /// here.
     pub(super) fn stop(&self, finalized: Option<SignalRef>) {
         let mut queue = lock(&self.queue);
         match &mut *queue {
@@ -138,7 +239,7 @@ impl Engine {
             None => {
                 drop(queue);
                 if let Some(signal) = finalized {
-                    // SAFETY: never handed to the thread: nobody fires it.
+                    // SAFETY: never handed to MPI's side: nobody fires it.
                     drop(unsafe { self.registry.inbox.discard(signal) });
                 }
                 return;
@@ -146,6 +247,140 @@ impl Engine {
         }
         drop(queue);
         self.thread.unpark();
+    }
+
+    /// One round, by whoever holds `state` (see the module docs): starts
+    /// what was posted, tests what is in flight and completes what ended.
+    /// Whether it started or completed anything. `here`: the caller is an
+    /// idle worker of the runtime, which drains the inbox next.
+    pub(super) fn round(&self, state: &mut State, here: bool) -> bool {
+        let Some(comm) = state.comm else {
+            return false;
+        };
+        let mut progressed = self.start_commands(state, comm);
+        if !state.requests.is_empty() {
+            match state.tester.test_some(&mut state.requests) {
+                Ok(done) => {
+                    progressed |= !done.is_empty();
+                    // Highest index first: `swap_remove` moves the last
+                    // entry into the hole, which is then never one to come.
+                    for &(index, status, error) in done.iter().rev() {
+                        state.requests.swap_remove(index);
+                        let flight = state.flights.swap_remove(index);
+                        let outcome = calls::outcome(
+                            flight.described.call,
+                            flight.receive,
+                            flight.cancel_asked,
+                            &status,
+                            error,
+                        );
+                        self.complete(flight.finish, flight.signal, outcome, here);
+                    }
+                }
+                Err(code) => {
+                    // MPI failed as a whole: nothing in flight will end.
+                    eprintln!(
+                        "selvedge: MPI_Testsome failed ({}); abandoning every operation in flight",
+                        calls::error_text(code)
+                    );
+                    state.mpi_failed = true;
+                }
+            }
+        }
+        if state.mpi_failed {
+            self.abandon_in_flight(state);
+        }
+        progressed
+    }
+
+    /// Takes the queued commands and starts their operations (or, for a
+    /// stop, cancels the receives in flight). Whether there were any.
+    fn start_commands(&self, state: &mut State, comm: MPI_Comm) -> bool {
+        if let Some(queued) = lock(&self.queue).as_mut() {
+            std::mem::swap(queued, &mut state.commands);
+        }
+        let mut commands = std::mem::take(&mut state.commands);
+        let progressed = !commands.is_empty();
+        for command in commands.drain(..) {
+            match command {
+                Command::Stop(finalized) => {
+                    state.stopping = Some(Stopping {
+                        since: Instant::now(),
+                        next_notice: super::progress::FIRST_NOTICE,
+                        finalized,
+                    });
+                    cancel_receives(state);
+                }
+                Command::Post(op) if state.stopping.is_some() || state.mpi_failed => {
+                    self.abandon_queued(op)
+                }
+                Command::Post(op) => self.begin(state, comm, op),
+            }
+        }
+        // Kept for the next round (empty, its capacity grown).
+        state.commands = commands;
+        progressed
+    }
+
+    /// Starts `op` on `comm` and keeps it in flight, or completes it as
+    /// failed if MPI refused it.
+    fn begin(&self, state: &mut State, comm: MPI_Comm, op: Op) {
+        let described = op.kind.describe();
+        match calls::begin(&op.kind, comm) {
+            Ok(request) => {
+                let receive = match op.kind {
+                    Kind::Recv {
+                        datatype, count, ..
+                    } => Some((datatype, count as usize)),
+                    _ => None,
+                };
+                state.requests.push(request);
+                state.flights.push(InFlight {
+                    finish: op.finish,
+                    signal: op.signal,
+                    described,
+                    receive,
+                    cancel_asked: false,
+                });
+            }
+            Err(code) => self.complete(
+                op.finish,
+                op.signal,
+                Outcome::Failed(MpiError::Call {
+                    call: described.call,
+                    text: calls::error_text(code),
+                }),
+                false,
+            ),
+        }
+    }
+
+    /// Runs `finish` and fires the signal of an operation that ended.
+    /// `here`: the caller is an idle worker of the runtime, which drains
+    /// the inbox next, so no other worker is woken.
+    fn complete(
+        &self,
+        finish: Box<dyn FnOnce(Outcome) + Send>,
+        signal: SignalRef,
+        outcome: Outcome,
+        here: bool,
+    ) {
+        finish(outcome);
+        self.ended();
+        if here {
+            // SAFETY: fired once, here; the registry outlives this call
+            // (the engine holds it).
+            unsafe { self.registry.inbox.fire(signal) };
+        } else {
+            // SAFETY: as above.
+            unsafe { fire_signal(signal) };
+        }
+    }
+
+    /// An operation counted in flight ended.
+    fn ended(&self) {
+        self.watch.end();
+        self.registry.completions.ended();
     }
 
     /// An operation MPI never saw: it fails, and its signal never fires.
@@ -156,199 +391,69 @@ impl Engine {
         drop(unsafe { self.registry.inbox.discard(op.signal) });
     }
 
-    /// Runs `finish` and fires the signal of a completed operation.
-    fn complete(
-        &self,
-        finish: Box<dyn FnOnce(Outcome) + Send>,
-        signal: SignalRef,
-        outcome: Outcome,
-    ) {
-        finish(outcome);
-        // SAFETY: fired once, here; the registry outlives this call (the
-        // engine holds it).
-        unsafe { fire_signal(signal) };
+    /// [`Engine::abandon_unstarted`] for an operation taken from the queue
+    /// (counted in flight since its post).
+    pub(super) fn abandon_queued(&self, op: Op) {
+        self.abandon_unstarted(op);
+        self.ended();
+    }
+
+    /// Abandons every operation in flight after MPI failed: MPI may still
+    /// use the buffers, so they are leaked (no request is freed or
+    /// cancelled: MPI allows neither for a collective, and a failed MPI may
+    /// not answer); every promise breaks.
+    fn abandon_in_flight(&self, state: &mut State) {
+        state.requests.clear();
+        for flight in state.flights.drain(..) {
+            (flight.finish)(Outcome::Leaked);
+            // SAFETY: the signal was never fired (its operation never
+            // completed) and never will be: whoever holds the lock alone
+            // fires them, and it is dropped from the list here.
+            drop(unsafe { self.registry.inbox.discard(flight.signal) });
+            self.ended();
+        }
+    }
+
+    /// The engine's state, for the progress thread (which waits for it).
+    pub(super) fn lock_state(&self) -> crate::core::sync::MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// Whether threads other than the progress thread run rounds.
+    pub(super) fn shares_calls(&self) -> bool {
+        self.shared_calls.load(Ordering::Acquire)
+    }
+
+    /// Stops taking commands: returns those queued since the last round.
+    pub(super) fn close_queue(&self) -> Vec<Command> {
+        lock(&self.queue).take().unwrap_or_default()
+    }
+
+    fn poll_as(&self, here: bool) -> bool {
+        if !self.shared_calls.load(Ordering::Acquire) {
+            return false;
+        }
+        match self.state.try_lock() {
+            Ok(mut state) => self.round(&mut state, here),
+            Err(_) => false,
+        }
     }
 }
 
-/// An operation MPI is working on.
-struct InFlight {
-    finish: Box<dyn FnOnce(Outcome) + Send>,
-    signal: SignalRef,
-    /// What it is, for its outcome and a shutdown notice.
-    described: Described,
-    /// For a receive: its datatype and the elements asked for.
-    receive: Option<(MPI_Datatype, usize)>,
-    /// Whether a stop asked MPI to cancel it (receives only).
-    cancel_asked: bool,
-}
-
-/// A stop under way: since when, when it next speaks, and the signal to
-/// fire once MPI is finalized.
-struct Stopping {
-    since: Instant,
-    next_notice: Duration,
-    finalized: Option<SignalRef>,
-}
-
-/// The progress thread's body.
-fn progress(engine: &Engine, started: mpsc::Sender<Result<Started, MpiError>>) {
-    let (comm, rank) = match calls::init() {
-        Ok((comm, info)) => {
-            let rank = info.rank;
-            let _ = started.send(Ok(info));
-            (comm, rank)
-        }
-        Err(e) => {
-            *lock(&engine.queue) = None;
-            let _ = started.send(Err(e));
-            return;
-        }
-    };
-    drop(started);
-    let mut flights: Vec<InFlight> = Vec::new();
-    let mut requests: Vec<MPI_Request> = Vec::new();
-    let mut last_progress = Instant::now();
-    let mut stopping: Option<Stopping> = None;
-    let mut mpi_failed = false;
-    // Reused round after round: a round that finds nothing allocates
-    // nothing (the commands' vector is swapped with the queue's, and the
-    // test arrays only grow).
-    let mut commands: Vec<Command> = Vec::new();
-    let mut tester = Tester::default();
-    loop {
-        let mut progressed = false;
-        if let Some(queued) = lock(&engine.queue).as_mut() {
-            std::mem::swap(queued, &mut commands);
-        }
-        for command in commands.drain(..) {
-            match command {
-                Command::Stop(finalized) => {
-                    progressed = true;
-                    stopping = Some(Stopping {
-                        since: Instant::now(),
-                        next_notice: FIRST_NOTICE,
-                        finalized,
-                    });
-                    cancel_receives(&mut flights, &mut requests);
-                }
-                Command::Post(op) if stopping.is_some() => engine.abandon_unstarted(op),
-                Command::Post(op) => {
-                    progressed = true;
-                    start(engine, comm, op, &mut flights, &mut requests);
-                }
-            }
-        }
-        if !requests.is_empty() {
-            match tester.test_some(&mut requests) {
-                Ok(done) => {
-                    progressed |= !done.is_empty();
-                    // Highest index first: `swap_remove` moves the last
-                    // entry into the hole, which is then never one to come.
-                    for &(index, status, error) in done.iter().rev() {
-                        requests.swap_remove(index);
-                        let flight = flights.swap_remove(index);
-                        let outcome = calls::outcome(
-                            flight.described.call,
-                            flight.receive,
-                            flight.cancel_asked,
-                            &status,
-                            error,
-                        );
-                        engine.complete(flight.finish, flight.signal, outcome);
-                    }
-                }
-                Err(code) => {
-                    // MPI failed as a whole: nothing in flight will end.
-                    eprintln!(
-                        "selvedge: MPI_Testsome failed ({}); abandoning every operation in flight",
-                        calls::error_text(code)
-                    );
-                    mpi_failed = true;
-                }
-            }
-        }
-        if mpi_failed {
-            abandon_in_flight(engine, flights.drain(..), requests.drain(..));
-        }
-        if let Some(stop) = &mut stopping {
-            if requests.is_empty() {
-                break;
-            }
-            if stop.since.elapsed() >= stop.next_notice {
-                say_what_is_left(rank, stop.since.elapsed(), &flights);
-                stop.next_notice *= 2;
-            }
-        } else if mpi_failed {
-            break;
-        }
-        if progressed {
-            last_progress = Instant::now();
-        } else {
-            back_off(last_progress.elapsed(), !requests.is_empty());
-        }
-    }
-    // Posts that came after the last round took the commands are
-    // abandoned unstarted; later ones never reach the thread. A stop among
-    // them (the cluster dropped as MPI failed) is fired below too.
-    let mut late_stop = None;
-    for command in lock(&engine.queue).take().unwrap_or_default() {
-        match command {
-            Command::Post(op) => engine.abandon_unstarted(op),
-            Command::Stop(finalized) => late_stop = finalized,
-        }
-    }
-    // SAFETY: MPI was started on this thread, and this is its last use of
-    // MPI: every request ended (or MPI failed and they were abandoned);
-    // nothing uses the communicator after.
-    unsafe { calls::finalize(comm) };
-    if let Some(signal) = stopping.and_then(|s| s.finalized).or(late_stop) {
-        // SAFETY: fired once, here; the engine holds the registry.
-        unsafe { fire_signal(signal) };
-    }
-}
-
-/// Starts `op` on `comm` and keeps it in flight, or completes it as failed
-/// if MPI refused it.
-fn start(
-    engine: &Engine,
-    comm: mpi_sys::MPI_Comm,
-    op: Op,
-    flights: &mut Vec<InFlight>,
-    requests: &mut Vec<MPI_Request>,
-) {
-    let described = op.kind.describe();
-    match calls::begin(&op.kind, comm) {
-        Ok(request) => {
-            let receive = match op.kind {
-                Kind::Recv {
-                    datatype, count, ..
-                } => Some((datatype, count as usize)),
-                _ => None,
-            };
-            requests.push(request);
-            flights.push(InFlight {
-                finish: op.finish,
-                signal: op.signal,
-                described,
-                receive,
-                cancel_asked: false,
-            });
-        }
-        Err(code) => engine.complete(
-            op.finish,
-            op.signal,
-            Outcome::Failed(MpiError::Call {
-                call: described.call,
-                text: calls::error_text(code),
-            }),
-        ),
+impl CompletionSource for Engine {
+    fn poll(&self) -> bool {
+        // An idle worker of the runtime: it drains what fires, unless it
+        // is some other runtime's worker (a source is polled only by its
+        // own runtime's workers, but say so rather than assume it).
+        let here = Worker::current().is_some_and(|w| Arc::ptr_eq(&w.shared, &self.registry));
+        self.poll_as(here)
     }
 }
 
 /// Asks MPI to cancel every receive in flight: each then completes (as a
 /// local matter), cancelled or received, and is tested like any other.
-fn cancel_receives(flights: &mut [InFlight], requests: &mut [MPI_Request]) {
-    for (flight, request) in flights.iter_mut().zip(requests.iter_mut()) {
+fn cancel_receives(state: &mut State) {
+    for (flight, request) in state.flights.iter_mut().zip(state.requests.iter_mut()) {
         if flight.receive.is_some() && !flight.cancel_asked {
             flight.cancel_asked = true;
             if let Err(text) = calls::cancel(request) {
@@ -359,54 +464,5 @@ fn cancel_receives(flights: &mut [InFlight], requests: &mut [MPI_Request]) {
                 );
             }
         }
-    }
-}
-
-/// Says on stderr which operations a stop still waits for.
-fn say_what_is_left(rank: usize, waited: Duration, flights: &[InFlight]) {
-    let list: Vec<String> = flights.iter().map(|f| f.described.to_string()).collect();
-    let operations = match list.len() {
-        1 => "1 operation".to_string(),
-        n => format!("{n} operations"),
-    };
-    eprintln!(
-        "selvedge: rank {rank} dropped its MPI cluster {:.1} s ago and waits for {operations} to end before it finalizes MPI (MPI cannot cancel a collective, and a send is left to complete rather than lose its data): {}",
-        waited.as_secs_f64(),
-        list.join("; ")
-    );
-}
-
-/// Abandons every operation in flight after MPI failed: MPI may still use
-/// the buffers, so they are leaked (no request is freed or cancelled: MPI
-/// allows neither for a collective, and a failed MPI may not answer);
-/// every promise breaks.
-fn abandon_in_flight(
-    engine: &Engine,
-    flights: impl Iterator<Item = InFlight>,
-    requests: impl Iterator<Item = MPI_Request>,
-) {
-    for (flight, _request) in flights.zip(requests) {
-        (flight.finish)(Outcome::Leaked);
-        // SAFETY: the signal was never fired (its operation never
-        // completed here) and never will be: this thread alone fires them.
-        drop(unsafe { engine.registry.inbox.discard(flight.signal) });
-    }
-}
-
-/// Between rounds without progress. With nothing in flight: sleep until a
-/// command wakes the thread. With operations in flight: keep testing them,
-/// busily for the first 20 µs since the last progress (a reply often comes
-/// within that), then yielding the core between tests up to 1 ms, then
-/// sleeping 100 µs between tests (a slow peer costs no core).
-fn back_off(since_progress: Duration, in_flight: bool) {
-    if !in_flight {
-        // The timeout only bounds a missed wake-up.
-        std::thread::park_timeout(Duration::from_millis(100));
-    } else if since_progress < Duration::from_micros(20) {
-        std::hint::spin_loop();
-    } else if since_progress < Duration::from_millis(1) {
-        std::thread::yield_now();
-    } else {
-        std::thread::park_timeout(Duration::from_micros(100));
     }
 }

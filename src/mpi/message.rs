@@ -9,6 +9,12 @@ use crate::dataflow::delayed::submit_delayed;
 use crate::dataflow::event::Dep;
 use crate::dataflow::promise::Promise;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a thread outside the pool that joins a message tests the
+/// messages in flight before it blocks until another thread finds it
+/// ended.
+const TEST_WHILE_JOINING: Duration = Duration::from_millis(1);
 
 /// A posted operation: its dependency for tasks, and its value once it
 /// completed (the received message, the send's buffer back, a
@@ -73,8 +79,20 @@ impl<T: Element> Message<T> {
             // until it ran (or was cancelled: the dependency broke).
             let _ = submit_delayed(&self.registry, [self.dep.clone()], || ()).try_join();
         } else {
-            // Outside the pool: woken as soon as the progress thread set the
-            // outcome, not after a worker passed the completion on.
+            // Outside the pool: this thread tests the messages in flight
+            // itself for a while (a reply often comes within microseconds),
+            // then is woken as soon as whoever tests them set the outcome,
+            // not after a worker passed the completion on.
+            let began = Instant::now();
+            let completions = &self.registry.completions;
+            while completions.has_sources()
+                && !self.is_finished()
+                && began.elapsed() < TEST_WHILE_JOINING
+            {
+                if !self.registry.completions.poll() {
+                    std::thread::yield_now();
+                }
+            }
             let mut value = lock(&self.slot.value);
             while value.is_none() {
                 value = self

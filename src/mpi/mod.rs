@@ -7,10 +7,19 @@
 //! wait on like any other dependency, so a task can wait for "the halo from
 //! rank 3 arrived" and run on whichever worker is free when it does.
 //!
-//! One thread per cluster makes every MPI call (MPI is started on it at
-//! `MPI_THREAD_FUNNELED`): it starts the operations nonblocking, tests them,
-//! and when one completes fires a signal that a worker picks up to fulfill
-//! the operation's promise; no worker ever blocks in MPI. The operations
+//! Operations start nonblocking and are tested with `MPI_Testsome`; when
+//! one completes, a signal fires whose action fulfills the operation's
+//! promise on a worker. No thread ever blocks in MPI. Who tests: idle
+//! workers of the runtime, while operations are in flight (what they find
+//! completed runs on them at once), a thread outside the pool that joins a
+//! message, while it waits, and the cluster's progress thread, which
+//! started MPI and keeps the operations moving when every worker is busy.
+//! A thread that posts an operation starts it itself when no other thread
+//! is testing. That needs MPI at `MPI_THREAD_SERIALIZED` (one thread at a
+//! time calls MPI, under the cluster's lock); where the library gives only
+//! `MPI_THREAD_FUNNELED`, or the environment variable
+//! `SELVEDGE_MPI_FUNNELED` is set, the progress thread makes every MPI
+//! call and workers pick up what it fired. The operations
 //! in flight count as the runtime's pending work, so `sync_root` waits for
 //! them. Once the runtime's drop has begun, operations posted from outside
 //! its workers are refused at once ([`MpiError::RuntimeShutDown`]).
@@ -32,8 +41,9 @@
 //!
 //! The files: `cluster.rs` (the cluster and its operations),
 //! `message.rs` (the handle an operation returns), `link.rs` (posting an
-//! operation), `op.rs` (an operation as the progress thread gets it),
-//! `engine.rs` (the progress thread), `calls.rs` (the MPI calls it makes),
+//! operation), `op.rs` (an operation as the engine gets it), `engine.rs`
+//! (the operations in flight and the rounds that start and test them),
+//! `progress.rs` (the progress thread), `calls.rs` (the MPI calls),
 //! `rank_graph.rs` (graphs split by rank), `element.rs` (the element
 //! types), `error.rs`.
 
@@ -45,6 +55,7 @@ mod error;
 mod link;
 mod message;
 mod op;
+mod progress;
 mod rank_graph;
 
 pub use cluster::{Cluster, Reduce};

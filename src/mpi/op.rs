@@ -1,4 +1,4 @@
-//! An operation as the progress thread gets it: what MPI is to do, with
+//! An operation as the engine gets it: what MPI is to do, with
 //! its buffers' addresses, and what to run and fire once it ended.
 
 use super::MpiError;
@@ -6,7 +6,7 @@ use crate::core::signal::SignalRef;
 use mpi_sys::{MPI_Datatype, MPI_Op};
 use std::ffi::{c_int, c_void};
 
-/// An operation for the progress thread to start.
+/// An operation for the engine to start.
 pub(super) struct Op {
     pub(super) kind: Kind,
     /// Owns the operation's buffers; run once, with how it ended.
@@ -17,8 +17,8 @@ pub(super) struct Op {
 }
 
 // SAFETY: the raw pointers in `kind` point into buffers `finish` owns
-// (heap memory, which moving the closure does not move); only the progress
-// thread uses them, until `finish` runs.
+// (heap memory, which moving the closure does not move); only the thread
+// that holds the engine's lock uses them, until `finish` runs.
 unsafe impl Send for Op {}
 
 /// What an operation does, with its buffers' addresses.

@@ -1,0 +1,198 @@
+//! Completion sources that idle workers poll: operations that end outside
+//! the pool (MPI messages) and that a thread finds ended only by testing.
+//!
+//! A source has a thread of its own that tests its operations (the
+//! fallback, which guarantees progress when every worker is busy), but
+//! that thread's completions reach a task through a hop: it fires a
+//! signal, wakes a parked worker, and the worker runs the signal's action.
+//! Each hop costs microseconds, and the fallback sleeps between tests.
+//! So a worker that runs out of work tests the sources itself, in every
+//! round of its search for work, while one of them has operations in
+//! flight: what it finds ended fires its signal on this worker, which
+//! drains it at once, with no thread woken.
+//!
+//! A source tests under a try-lock, so one thread tests at a time and a
+//! worker that finds it taken goes on looking for work. With nothing in
+//! flight nobody polls: the workers park as before, at no cost.
+
+use crate::core::sync::{lock, AtomicUsize, Mutex, Ordering};
+use crossbeam_utils::CachePadded;
+use std::sync::Weak;
+
+/// Something whose operations end outside the pool, tested by polling.
+pub(crate) trait CompletionSource: Send + Sync {
+    /// Tests the operations in flight once, unless another thread is
+    /// testing them: those that ended complete here (their signals fire)
+    /// and those posted meanwhile start. Whether anything started or
+    /// completed.
+    fn poll(&self) -> bool;
+}
+
+/// A runtime's completion sources (see the module docs).
+#[derive(Default)]
+pub(crate) struct Completions {
+    /// Operations in flight over every source, as they count them
+    /// ([`Completions::began`], [`Completions::ended`]): idle workers poll
+    /// only while it is not zero. Read in every idle round: a line of its
+    /// own.
+    in_flight: CachePadded<AtomicUsize>,
+    /// Held weakly: a source (a cluster's engine) holds the runtime, and
+    /// leaves this list when it stops.
+    sources: Mutex<Vec<Weak<dyn CompletionSource>>>,
+}
+
+impl Completions {
+    /// Idle workers poll `source` from now on (while operations are in
+    /// flight), until it is removed.
+    pub(crate) fn add(&self, source: Weak<dyn CompletionSource>) {
+        lock(&self.sources).push(source);
+    }
+
+    /// Idle workers stop polling `source` (and any source that is gone).
+    pub(crate) fn remove(&self, source: &Weak<dyn CompletionSource>) {
+        lock(&self.sources).retain(|s| !Weak::ptr_eq(s, source) && s.strong_count() > 0);
+    }
+
+    /// Whether any source is polled (for a thread outside the pool about
+    /// to wait for one of its operations: testing helps only then).
+    pub(crate) fn has_sources(&self) -> bool {
+        !lock(&self.sources).is_empty()
+    }
+
+    /// An operation of a source began: idle workers poll until it ended.
+    pub(crate) fn began(&self) {
+        // Relaxed: a hint for pollers, who find what ended by testing.
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An operation counted by [`Completions::began`] ended.
+    pub(crate) fn ended(&self) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Polls every source once if operations are in flight; whether one of
+    /// them started or completed anything. One load when none is.
+    #[inline]
+    pub(crate) fn poll(&self) -> bool {
+        if self.in_flight.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        self.poll_sources()
+    }
+
+    #[cold]
+    fn poll_sources(&self) -> bool {
+        let mut progressed = false;
+        for i in 0.. {
+            // No lock is held while a source tests: a test may fire
+            // signals, and a source may remove itself. A worker that finds
+            // the list taken goes on looking for work.
+            let Ok(sources) = self.sources.try_lock() else {
+                break;
+            };
+            let Some(source) = sources.get(i).map(Weak::upgrade) else {
+                break;
+            };
+            drop(sources);
+            if let Some(source) = source {
+                progressed |= source.poll();
+            }
+        }
+        progressed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CompletionSource;
+    use crate::core::registry::{fire_signal, Registry};
+    use crate::core::signal::SignalRef;
+    use crate::core::sync::{lock, Mutex};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::{mpsc, Arc, Weak};
+    use std::time::Duration;
+
+    /// An operation that a timer thread ends, and that only polling finds
+    /// ended: it has no thread of its own to fire its signal.
+    struct Fake {
+        ended: AtomicBool,
+        signal: Mutex<Option<SignalRef>>,
+        registry: Arc<Registry>,
+        polls: AtomicUsize,
+    }
+
+    impl CompletionSource for Fake {
+        fn poll(&self) -> bool {
+            self.polls.fetch_add(1, Ordering::Relaxed);
+            if !self.ended.load(Ordering::Acquire) {
+                return false;
+            }
+            let Some(signal) = lock(&self.signal).take() else {
+                return false;
+            };
+            self.registry.completions.ended();
+            // SAFETY: fired once (taken from the slot); the registry lives.
+            unsafe { fire_signal(signal) };
+            true
+        }
+    }
+
+    /// Idle workers find an operation ended that nothing else reports, and
+    /// run the task that waits for it.
+    #[test]
+    fn idle_workers_find_what_ended_and_run_what_waits_for_it() {
+        let rt = crate::Runtime::builder().num_threads(2).build().unwrap();
+        let registry = Arc::clone(rt.registry());
+        let promise = crate::Promise::new();
+        let dep = promise.dep();
+        let signal = registry.signal(Box::new(move || {
+            promise.fulfill();
+        }));
+        let fake = Arc::new(Fake {
+            ended: AtomicBool::new(false),
+            signal: Mutex::new(Some(signal)),
+            registry: Arc::clone(&registry),
+            polls: AtomicUsize::new(0),
+        });
+        let as_source: Weak<dyn CompletionSource> = Arc::downgrade(&fake) as _;
+        registry.completions.add(as_source.clone());
+        registry.completions.began();
+        let (ran_tx, ran) = mpsc::channel();
+        drop(rt.submit_delayed([dep], move || ran_tx.send(()).unwrap()));
+        std::thread::sleep(Duration::from_millis(5));
+        fake.ended.store(true, Ordering::Release);
+        let found = ran.recv_timeout(Duration::from_secs(10));
+        registry.completions.remove(&as_source);
+        if found.is_err() {
+            // Nobody polled: discard the signal, or the runtime's drop
+            // would wait for it forever.
+            let signal = lock(&fake.signal).take().expect("never fired");
+            // SAFETY: never fired, and now never will be.
+            drop(unsafe { registry.inbox.discard(signal) });
+            panic!(
+                "the task waiting on an ended operation never ran ({} polls)",
+                fake.polls.load(Ordering::Relaxed)
+            );
+        }
+        assert!(fake.polls.load(Ordering::Relaxed) > 0);
+    }
+
+    /// With nothing in flight nobody polls: idle workers park.
+    #[test]
+    fn nothing_in_flight_means_no_polls() {
+        let rt = crate::Runtime::builder().num_threads(2).build().unwrap();
+        let registry = Arc::clone(rt.registry());
+        let fake = Arc::new(Fake {
+            ended: AtomicBool::new(false),
+            signal: Mutex::new(None),
+            registry: Arc::clone(&registry),
+            polls: AtomicUsize::new(0),
+        });
+        let as_source: Weak<dyn CompletionSource> = Arc::downgrade(&fake) as _;
+        registry.completions.add(as_source.clone());
+        rt.run(|| crate::join(|| (), || ()));
+        std::thread::sleep(Duration::from_millis(20));
+        registry.completions.remove(&as_source);
+        assert_eq!(fake.polls.load(Ordering::Relaxed), 0);
+    }
+}
