@@ -2,9 +2,12 @@
 //! way, through selvedge's promises (`isend`, then `irecv(..).join()`; the
 //! other rank answers with a `send_after` on the receive's dependency)
 //! against the same round trips with blocking `MPI_Send`/`MPI_Recv` on the
-//! main thread (`--raw`, a process without a cluster). Prints the median
-//! round trip and half of it (the one-way latency) over `rounds` rounds
-//! after 100 warm-up rounds.
+//! main thread (`--raw`, a process without a cluster). Without `--raw` the
+//! round trips run twice: in a task (on a worker of the global runtime,
+//! where the waiting worker tests the messages itself), then from the main
+//! thread (outside the pool, which tests while it waits, beside the idle
+//! workers). Prints the median round trip and half of it (the one-way
+//! latency) over `rounds` rounds after 100 warm-up rounds.
 //!
 //! ```text
 //! cargo build --release --features mpi --example mpi_pingpong
@@ -24,15 +27,14 @@ fn main() {
     let len = numbers.get(1).copied().unwrap_or(1);
     // Printed before MPI is finalized (the cluster dropped, or
     // MPI_Finalize): mpirun may stop forwarding output after that.
-    let report = |rank: usize, mut times: Vec<f64>| {
+    let report = |rank: usize, how: &str, mut times: Vec<f64>| {
         if rank != 0 {
             return;
         }
         times.sort_unstable_by(f64::total_cmp);
         let median = times[times.len() / 2];
         println!(
-            "mpi_pingpong {}: {rounds} round trips of {len} u64 each way: median {:.2} us a round trip, {:.2} us one way (p10 {:.2}, p90 {:.2})",
-            if raw { "raw MPI_Send/MPI_Recv" } else { "selvedge isend/irecv" },
+            "mpi_pingpong {how}: {rounds} round trips of {len} u64 each way: median {:.2} us a round trip, {:.2} us one way (p10 {:.2}, p90 {:.2})",
             median,
             median / 2.0,
             times[times.len() / 10],
@@ -40,17 +42,24 @@ fn main() {
         );
     };
     if raw {
-        raw_mpi(rounds, len, report);
+        raw_mpi(rounds, len, |rank, times| {
+            report(rank, "raw MPI_Send/MPI_Recv", times)
+        });
     } else {
-        through_promises(rounds, len, report);
+        let cluster = Cluster::start().expect("MPI starts (run under mpirun -n 2)");
+        assert_eq!(cluster.size(), 2, "run with mpirun -n 2");
+        let rank = cluster.rank();
+        let in_task = selvedge::global_runtime().run(|| round_trips(&cluster, rounds, len));
+        report(rank, "selvedge isend/irecv in a task", in_task);
+        let outside = round_trips(&cluster, rounds, len);
+        report(rank, "selvedge isend/irecv from the main thread", outside);
+        drop(cluster);
     }
 }
 
-/// Round trips through a cluster, reported (microseconds each, as rank 0
-/// saw them) before the cluster goes.
-fn through_promises(rounds: usize, len: usize, report: impl Fn(usize, Vec<f64>)) {
-    let cluster = Cluster::start().expect("MPI starts (run under mpirun -n 2)");
-    assert_eq!(cluster.size(), 2, "run with mpirun -n 2");
+/// Round trips through `cluster` (microseconds each, as this rank saw
+/// them), from whichever thread calls it.
+fn round_trips(cluster: &Cluster, rounds: usize, len: usize) -> Vec<f64> {
     let rank = cluster.rank();
     let mut times = Vec::with_capacity(rounds);
     for round in 0..100 + rounds {
@@ -78,8 +87,7 @@ fn through_promises(rounds: usize, len: usize, report: impl Fn(usize, Vec<f64>))
             times.push(start.elapsed().as_secs_f64() * 1e6);
         }
     }
-    report(rank, times);
-    drop(cluster);
+    times
 }
 
 /// The same round trips with blocking MPI calls on the main thread.

@@ -18,17 +18,22 @@
 // Counted and polled by MPI clusters (and the unit tests and loom models).
 #![cfg_attr(not(feature = "mpi"), allow(dead_code))]
 
-use crate::core::sync::{lock, AtomicUsize, Mutex, Ordering};
+use crate::core::signal::Action;
+use crate::core::sync::{lock, AtomicBool, AtomicUsize, Mutex, Ordering};
 use crossbeam_utils::CachePadded;
-use std::sync::Weak;
+use std::sync::{Arc, TryLockError};
 
 /// Something whose operations end outside the pool, tested by polling.
 pub(crate) trait CompletionSource: Send + Sync {
     /// Tests the operations in flight once, unless another thread is
     /// testing them: those that ended complete here (their signals fire)
     /// and those posted meanwhile start. Whether anything started or
-    /// completed.
-    fn poll(&self) -> bool;
+    /// completed. Called with the runtime's list of sources locked: it must
+    /// not add or remove a source, nor run user code; actions it gives up
+    /// (signals discarded) go to `discarded`, dropped once the list is
+    /// unlocked (dropping one may run user destructors, which may drop the
+    /// source's last handle and wait for it to remove itself).
+    fn poll(&self, discarded: &mut Vec<Action>) -> bool;
 }
 
 /// A runtime's completion sources (see the module docs).
@@ -39,27 +44,34 @@ pub(crate) struct Completions {
     /// only while it is not zero. Read in every idle round: a line of its
     /// own.
     in_flight: CachePadded<AtomicUsize>,
-    /// Held weakly: a source (a cluster's engine) holds the runtime, and
-    /// leaves this list when it stops.
-    sources: Mutex<Vec<Weak<dyn CompletionSource>>>,
+    /// Held strongly, so that a poll takes no reference count (a line every
+    /// idle worker would write): a source holds the runtime in turn, and
+    /// removes itself when it stops.
+    sources: Mutex<Vec<Arc<dyn CompletionSource>>>,
+    /// Whether `sources` is not empty, read without the lock.
+    any: AtomicBool,
 }
 
 impl Completions {
     /// Idle workers poll `source` from now on (while operations are in
     /// flight), until it is removed.
-    pub(crate) fn add(&self, source: Weak<dyn CompletionSource>) {
-        lock(&self.sources).push(source);
+    pub(crate) fn add(&self, source: Arc<dyn CompletionSource>) {
+        let mut sources = lock(&self.sources);
+        sources.push(source);
+        self.any.store(true, Ordering::Relaxed);
     }
 
-    /// Idle workers stop polling `source` (and any source that is gone).
-    pub(crate) fn remove(&self, source: &Weak<dyn CompletionSource>) {
-        lock(&self.sources).retain(|s| !Weak::ptr_eq(s, source) && s.strong_count() > 0);
+    /// Idle workers stop polling the source at `source` (its address).
+    pub(crate) fn remove(&self, source: *const ()) {
+        let mut sources = lock(&self.sources);
+        sources.retain(|s| Arc::as_ptr(s).cast::<()>() != source);
+        self.any.store(!sources.is_empty(), Ordering::Relaxed);
     }
 
     /// Whether any source is polled (for a thread outside the pool about
     /// to wait for one of its operations: testing helps only then).
     pub(crate) fn has_sources(&self) -> bool {
-        !lock(&self.sources).is_empty()
+        self.any.load(Ordering::Relaxed)
     }
 
     /// An operation of a source began: idle workers poll until it ended.
@@ -70,7 +82,8 @@ impl Completions {
 
     /// An operation counted by [`Completions::began`] ended.
     pub(crate) fn ended(&self) {
-        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        let before = self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        debug_assert!(before > 0, "an operation ended that never began");
     }
 
     /// Polls every source once if operations are in flight; whether one of
@@ -85,22 +98,21 @@ impl Completions {
 
     #[cold]
     fn poll_sources(&self) -> bool {
+        // A thread that finds the list taken goes on: another is polling,
+        // and a source tests on one thread at a time anyway. Poison changes
+        // nothing (no user code runs under this lock).
+        let sources = match self.sources.try_lock() {
+            Ok(sources) => sources,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return false,
+        };
         let mut progressed = false;
-        for i in 0.. {
-            // No lock is held while a source tests: a test may fire
-            // signals, and a source may remove itself. A worker that finds
-            // the list taken goes on looking for work.
-            let Ok(sources) = self.sources.try_lock() else {
-                break;
-            };
-            let Some(source) = sources.get(i).map(Weak::upgrade) else {
-                break;
-            };
-            drop(sources);
-            if let Some(source) = source {
-                progressed |= source.poll();
-            }
+        let mut discarded = Vec::new();
+        for source in sources.iter() {
+            progressed |= source.poll(&mut discarded);
         }
+        drop(sources);
+        drop(discarded);
         progressed
     }
 }
@@ -112,7 +124,7 @@ mod tests {
     use crate::core::signal::SignalRef;
     use crate::core::sync::{lock, Mutex};
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    use std::sync::{mpsc, Arc, Weak};
+    use std::sync::{mpsc, Arc};
     use std::time::Duration;
 
     /// An operation that a timer thread ends, and that only polling finds
@@ -125,7 +137,7 @@ mod tests {
     }
 
     impl CompletionSource for Fake {
-        fn poll(&self) -> bool {
+        fn poll(&self, _: &mut Vec<crate::core::signal::Action>) -> bool {
             self.polls.fetch_add(1, Ordering::Relaxed);
             if !self.ended.load(Ordering::Acquire) {
                 return false;
@@ -157,15 +169,16 @@ mod tests {
             registry: Arc::clone(&registry),
             polls: AtomicUsize::new(0),
         });
-        let as_source: Weak<dyn CompletionSource> = Arc::downgrade(&fake) as _;
-        registry.completions.add(as_source.clone());
+        registry
+            .completions
+            .add(Arc::clone(&fake) as Arc<dyn CompletionSource>);
         registry.completions.began();
         let (ran_tx, ran) = mpsc::channel();
         drop(rt.submit_delayed([dep], move || ran_tx.send(()).unwrap()));
         std::thread::sleep(Duration::from_millis(5));
         fake.ended.store(true, Ordering::Release);
         let found = ran.recv_timeout(Duration::from_secs(10));
-        registry.completions.remove(&as_source);
+        registry.completions.remove(Arc::as_ptr(&fake).cast());
         if found.is_err() {
             // Nobody polled: discard the signal, or the runtime's drop
             // would wait for it forever.
@@ -191,11 +204,12 @@ mod tests {
             registry: Arc::clone(&registry),
             polls: AtomicUsize::new(0),
         });
-        let as_source: Weak<dyn CompletionSource> = Arc::downgrade(&fake) as _;
-        registry.completions.add(as_source.clone());
+        registry
+            .completions
+            .add(Arc::clone(&fake) as Arc<dyn CompletionSource>);
         rt.run(|| crate::join(|| (), || ()));
         std::thread::sleep(Duration::from_millis(20));
-        registry.completions.remove(&as_source);
+        registry.completions.remove(Arc::as_ptr(&fake).cast());
         assert_eq!(fake.polls.load(Ordering::Relaxed), 0);
     }
 }

@@ -1056,8 +1056,11 @@ impl Worker {
                 continue;
             }
             // Messages in flight: test them here rather than wait for
-            // their own thread to find them (`completions.rs`).
+            // their own thread to find them (`completions.rs`). What this
+            // fired (waking nobody) runs here now, before a wait that may
+            // be over returns to user code.
             if self.shared.completions.poll() {
+                self.drain_fired_signals();
                 continue;
             }
             if matches!(until, Until::Quiescent) && self.quiescent() {

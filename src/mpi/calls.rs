@@ -1,8 +1,9 @@
 //! The MPI calls the engine makes (on the progress thread, or where MPI
 //! gives `MPI_THREAD_SERIALIZED`, on whichever thread holds the engine's
-//! lock: see `engine.rs`): starting MPI and the cluster's communicator, starting an operation, testing the operations in flight,
-//! cancelling a receive, reading how one ended, finalizing; and MPI's
-//! texts for its error codes.
+//! lock: see `engine.rs`): starting MPI and the cluster's communicator,
+//! starting an operation, testing the operations in flight, cancelling a
+//! receive, reading how one ended, finalizing; and MPI's texts for its
+//! error codes.
 
 use super::op::{Kind, Outcome, Started};
 use super::MpiError;

@@ -71,7 +71,7 @@ struct Inner {
 
 impl Drop for Inner {
     /// Stops the progress thread, which finalizes MPI once every request
-    /// ended (see `engine.rs`), and waits for it, except where waiting
+    /// ended (see `progress.rs`), and waits for it, except where waiting
     /// could block what the stop needs: on a worker (any runtime's), where
     /// the stop may wait for a send or a collective whose other side a task
     /// queued behind this one would post, the progress thread is left to
@@ -79,7 +79,8 @@ impl Drop for Inner {
     /// of the cluster's runtime, fired once MPI is finalized, makes that
     /// runtime's `sync_root` and drop wait for it instead. (The progress
     /// thread itself may drop the last handle, in a closure it drops: it
-    /// cannot join itself.)
+    /// cannot join itself. Other threads drop what the engine gives up only
+    /// once they hold none of its locks, so the thread they join can end.)
     fn drop(&mut self) {
         let Some(thread) = lock(&self.thread).take() else {
             return;

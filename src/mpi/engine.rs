@@ -42,11 +42,11 @@ use super::MpiError;
 use crate::core::completions::CompletionSource;
 use crate::core::fallback_watch::FallbackWatch;
 use crate::core::registry::{fire_signal, Registry};
-use crate::core::signal::SignalRef;
-use crate::core::sync::{lock, AtomicBool, Mutex, Ordering};
+use crate::core::signal::{Action, SignalRef};
+use crate::core::sync::{lock, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::core::worker::Worker;
 use mpi_sys::{MPI_Comm, MPI_Datatype, MPI_Request};
-use std::sync::{mpsc, Arc, Weak};
+use std::sync::{mpsc, Arc};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -67,10 +67,13 @@ pub(super) struct Engine {
     /// one is posted.
     pub(super) watch: FallbackWatch,
     thread: Thread,
+    /// When a thread other than the progress thread last ran a round
+    /// (nanoseconds since `epoch`): the progress thread, a fallback, skips
+    /// its rounds while others test (it would only take the lock and a
+    /// core from them).
+    last_round: AtomicU64,
+    epoch: Instant,
     pub(super) registry: Arc<Registry>,
-    /// This engine as its runtime's completion source, to leave the list
-    /// when it stops.
-    pub(super) as_source: Weak<dyn CompletionSource>,
 }
 
 pub(super) enum Command {
@@ -113,6 +116,12 @@ pub(super) struct State {
     commands: Vec<Command>,
     pub(super) stopping: Option<Stopping>,
     pub(super) mpi_failed: bool,
+    /// The actions of signals discarded under the lock (operations
+    /// abandoned), dropped once it is released: dropping one breaks a
+    /// promise, which cancels its dependents and drops their closures
+    /// (user code, which may drop the last handle of the cluster, whose
+    /// drop waits for the progress thread, which waits for the lock).
+    discarded: Vec<Action>,
 }
 
 // SAFETY: the MPI handles (communicator, requests, datatypes) are used
@@ -143,25 +152,24 @@ impl Engine {
                 reason: format!("the progress thread could not start: {e}"),
             })?;
         let thread = join.thread().clone();
-        let engine = Arc::new_cyclic(|me: &Weak<Engine>| {
-            let as_source: Weak<dyn CompletionSource> = me.clone();
-            Engine {
-                queue: Mutex::new(Some(Vec::new())),
-                state: Mutex::new(State {
-                    comm: None,
-                    flights: Vec::new(),
-                    requests: Vec::new(),
-                    tester: Tester::default(),
-                    commands: Vec::new(),
-                    stopping: None,
-                    mpi_failed: false,
-                }),
-                shared_calls: AtomicBool::new(false),
-                watch: FallbackWatch::new(),
-                thread,
-                registry,
-                as_source,
-            }
+        let engine = Arc::new(Engine {
+            queue: Mutex::new(Some(Vec::new())),
+            state: Mutex::new(State {
+                comm: None,
+                flights: Vec::new(),
+                requests: Vec::new(),
+                tester: Tester::default(),
+                commands: Vec::new(),
+                stopping: None,
+                mpi_failed: false,
+                discarded: Vec::new(),
+            }),
+            shared_calls: AtomicBool::new(false),
+            watch: FallbackWatch::new(),
+            thread,
+            last_round: AtomicU64::new(0),
+            epoch: Instant::now(),
+            registry,
         });
         let _ = tx.send(Arc::clone(&engine));
         match started_rx.recv() {
@@ -186,7 +194,11 @@ impl Engine {
         lock(&self.state).comm = Some(comm);
         if shared_calls {
             self.shared_calls.store(true, Ordering::Release);
-            self.registry.completions.add(self.as_source.clone());
+            // Until the progress thread ends (`progress.rs`), the runtime
+            // holds the engine, as the engine holds the runtime.
+            self.registry
+                .completions
+                .add(Arc::clone(self) as Arc<dyn CompletionSource>);
         }
     }
 
@@ -194,21 +206,28 @@ impl Engine {
     /// thread is (where MPI allows it); abandons it if the engine stopped.
     pub(super) fn post(&self, op: Op) {
         // Counted before it is queued: a round may end it at once.
-        self.registry.completions.began();
-        let wake = self.watch.begin();
+        let shared_calls = self.shares_calls();
+        if shared_calls {
+            self.registry.completions.began();
+        }
+        let asleep = self.watch.begin();
         let mut queue = lock(&self.queue);
         match &mut *queue {
             Some(commands) => {
                 commands.push(Command::Post(op));
                 drop(queue);
-                if wake {
+                // Where the progress thread alone calls MPI, it alone can
+                // start the operation: wake it whatever it is doing.
+                if asleep || !shared_calls {
                     self.thread.unpark();
                 }
-                self.start_posted_here();
+                if shared_calls {
+                    self.start_posted_here();
+                }
             }
             None => {
                 drop(queue);
-                self.abandon_queued(op);
+                drop(self.abandon_queued(op));
             }
         }
     }
@@ -218,14 +237,32 @@ impl Engine {
     /// caller goes on (no test: a task that posts a thousand messages
     /// would test the growing list a thousand times).
     fn start_posted_here(&self) {
-        if !self.shared_calls.load(Ordering::Acquire) {
-            return;
-        }
-        if let Ok(mut state) = self.state.try_lock() {
+        if let Some(mut state) = self.try_state() {
             if let Some(comm) = state.comm {
-                self.start_commands(&mut state, comm);
+                self.start_commands(&mut state, comm, false);
             }
+            drop(Self::release(state));
         }
+    }
+
+    /// The state if no other thread holds it (poison changes nothing: no
+    /// user code runs under the lock).
+    fn try_state(&self) -> Option<crate::core::sync::MutexGuard<'_, State>> {
+        match self.state.try_lock() {
+            Ok(state) => Some(state),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Releases the state's lock; returns the actions discarded under it,
+    /// for the caller to drop once it holds no lock (see
+    /// `State::discarded`).
+    #[must_use = "drop the actions once no lock is held"]
+    pub(super) fn release(mut state: crate::core::sync::MutexGuard<'_, State>) -> Vec<Action> {
+        let discarded = std::mem::take(&mut state.discarded);
+        drop(state);
+        discarded
     }
 
     /// Asks the engine to end what is in flight, free its communicator and
@@ -257,7 +294,7 @@ impl Engine {
         let Some(comm) = state.comm else {
             return false;
         };
-        let mut progressed = self.start_commands(state, comm);
+        let mut progressed = self.start_commands(state, comm, here);
         if !state.requests.is_empty() {
             match state.tester.test_some(&mut state.requests) {
                 Ok(done) => {
@@ -295,7 +332,7 @@ impl Engine {
 
     /// Takes the queued commands and starts their operations (or, for a
     /// stop, cancels the receives in flight). Whether there were any.
-    fn start_commands(&self, state: &mut State, comm: MPI_Comm) -> bool {
+    fn start_commands(&self, state: &mut State, comm: MPI_Comm, here: bool) -> bool {
         if let Some(queued) = lock(&self.queue).as_mut() {
             std::mem::swap(queued, &mut state.commands);
         }
@@ -312,9 +349,10 @@ impl Engine {
                     cancel_receives(state);
                 }
                 Command::Post(op) if state.stopping.is_some() || state.mpi_failed => {
-                    self.abandon_queued(op)
+                    let action = self.abandon_queued(op);
+                    state.discarded.extend(action);
                 }
-                Command::Post(op) => self.begin(state, comm, op),
+                Command::Post(op) => self.begin(state, comm, op, here),
             }
         }
         // Kept for the next round (empty, its capacity grown).
@@ -324,7 +362,7 @@ impl Engine {
 
     /// Starts `op` on `comm` and keeps it in flight, or completes it as
     /// failed if MPI refused it.
-    fn begin(&self, state: &mut State, comm: MPI_Comm, op: Op) {
+    fn begin(&self, state: &mut State, comm: MPI_Comm, op: Op, here: bool) {
         let described = op.kind.describe();
         match calls::begin(&op.kind, comm) {
             Ok(request) => {
@@ -350,7 +388,7 @@ impl Engine {
                     call: described.call,
                     text: calls::error_text(code),
                 }),
-                false,
+                here,
             ),
         }
     }
@@ -380,22 +418,28 @@ impl Engine {
     /// An operation counted in flight ended.
     fn ended(&self) {
         self.watch.end();
-        self.registry.completions.ended();
+        if self.shares_calls() {
+            self.registry.completions.ended();
+        }
     }
 
     /// An operation MPI never saw: it fails, and its signal never fires.
-    fn abandon_unstarted(&self, op: Op) {
+    /// Returns the signal's action, which the caller drops (unrun: that
+    /// breaks the operation's promise) once it holds no lock.
+    fn abandon_unstarted(&self, op: Op) -> Option<Action> {
         (op.finish)(Outcome::Failed(MpiError::Abandoned));
         // SAFETY: the signal was never handed to MPI's side: nobody fires
-        // it. Its action, dropped unrun, breaks the operation's promise.
-        drop(unsafe { self.registry.inbox.discard(op.signal) });
+        // it.
+        unsafe { self.registry.inbox.discard(op.signal) }
     }
 
     /// [`Engine::abandon_unstarted`] for an operation taken from the queue
     /// (counted in flight since its post).
-    pub(super) fn abandon_queued(&self, op: Op) {
-        self.abandon_unstarted(op);
+    #[must_use = "drop the action once no lock is held"]
+    pub(super) fn abandon_queued(&self, op: Op) -> Option<Action> {
+        let action = self.abandon_unstarted(op);
         self.ended();
+        action
     }
 
     /// Abandons every operation in flight after MPI failed: MPI may still
@@ -409,7 +453,8 @@ impl Engine {
             // SAFETY: the signal was never fired (its operation never
             // completed) and never will be: whoever holds the lock alone
             // fires them, and it is dropped from the list here.
-            drop(unsafe { self.registry.inbox.discard(flight.signal) });
+            let action = unsafe { self.registry.inbox.discard(flight.signal) };
+            state.discarded.extend(action);
             self.ended();
         }
     }
@@ -429,24 +474,38 @@ impl Engine {
         lock(&self.queue).take().unwrap_or_default()
     }
 
-    fn poll_as(&self, here: bool) -> bool {
-        if !self.shared_calls.load(Ordering::Acquire) {
+    fn poll_as(&self, here: bool, discarded: &mut Vec<Action>) -> bool {
+        if !self.shares_calls() {
             return false;
         }
-        match self.state.try_lock() {
-            Ok(mut state) => self.round(&mut state, here),
-            Err(_) => false,
-        }
+        let Some(mut state) = self.try_state() else {
+            return false;
+        };
+        self.last_round.store(self.since_epoch(), Ordering::Relaxed);
+        let progressed = self.round(&mut state, here);
+        discarded.append(&mut Self::release(state));
+        progressed
+    }
+
+    fn since_epoch(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Whether a thread other than the progress thread ran a round within
+    /// `window`.
+    pub(super) fn tested_within(&self, window: Duration) -> bool {
+        let last = self.last_round.load(Ordering::Relaxed);
+        last != 0 && self.since_epoch().saturating_sub(last) < window.as_nanos() as u64
     }
 }
 
 impl CompletionSource for Engine {
-    fn poll(&self) -> bool {
+    fn poll(&self, discarded: &mut Vec<Action>) -> bool {
         // An idle worker of the runtime: it drains what fires, unless it
         // is some other runtime's worker (a source is polled only by its
         // own runtime's workers, but say so rather than assume it).
         let here = Worker::current().is_some_and(|w| Arc::ptr_eq(&w.shared, &self.registry));
-        self.poll_as(here)
+        self.poll_as(here, discarded)
     }
 }
 

@@ -89,7 +89,9 @@ impl<T: Element> Message<T> {
                 && !self.is_finished()
                 && began.elapsed() < TEST_WHILE_JOINING
             {
-                if !self.registry.completions.poll() {
+                if !completions.poll() {
+                    // Yielding, not spinning: the workers that would run
+                    // what the message starts may share this core.
                     std::thread::yield_now();
                 }
             }

@@ -39,6 +39,12 @@ use std::time::{Duration, Instant};
 /// so; then again each time the wait doubled.
 pub(super) const FIRST_NOTICE: Duration = Duration::from_secs(1);
 
+/// How long the progress thread waits between its tests while operations
+/// are in flight, where others test too (or after a millisecond without
+/// progress, where it alone tests); it skips its test while another thread
+/// tested within that time.
+const FALLBACK_INTERVAL: Duration = Duration::from_micros(100);
+
 /// Set (to anything) to keep every MPI call on the progress thread
 /// (`MPI_THREAD_FUNNELED`), as with a library that gives no more.
 const FUNNELED_VAR: &str = "SELVEDGE_MPI_FUNNELED";
@@ -62,6 +68,11 @@ pub(super) fn run(engine: &Arc<Engine>, started: mpsc::Sender<Result<Started, Mp
     drop(started);
     let mut last_progress = Instant::now();
     let late_stop = loop {
+        if engine.tested_within(FALLBACK_INTERVAL) {
+            // Others test: this thread is not needed now.
+            std::thread::park_timeout(FALLBACK_INTERVAL);
+            continue;
+        }
         let mut guard = engine.lock_state();
         let state = &mut *guard;
         let progressed = engine.round(state, false);
@@ -85,24 +96,27 @@ pub(super) fn run(engine: &Arc<Engine>, started: mpsc::Sender<Result<Started, Mp
             // below too.
             state.comm = None;
             let stopping = state.stopping.take();
-            drop(guard);
+            drop(Engine::release(guard));
             let mut late_stop = None;
             for command in engine.close_queue() {
                 match command {
-                    Command::Post(op) => engine.abandon_queued(op),
+                    Command::Post(op) => drop(engine.abandon_queued(op)),
                     Command::Stop(finalized) => late_stop = finalized,
                 }
             }
             break stopping.and_then(|s| s.finalized).or(late_stop);
         }
-        drop(guard);
+        drop(Engine::release(guard));
         if progressed {
             last_progress = Instant::now();
         } else {
             back_off(engine, last_progress.elapsed(), in_flight);
         }
     };
-    engine.registry.completions.remove(&engine.as_source);
+    engine
+        .registry
+        .completions
+        .remove(Arc::as_ptr(engine).cast());
     // SAFETY: MPI was started on this thread, and this is the last use of
     // MPI: every request ended (or MPI failed and they were abandoned);
     // the state's communicator is gone, so no other thread calls MPI.
@@ -136,9 +150,12 @@ fn back_off(engine: &Engine, since_progress: Duration, in_flight: bool) {
         if engine.watch.sleep_if_idle() {
             std::thread::park_timeout(Duration::from_millis(100));
             engine.watch.woke();
+        } else {
+            // Posted but not started yet: the next round starts it.
+            std::thread::yield_now();
         }
     } else if engine.shares_calls() || since_progress >= Duration::from_millis(1) {
-        std::thread::park_timeout(Duration::from_micros(100));
+        std::thread::park_timeout(FALLBACK_INTERVAL);
     } else if since_progress < Duration::from_micros(20) {
         std::hint::spin_loop();
     } else {
