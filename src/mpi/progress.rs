@@ -20,9 +20,10 @@
 //!
 //! Between rounds without progress: with nothing in flight the thread
 //! sleeps until an operation is posted. With operations in flight, where
-//! other threads test too, it tests every 100 µs (it is the fallback for
-//! when every worker is busy, and a thread spinning beside the workers
-//! would take a core from them); where it alone may call MPI, it tests
+//! other threads test too, it tests every 100 µs, and not at all while
+//! another thread tested within that time but for a round every 10 ms (it
+//! is the fallback for when every worker is busy, and a thread spinning
+//! beside the workers would take a core from them); where it alone may call MPI, it tests
 //! busily for the first 20 µs since the last progress (a reply often comes
 //! within that), then yields the core between tests up to 1 ms, then tests
 //! every 100 µs (a slow peer costs no core).
@@ -44,6 +45,10 @@ pub(super) const FIRST_NOTICE: Duration = Duration::from_secs(1);
 /// progress, where it alone tests); it skips its test while another thread
 /// tested within that time.
 const FALLBACK_INTERVAL: Duration = Duration::from_micros(100);
+
+/// The progress thread runs a round of its own at least this often, however
+/// busily others test.
+const OWN_ROUND_AT_LEAST: Duration = Duration::from_millis(10);
 
 /// Set (to anything) to keep every MPI call on the progress thread
 /// (`MPI_THREAD_FUNNELED`), as with a library that gives no more.
@@ -67,12 +72,15 @@ pub(super) fn run(engine: &Arc<Engine>, started: mpsc::Sender<Result<Started, Mp
     };
     drop(started);
     let mut last_progress = Instant::now();
+    let mut own_round = Instant::now();
     let late_stop = loop {
-        if engine.tested_within(FALLBACK_INTERVAL) {
-            // Others test: this thread is not needed now.
+        // Others test: this thread is not needed now, but for a round now
+        // and then (a stop's notices, and its end, are its to make).
+        if engine.tested_within(FALLBACK_INTERVAL) && own_round.elapsed() < OWN_ROUND_AT_LEAST {
             std::thread::park_timeout(FALLBACK_INTERVAL);
             continue;
         }
+        own_round = Instant::now();
         let mut guard = engine.lock_state();
         let state = &mut *guard;
         let progressed = engine.round(state, false);
