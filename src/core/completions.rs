@@ -8,8 +8,9 @@
 //! Each hop costs microseconds, and the fallback sleeps between tests.
 //! So a worker that runs out of work tests the sources itself, in every
 //! round of its search for work, while one of them has operations in
-//! flight: what it finds ended fires its signal on this worker, which
-//! drains it at once, with no thread woken.
+//! flight, and a busy worker tests them between two tasks, every ten
+//! microseconds or so: what it finds ended fires its signal on this
+//! worker, which drains it at once, with no thread woken.
 //!
 //! A source tests under a try-lock, so one thread tests at a time and a
 //! worker that finds it taken goes on looking for work. With nothing in
@@ -86,11 +87,18 @@ impl Completions {
         debug_assert!(before > 0, "an operation ended that never began");
     }
 
+    /// Whether operations are in flight (a hint: Relaxed; read by busy
+    /// workers after every task).
+    #[inline]
+    pub(crate) fn any_in_flight(&self) -> bool {
+        self.in_flight.load(Ordering::Relaxed) != 0
+    }
+
     /// Polls every source once if operations are in flight; whether one of
     /// them started or completed anything. One load when none is.
     #[inline]
     pub(crate) fn poll(&self) -> bool {
-        if self.in_flight.load(Ordering::Relaxed) == 0 {
+        if !self.any_in_flight() {
             return false;
         }
         self.poll_sources()
@@ -191,6 +199,61 @@ mod tests {
             );
         }
         assert!(fake.polls.load(Ordering::Relaxed) > 0);
+    }
+
+    /// A worker kept busy by a stream of short tasks tests between them:
+    /// what waits on an operation that ended runs before the stream ends.
+    #[test]
+    fn a_busy_worker_finds_what_ended_between_its_tasks() {
+        const STREAM: usize = 20_000;
+        let rt = crate::Runtime::builder().num_threads(1).build().unwrap();
+        let registry = Arc::clone(rt.registry());
+        let promise = crate::Promise::new();
+        let dep = promise.dep();
+        let signal = registry.signal(Box::new(move || {
+            promise.fulfill();
+        }));
+        let fake = Arc::new(Fake {
+            ended: AtomicBool::new(false),
+            signal: Mutex::new(Some(signal)),
+            registry: Arc::clone(&registry),
+            polls: AtomicUsize::new(0),
+        });
+        registry
+            .completions
+            .add(Arc::clone(&fake) as Arc<dyn CompletionSource>);
+        registry.completions.began();
+        let done = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(AtomicUsize::new(usize::MAX));
+        let (d, s) = (Arc::clone(&done), Arc::clone(&seen));
+        drop(rt.submit_delayed([dep], move || {
+            s.store(d.load(Ordering::Relaxed), Ordering::Relaxed);
+        }));
+        let ender = Arc::clone(&fake);
+        let timer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1));
+            ender.ended.store(true, Ordering::Release);
+        });
+        rt.run(|| {
+            crate::scope(|sc| {
+                for _ in 0..STREAM {
+                    let done = &done;
+                    sc.spawn(move |_| {
+                        let t = std::time::Instant::now();
+                        while t.elapsed() < Duration::from_micros(2) {}
+                        done.fetch_add(1, Ordering::Relaxed);
+                    });
+                }
+            })
+        });
+        timer.join().unwrap();
+        rt.sync_root();
+        registry.completions.remove(Arc::as_ptr(&fake).cast());
+        let seen = seen.load(Ordering::Relaxed);
+        assert!(
+            seen < STREAM,
+            "the task waiting on the operation ran after the stream ({seen} of {STREAM} tasks done)"
+        );
     }
 
     /// With nothing in flight nobody polls: idle workers park.

@@ -16,8 +16,9 @@
 //! Who runs rounds: where the library gives `MPI_THREAD_SERIALIZED` (one
 //! thread at a time may call MPI, any thread), any thread that holds the
 //! state's lock. Idle workers poll the engine (a round under a try-lock)
-//! while operations are in flight, as a completion source of their
-//! runtime (`core/completions.rs`): what they find ended fires its signal
+//! while operations are in flight, and busy ones between two tasks every
+//! ten microseconds or so, as a completion source of their runtime
+//! (`core/completions.rs`): what they find ended fires its signal
 //! on the worker that found it, which runs the action next, with no thread
 //! woken. A thread that posts starts its operation at once when the lock
 //! is free, and a thread outside the pool that joins a message tests

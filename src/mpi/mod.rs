@@ -9,11 +9,13 @@
 //!
 //! Operations start nonblocking and are tested with `MPI_Testsome`; when
 //! one completes, a signal fires whose action fulfills the operation's
-//! promise on a worker. No thread ever blocks in MPI. Who tests: idle
-//! workers of the runtime, while operations are in flight (what they find
-//! completed runs on them at once), a thread outside the pool that joins a
-//! message, while it waits, and the cluster's progress thread, which
-//! started MPI and keeps the operations moving when every worker is busy.
+//! promise on a worker. No thread ever blocks in MPI. Who tests: the
+//! runtime's workers, while operations are in flight (idle ones in every
+//! search for work, busy ones between tasks every ten microseconds or so;
+//! what they find completed runs on them at once), a thread outside the
+//! pool that joins a message, while it waits, and the cluster's progress
+//! thread, which started MPI and keeps the operations moving when every
+//! worker runs one long task.
 //! A thread that posts an operation starts it itself when no other thread
 //! is testing. That needs MPI at `MPI_THREAD_SERIALIZED` (one thread at a
 //! time calls MPI, under the cluster's lock); where the library gives only
