@@ -484,6 +484,7 @@ fn markdown_header(args: &Args, threads: usize, cores: usize) {
         (args.loops, "parallel loops"),
         (args.gemm, "nested batched GEMM"),
         (args.data, "declared data access"),
+        (args.graph, "graphs"),
     ]
     .iter()
     .filter(|(on, _)| *on)

@@ -1,6 +1,7 @@
 //! A cheap clock, for deciding how much work to run between two looks at
-//! the mailbox (loop blocks, spans) and for how long a worker remembers
-//! that thieves were asking.
+//! the mailbox (loop blocks, spans), for how long a worker remembers that
+//! thieves were asking, and for how often a busy worker tests the messages
+//! in flight.
 
 /// A cheap clock: the time-stamp counter (not under Miri, which cannot
 /// run `rdtsc`).

@@ -36,8 +36,9 @@ pub(crate) struct Registry {
     pub(crate) injector: Injector,
     /// Signals fired where nothing else may be done (device callbacks).
     pub(crate) inbox: SignalInbox,
-    /// What idle workers test while operations are in flight (an MPI
-    /// cluster's messages).
+    /// What workers test while operations are in flight (an MPI cluster's
+    /// messages): idle ones in every search for work, busy ones between
+    /// tasks.
     pub(crate) completions: Completions,
     pub(crate) shutdown: AtomicBool,
     /// Shut when the runtime's drop begins: from then on, delayed tasks made

@@ -37,7 +37,9 @@ const INLINE_JOIN_QUEUED: usize = 2;
 /// the gap between two requests of a thief that keeps asking.
 const THIEVES_LATELY_TICKS: u64 = 1 << 18;
 /// How often a busy worker tests the messages in flight between tasks, in
-/// `clock::ticks` (about 10 µs at 3 GHz; see `poll_between_tasks`).
+/// `clock::ticks` (about 10 µs at 3 GHz on x86_64, where they count the
+/// time-stamp counter; 33 µs elsewhere, where they are nanoseconds; see
+/// `poll_between_tasks`).
 const POLL_BETWEEN_TASKS_TICKS: u64 = 1 << 15;
 /// Failed rounds spent spinning before yielding the CPU.
 const SPIN_ROUNDS: u32 = 32;
@@ -521,10 +523,13 @@ impl Worker {
         self.traced(task, TaskRef::run);
         self.in_root.set(root);
         self.frame_base.set(saved);
+        if self.shared.completions.any_in_flight() {
+            // What it fires leaves the inbox non-empty: drained below.
+            self.poll_between_tasks();
+        }
         if !self.own_mailbox.is_empty()
             || self.ready_surplus.get()
             || !self.shared.inbox.looks_empty()
-            || self.shared.completions.any_in_flight()
         {
             self.after_task();
         }
@@ -678,10 +683,9 @@ impl Worker {
     }
 
     /// The end of a task that left requests, ready surplus or fired signals
-    /// to deal with.
+    /// (its own, or found by `poll_between_tasks`) to deal with.
     #[cold]
     fn after_task(&self) {
-        self.poll_between_tasks();
         self.drain_fired_signals();
         let d = self.owner.enter();
         // A lone task left here is what this worker runs next: thieves
@@ -695,21 +699,28 @@ impl Worker {
         }
     }
 
-    /// While messages are in flight, a busy worker tests them too, every
-    /// [`POLL_BETWEEN_TASKS_TICKS`] at most, so that a completion waits
-    /// for the end of a task rather than for the completion source's own
-    /// thread, while tasks of a microsecond do not each pay for a test.
-    #[inline]
+    /// While messages are in flight, a busy worker tests them too, at most
+    /// every [`POLL_BETWEEN_TASKS_TICKS`] from the end of its last test, so
+    /// that a completion waits for the end of a task rather than for the
+    /// completion source's own thread, while tasks of a microsecond do not
+    /// each pay for a test (nor does a long test run back to back). What
+    /// the test fires (waking nobody) the caller must drain next.
+    #[cold]
     fn poll_between_tasks(&self) {
-        if !self.shared.completions.any_in_flight() {
-            return;
-        }
-        let now = ticks();
-        if now.wrapping_sub(self.last_poll.get()) >= POLL_BETWEEN_TASKS_TICKS {
-            self.last_poll.set(now);
-            // What it fires is drained right after, by the caller.
+        if ticks().wrapping_sub(self.last_poll.get()) >= POLL_BETWEEN_TASKS_TICKS {
             self.shared.completions.poll();
+            self.last_poll.set(ticks());
         }
+    }
+
+    /// Between two parts of one long task (the nodes of a graph's chain),
+    /// what a worker does between two tasks: test the messages in flight
+    /// when due, then run the actions of the signals fired meanwhile.
+    pub(crate) fn between_parts(&self) {
+        if self.shared.completions.any_in_flight() {
+            self.poll_between_tasks();
+        }
+        self.drain_fired_signals();
     }
 
     /// Moves the oldest task to the injector and wakes a parked worker for

@@ -294,9 +294,10 @@ impl<'g> Run<'g> {
                 None => return,
             }
             // A long chain runs as one task: thieves that asked meanwhile
-            // get what was queued, and signals fired meanwhile run (a
-            // stream node's completion), between nodes as between tasks.
-            w.drain_fired_signals();
+            // get what was queued, and messages in flight are tested and
+            // signals fired meanwhile run (a stream node's completion),
+            // between nodes as between tasks.
+            w.between_parts();
             if !w.mailbox().is_empty() {
                 w.answer_requests();
             }

@@ -25,10 +25,10 @@ static STARTED: AtomicBool = AtomicBool::new(false);
 /// (its [`Dep`]) that tasks can wait on like any other.
 ///
 /// One per process: [`Cluster::start`] starts MPI (on a thread of its own,
-/// which keeps the operations moving when the runtime's workers are busy;
-/// idle workers test them too: see [the module docs](crate::mpi)), and
-/// dropping the last handle finalizes MPI
-/// once every operation in flight ended: receives are cancelled (their
+/// which keeps the operations moving when every worker of the runtime runs
+/// a long task; the workers test them too: see [the module
+/// docs](crate::mpi)), and dropping the last handle finalizes MPI once
+/// every operation in flight ended: receives are cancelled (their
 /// promises break, their handles say [`MpiError::Abandoned`]); sends and
 /// collectives, which MPI cannot reliably cancel, complete when the other
 /// ranks take part (the drop says on stderr what it still waits for after

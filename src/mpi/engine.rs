@@ -52,7 +52,7 @@ use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 /// Shared between the cluster's handles, its progress thread and the
-/// runtime's idle workers.
+/// runtime's workers.
 pub(super) struct Engine {
     /// Commands for the next round; `None` once the engine stopped taking
     /// them.
@@ -71,7 +71,7 @@ pub(super) struct Engine {
     /// When a thread other than the progress thread last ran a round
     /// (nanoseconds since `epoch`): the progress thread, a fallback, skips
     /// its rounds while others test (it would only take the lock and a
-    /// core from them).
+    /// core from them), but for one every `OWN_ROUND_AT_LEAST`.
     last_round: AtomicU64,
     epoch: Instant,
     pub(super) registry: Arc<Registry>,
@@ -290,7 +290,8 @@ impl Engine {
     /// One round, by whoever holds `state` (see the module docs): starts
     /// what was posted, tests what is in flight and completes what ended.
     /// Whether it started or completed anything. `here`: the caller is an
-    /// idle worker of the runtime, which drains the inbox next.
+    /// worker of the runtime (idle, or between two tasks), which drains the
+    /// inbox next.
     pub(super) fn round(&self, state: &mut State, here: bool) -> bool {
         let Some(comm) = state.comm else {
             return false;
@@ -395,8 +396,8 @@ impl Engine {
     }
 
     /// Runs `finish` and fires the signal of an operation that ended.
-    /// `here`: the caller is an idle worker of the runtime, which drains
-    /// the inbox next, so no other worker is woken.
+    /// `here`: the caller is a worker of the runtime (idle, or between two
+    /// tasks), which drains the inbox next, so no other worker is woken.
     fn complete(
         &self,
         finish: Box<dyn FnOnce(Outcome) + Send>,
@@ -502,8 +503,8 @@ impl Engine {
 
 impl CompletionSource for Engine {
     fn poll(&self, discarded: &mut Vec<Action>) -> bool {
-        // An idle worker of the runtime: it drains what fires, unless it
-        // is some other runtime's worker (a source is polled only by its
+        // A worker of the runtime (idle, or between two tasks): it drains
+        // what fires, unless it is some other runtime's worker (a source is polled only by its
         // own runtime's workers, but say so rather than assume it).
         let here = Worker::current().is_some_and(|w| Arc::ptr_eq(&w.shared, &self.registry));
         self.poll_as(here, discarded)

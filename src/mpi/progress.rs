@@ -20,13 +20,14 @@
 //!
 //! Between rounds without progress: with nothing in flight the thread
 //! sleeps until an operation is posted. With operations in flight, where
-//! other threads test too, it tests every 100 µs, and not at all while
-//! another thread tested within that time but for a round every 10 ms (it
-//! is the fallback for when every worker is busy, and a thread spinning
-//! beside the workers would take a core from them); where it alone may call MPI, it tests
-//! busily for the first 20 µs since the last progress (a reply often comes
-//! within that), then yields the core between tests up to 1 ms, then tests
-//! every 100 µs (a slow peer costs no core).
+//! other threads test too, it is the fallback for when every worker runs a
+//! long task, and a thread spinning beside the workers would take a core
+//! from them: it tests every 100 µs, and skips its test while another
+//! thread tested within that time, but for a round of its own every 10 ms
+//! (a stop's notices and its end are its to make). Where it alone may call
+//! MPI, it tests busily for the first 20 µs since the last progress (a
+//! reply often comes within that), then yields the core between tests up
+//! to 1 ms, then tests every 100 µs (a slow peer costs no core).
 
 use super::calls;
 use super::engine::{Command, Engine, InFlight};
@@ -43,7 +44,7 @@ pub(super) const FIRST_NOTICE: Duration = Duration::from_secs(1);
 /// How long the progress thread waits between its tests while operations
 /// are in flight, where others test too (or after a millisecond without
 /// progress, where it alone tests); it skips its test while another thread
-/// tested within that time.
+/// tested within that time, but for [`OWN_ROUND_AT_LEAST`].
 const FALLBACK_INTERVAL: Duration = Duration::from_micros(100);
 
 /// The progress thread runs a round of its own at least this often, however
