@@ -162,12 +162,9 @@ mod tests {
         }
     }
 
-    /// Idle workers find an operation ended that nothing else reports, and
-    /// run the task that waits for it.
-    #[test]
-    fn idle_workers_find_what_ended_and_run_what_waits_for_it() {
-        let rt = crate::Runtime::builder().num_threads(2).build().unwrap();
-        let registry = Arc::clone(rt.registry());
+    /// A fake source added to `registry`, with one operation in flight
+    /// whose end fulfills the promise of the returned dependency.
+    fn one_operation_in_flight(registry: &Arc<Registry>) -> (Arc<Fake>, crate::Dep) {
         let promise = crate::Promise::new();
         let dep = promise.dep();
         let signal = registry.signal(Box::new(move || {
@@ -176,13 +173,23 @@ mod tests {
         let fake = Arc::new(Fake {
             ended: AtomicBool::new(false),
             signal: Mutex::new(Some(signal)),
-            registry: Arc::clone(&registry),
+            registry: Arc::clone(registry),
             polls: AtomicUsize::new(0),
         });
         registry
             .completions
             .add(Arc::clone(&fake) as Arc<dyn CompletionSource>);
         registry.completions.began();
+        (fake, dep)
+    }
+
+    /// Idle workers find an operation ended that nothing else reports, and
+    /// run the task that waits for it.
+    #[test]
+    fn idle_workers_find_what_ended_and_run_what_waits_for_it() {
+        let rt = crate::Runtime::builder().num_threads(2).build().unwrap();
+        let registry = Arc::clone(rt.registry());
+        let (fake, dep) = one_operation_in_flight(&registry);
         let (ran_tx, ran) = mpsc::channel();
         drop(rt.submit_delayed([dep], move || ran_tx.send(()).unwrap()));
         std::thread::sleep(Duration::from_millis(5));
@@ -210,21 +217,7 @@ mod tests {
         const STREAM: usize = 20_000;
         let rt = crate::Runtime::builder().num_threads(1).build().unwrap();
         let registry = Arc::clone(rt.registry());
-        let promise = crate::Promise::new();
-        let dep = promise.dep();
-        let signal = registry.signal(Box::new(move || {
-            promise.fulfill();
-        }));
-        let fake = Arc::new(Fake {
-            ended: AtomicBool::new(false),
-            signal: Mutex::new(Some(signal)),
-            registry: Arc::clone(&registry),
-            polls: AtomicUsize::new(0),
-        });
-        registry
-            .completions
-            .add(Arc::clone(&fake) as Arc<dyn CompletionSource>);
-        registry.completions.began();
+        let (fake, dep) = one_operation_in_flight(&registry);
         let done = Arc::new(AtomicUsize::new(0));
         let seen = Arc::new(AtomicUsize::new(usize::MAX));
         let (d, s) = (Arc::clone(&done), Arc::clone(&seen));
