@@ -161,6 +161,7 @@ pub struct ReadmeDoctests;
 pub mod protocols {
     pub use crate::core::deque::{Deque, Popped};
     pub use crate::core::fallback_watch::FallbackWatch;
+    pub use crate::core::fire_once::{Disposal, FireOnce};
     pub use crate::core::gate::Gate;
     pub use crate::core::join_slot::{CompletionHook, Install, JoinSlot, Release};
     pub use crate::core::latch::{CountLatch, Unpark};

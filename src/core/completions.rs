@@ -1,26 +1,29 @@
-//! Completion sources that workers poll: operations that end outside
-//! the pool (MPI messages) and that a thread finds ended only by testing.
+//! Completions that workers poll: operations that end outside the pool
+//! (MPI messages, GPU work, a user's operation behind
+//! `Promise::fulfill_when`) and that a thread finds ended only by testing.
 //!
-//! A source has a thread of its own that tests its operations (the
-//! fallback, which guarantees progress when every worker runs one long
-//! task), but
-//! that thread's completions reach a task through a hop: it fires a
-//! signal, wakes a parked worker, and the worker runs the signal's action.
-//! Each hop costs microseconds, and the fallback sleeps between tests.
-//! So a worker that runs out of work tests the sources itself, in every
-//! round of its search for work, while one of them has operations in
-//! flight, and a busy worker tests them between two tasks, every ten
-//! microseconds or so: what it finds ended fires its signal on this
-//! worker, which drains it at once, with no thread woken.
+//! Such an operation has a thread of its own that reports its end (MPI's
+//! progress thread, the fallback that guarantees progress when every
+//! worker runs one long task; CUDA's callback thread), but that report
+//! reaches a task through a hop: it fires a signal, wakes a parked worker,
+//! and the worker runs the signal's action. Each hop costs microseconds,
+//! and a fallback sleeps between tests. So a worker that runs out of work
+//! tests the operations itself, in every round of its search for work,
+//! while any is in flight, and a busy worker tests them between two tasks,
+//! every ten microseconds or so: what it finds ended fires its signal on
+//! this worker, which drains it at once, with no thread woken.
 //!
-//! A source tests under a try-lock, so one thread tests at a time and a
-//! worker that finds it taken goes on looking for work. With nothing in
-//! flight nobody polls: the workers park as before, and a task's end costs
-//! one load more.
+//! Two kinds are tested: *sources*, which test a whole set at once
+//! (`MPI_Testsome`), and operations tested one by one, which share the
+//! runtime's `PolledList` (`polled.rs`). Each is tested under a try-lock,
+//! so one thread tests at a time and a worker that finds it taken goes on
+//! looking for work. With nothing in flight nobody polls: the workers park
+//! as before, and a task's end costs one load more.
 
 // Counted and polled by MPI clusters (and the unit tests and loom models).
 #![cfg_attr(not(feature = "mpi"), allow(dead_code))]
 
+use crate::core::polled::{Polled, PolledList};
 use crate::core::signal::Action;
 use crate::core::sync::{lock, AtomicBool, AtomicUsize, Mutex, Ordering};
 use crossbeam_utils::CachePadded;
@@ -53,6 +56,8 @@ pub(crate) struct Completions {
     sources: Mutex<Vec<Arc<dyn CompletionSource>>>,
     /// Whether `sources` is not empty, read without the lock.
     any: AtomicBool,
+    /// Operations tested one by one (GPU work, a user's promises).
+    polled: PolledList,
 }
 
 impl Completions {
@@ -75,6 +80,18 @@ impl Completions {
     /// to wait for one of its operations: testing helps only then).
     pub(crate) fn has_sources(&self) -> bool {
         self.any.load(Ordering::Relaxed)
+    }
+
+    /// Workers test `op` from now on, until its test says it is over.
+    pub(crate) fn watch(&self, op: Box<dyn Polled>) {
+        self.began();
+        self.polled.add(op);
+    }
+
+    /// Whether a parked worker must come back to poll (an operation in
+    /// flight has no callback to wake one).
+    pub(crate) fn needs_parked_polls(&self) -> bool {
+        self.any_in_flight() && self.polled.needs_parked_polls()
     }
 
     /// An operation of a source began: workers poll until it ended.
@@ -108,15 +125,18 @@ impl Completions {
 
     #[cold]
     fn poll_sources(&self) -> bool {
+        let mut progressed = self.polled.poll(|| self.ended());
+        if !self.has_sources() {
+            return progressed;
+        }
         // A thread that finds the list taken goes on: another is polling,
         // and a source tests on one thread at a time anyway. Poison changes
         // nothing (no user code runs under this lock).
         let sources = match self.sources.try_lock() {
             Ok(sources) => sources,
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => return false,
+            Err(TryLockError::WouldBlock) => return progressed,
         };
-        let mut progressed = false;
         let mut discarded = Vec::new();
         for source in sources.iter() {
             progressed |= source.poll(&mut discarded);

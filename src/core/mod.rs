@@ -20,6 +20,7 @@ pub(crate) mod endless;
 #[cfg(not(loom))]
 pub(crate) mod error;
 pub(crate) mod fallback_watch;
+pub(crate) mod fire_once;
 pub(crate) mod gate;
 #[cfg(not(loom))]
 pub(crate) mod handle;
@@ -30,6 +31,10 @@ pub(crate) mod latch;
 pub(crate) mod park;
 #[cfg(not(loom))]
 pub(crate) mod parked;
+#[cfg(not(loom))]
+pub(crate) mod polled;
+#[cfg(not(loom))]
+pub(crate) mod polled_signal;
 #[cfg(not(loom))]
 pub(crate) mod pool;
 #[cfg(not(loom))]

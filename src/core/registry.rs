@@ -8,6 +8,7 @@ use crate::core::gate::Gate;
 use crate::core::injector::Injector;
 use crate::core::park::Sleep;
 use crate::core::parked::Parked;
+use crate::core::polled::Polled;
 use crate::core::rescue::Guarded;
 use crate::core::signal::{Action, SignalInbox, SignalRef};
 use crate::core::stall::WaitNotes;
@@ -135,7 +136,6 @@ impl Registry {
 
     /// Makes a signal whose action runs on a worker of this runtime once
     /// [`fire_signal`] is called (see `signal.rs`).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn signal(&self, action: Action) -> SignalRef {
         self.inbox.signal(action, (self as *const Registry).cast())
     }
@@ -149,7 +149,6 @@ impl Registry {
     /// decides, as for `inject_ready`: either the drop's `close` waits for
     /// this `pending` increment (and its quiescence check then waits for
     /// the signal to run), or the gate is seen shut and nothing is made.
-    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
     pub(crate) fn signal_unless_shut_down(&self, action: Action) -> Result<SignalRef, Action> {
         if self.is_current_worker() {
             return Ok(self.signal(action));
@@ -162,6 +161,23 @@ impl Registry {
         Ok(signal)
     }
 
+    /// Workers test `op` from now on (`completions.rs`). From a thread
+    /// outside the workers, an operation without a callback also wakes a
+    /// worker, through the inbox (a no-op signal fired): every worker may
+    /// have parked without a timeout, before the operation was counted, and
+    /// the inbox's protocol has no lost wake-up. The woken worker tests it,
+    /// and parks with a timeout afterwards.
+    pub(crate) fn watch(&self, op: Box<dyn Polled>) {
+        let wake = !op.has_callback() && !self.is_current_worker();
+        self.completions.watch(op);
+        if wake {
+            if let Ok(signal) = self.signal_unless_shut_down(Box::new(|| ())) {
+                // SAFETY: just made, fired once; we hold the registry.
+                unsafe { fire_signal(signal) };
+            }
+        }
+    }
+
     /// Whether the runtime's drop has begun and the calling thread is not
     /// one of its workers: new work from here would be refused (see
     /// [`Registry::signal_unless_shut_down`]). A hint for a clear error
@@ -172,7 +188,6 @@ impl Registry {
     }
 
     /// Whether the calling thread is one of this runtime's workers.
-    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
     fn is_current_worker(&self) -> bool {
         Worker::current().is_some_and(|w| std::ptr::eq(&*w.shared, self))
     }
@@ -326,7 +341,6 @@ impl Drop for Registry {
 /// `signal` is live and not fired before, and its runtime's `Registry` stays
 /// alive until this returns (whoever makes signals holds a reference to it
 /// until every signal it made has fired or been abandoned).
-#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) unsafe fn fire_signal(signal: SignalRef) {
     // SAFETY: read before firing: the signal may be freed right after.
     let shared = unsafe { &*signal.context().cast::<Registry>() };

@@ -11,6 +11,7 @@ use crate::core::clock::ticks;
 use crate::core::deque::{Deque, Popped};
 use crate::core::join_slot::JoinSlot;
 use crate::core::latch::CountLatch;
+use crate::core::polled::POLL_WHILE_PARKED;
 use crate::core::registry::Registry;
 use crate::core::rescue::{Guarded, Owner, OwnerGuard};
 use crate::core::split::{self, LoopFrame};
@@ -1233,8 +1234,18 @@ impl Worker {
         if scan.rescued {
             return; // our reply, or work for others, is on its way
         }
-        // Someone's tasks may be stranded: come back to rescue them.
-        let timeout = scan.stranded.then_some(RESCUE_AFTER);
+        // Someone's tasks may be stranded: come back to rescue them. An
+        // operation without a callback is in flight: come back to test it.
+        let timeout = [
+            scan.stranded.then_some(RESCUE_AFTER),
+            shared
+                .completions
+                .needs_parked_polls()
+                .then_some(POLL_WHILE_PARKED),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         let incoming = || !shared.mailboxes[me].is_empty() || shared.replies[me].has_reply();
         crate::core::stall::note_park(shared, me, until);
         shared.counters[me].parks.bump();

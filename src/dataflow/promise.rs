@@ -1,8 +1,14 @@
 //! `Promise`: a one-shot event any thread can fulfill, which delayed
-//! tasks wait on (the protocol underneath is `event.rs`, loom-checked).
+//! tasks wait on (the protocol underneath is `event.rs`, loom-checked),
+//! or that the workers fulfill themselves once a test says so (tested with
+//! the runtime's other completions, `core/completions.rs`).
 
+use crate::core::polled::Polled;
+use crate::core::pool::current_registry;
+use crate::core::unwind::report;
 use crate::dataflow::event::{Dep, Group};
 use crate::dataflow::settle::settle;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr::NonNull;
 
 /// A one-shot dataflow event that tasks can wait for: an ephemeral channel
@@ -95,12 +101,93 @@ impl Promise {
         unsafe { Group::dep(self.group, 0) }
     }
 
+    /// Has the runtime's workers fulfill the promise themselves once
+    /// `has_ended` returns `true`: for an operation that ends outside the
+    /// pool (a device, a network card, a library with its own threads) and
+    /// that can be asked whether it ended without waiting. No thread blocks
+    /// on the operation, and its end reaches the tasks waiting on the
+    /// promise without a hop through another thread.
+    ///
+    /// The workers of the current runtime (the calling worker's, or the
+    /// global runtime from any other thread) call `has_ended` while they
+    /// look for work and between two tasks (every ten microseconds or so
+    /// at most), one call at a time; while every worker sleeps, one comes
+    /// back to call it every millisecond. It is called until it returns
+    /// `true` or the promise is fulfilled by any handle, whichever comes
+    /// first, and dropped then. So an operation with a callback of its own
+    /// may also [`fulfill`](Promise::fulfill) the promise from there: the
+    /// first of the two counts.
+    ///
+    /// `has_ended` must return quickly and never wait: every call holds up
+    /// a worker. It holds a handle to the promise, so the promise does not
+    /// break while it is being tested. Should it panic, the panic is
+    /// reported on stderr and testing stops: the promise then breaks once
+    /// its other handles are dropped unfulfilled.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::sync::Arc;
+    ///
+    /// let rt = selvedge::Runtime::builder().num_threads(2).build()?;
+    /// // An operation that a thread outside the pool ends.
+    /// let ended = Arc::new(AtomicBool::new(false));
+    /// let done = selvedge::Promise::new();
+    /// rt.run(|| {
+    ///     let ended = Arc::clone(&ended);
+    ///     done.fulfill_when(move || ended.load(Ordering::Acquire));
+    /// });
+    /// let after = rt.submit_delayed([done.dep()], || "ran after the operation");
+    /// let device = std::thread::spawn(move || ended.store(true, Ordering::Release));
+    /// assert_eq!(after.join(), "ran after the operation");
+    /// device.join().unwrap();
+    /// # Ok::<(), selvedge::BuildError>(())
+    /// ```
+    pub fn fulfill_when(&self, has_ended: impl FnMut() -> bool + Send + 'static) {
+        current_registry().watch(Box::new(Tested {
+            promise: self.clone(),
+            has_ended,
+        }));
+    }
+
     /// The promise's group and this handle's count on it, for a relay
     /// (`settle::relay`), which gives the handle up when it fires.
     pub(crate) fn into_group(self) -> NonNull<Group> {
         let group = self.group;
         std::mem::forget(self);
         group
+    }
+}
+
+/// A promise that workers fulfill once a test says so
+/// ([`Promise::fulfill_when`]).
+struct Tested<F> {
+    promise: Promise,
+    has_ended: F,
+}
+
+impl<F: FnMut() -> bool + Send> Polled for Tested<F> {
+    fn test(&mut self) -> bool {
+        if self.promise.is_fulfilled() {
+            return true;
+        }
+        match catch_unwind(AssertUnwindSafe(|| (self.has_ended)())) {
+            Ok(true) => {
+                self.promise.fulfill();
+                true
+            }
+            Ok(false) => false,
+            Err(payload) => {
+                report(
+                    "the test given to Promise::fulfill_when (it is tested no more)",
+                    payload,
+                );
+                true
+            }
+        }
+    }
+
+    fn has_callback(&self) -> bool {
+        false
     }
 }
 

@@ -1,0 +1,192 @@
+//! Operations that workers test one by one: GPU work (its event queried)
+//! and a user's promises fulfilled by a test (`Promise::fulfill_when`).
+//!
+//! A completion source (`completions.rs`) tests a whole set of operations
+//! at once, as `MPI_Testsome` does; these are tested each on its own, so
+//! they share one list per runtime, which the runtime's [`Completions`]
+//! polls with its sources. The list is taken with a try-lock: one thread
+//! tests at a time, and a worker that finds it taken goes on looking for
+//! work. Operations added meanwhile (from any thread, a test included) wait
+//! in a second list that the next poll takes in.
+//!
+//! An operation with a callback of its own (a CUDA host function) needs
+//! no parked worker: its callback wakes one. One without (a user's test)
+//! has parked workers come back to test it every [`POLL_WHILE_PARKED`].
+//!
+//! [`Completions`]: crate::core::completions::Completions
+
+use crate::core::sync::{lock, AtomicBool, AtomicUsize, Mutex, Ordering};
+use std::sync::TryLockError;
+use std::time::Duration;
+
+/// How long a worker parks at most while an operation without a callback
+/// is in flight: the bound on its completion's delay when every worker
+/// sleeps.
+pub(crate) const POLL_WHILE_PARKED: Duration = Duration::from_millis(1);
+
+/// One operation that ends outside the pool, tested by polling.
+pub(crate) trait Polled: Send {
+    /// Tests once (by one thread at a time): what ended completes here.
+    /// `true` once the operation is over for the list, which then drops it
+    /// (after letting go of its lock: the drop may run user code).
+    fn test(&mut self) -> bool;
+
+    /// Whether its end reaches a worker without a test too (a callback
+    /// that wakes one), so that parked workers need not come back for it.
+    fn has_callback(&self) -> bool;
+}
+
+/// The runtime's list of operations tested one by one (see the module docs).
+#[derive(Default)]
+pub(crate) struct PolledList {
+    /// Taken by the thread that polls.
+    tested: Mutex<Vec<Box<dyn Polled>>>,
+    /// Added since the last poll took them in.
+    added: Mutex<Vec<Box<dyn Polled>>>,
+    any_added: AtomicBool,
+    /// Operations in the lists that have no callback.
+    without_callback: AtomicUsize,
+}
+
+impl PolledList {
+    /// Tests `op` from the next poll on. The caller counts it in flight
+    /// (`Completions::began`); [`PolledList::poll`] counts it out.
+    pub(crate) fn add(&self, op: Box<dyn Polled>) {
+        if !op.has_callback() {
+            self.without_callback.fetch_add(1, Ordering::Relaxed);
+        }
+        lock(&self.added).push(op);
+        self.any_added.store(true, Ordering::Release);
+    }
+
+    /// Whether parked workers must come back to test (an operation without
+    /// a callback is in flight). A hint: Relaxed.
+    pub(crate) fn needs_parked_polls(&self) -> bool {
+        self.without_callback.load(Ordering::Relaxed) != 0
+    }
+
+    /// Tests every operation once, unless another thread is testing them.
+    /// `ended` is called once per operation that left the list. Whether
+    /// anything left it or fired.
+    pub(crate) fn poll(&self, ended: impl Fn()) -> bool {
+        let mut tested = match self.tested.try_lock() {
+            Ok(tested) => tested,
+            // No user code runs under this lock: poison changes nothing.
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return false,
+        };
+        if self.any_added.swap(false, Ordering::Acquire) {
+            tested.append(&mut lock(&self.added));
+        }
+        let mut over = Vec::new();
+        let mut i = 0;
+        while i < tested.len() {
+            if tested[i].test() {
+                over.push(tested.swap_remove(i));
+            } else {
+                i += 1;
+            }
+        }
+        drop(tested);
+        let progressed = !over.is_empty();
+        for op in over {
+            if !op.has_callback() {
+                self.without_callback.fetch_sub(1, Ordering::Relaxed);
+            }
+            ended();
+            // Dropped outside the lock: a user's test may own anything.
+            drop(op);
+        }
+        progressed
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::{Polled, PolledList};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// Ends at its `ends_at`-th test.
+    struct Counting {
+        tests: Arc<AtomicUsize>,
+        ends_at: usize,
+        callback: bool,
+    }
+
+    impl Polled for Counting {
+        fn test(&mut self) -> bool {
+            self.tests.fetch_add(1, Ordering::Relaxed) + 1 >= self.ends_at
+        }
+        fn has_callback(&self) -> bool {
+            self.callback
+        }
+    }
+
+    #[test]
+    fn an_operation_is_tested_until_it_ends_then_counted_out_once() {
+        let list = PolledList::default();
+        let tests = Arc::new(AtomicUsize::new(0));
+        list.add(Box::new(Counting {
+            tests: Arc::clone(&tests),
+            ends_at: 3,
+            callback: false,
+        }));
+        assert!(list.needs_parked_polls());
+        let ended = AtomicUsize::new(0);
+        let count = || {
+            ended.fetch_add(1, Ordering::Relaxed);
+        };
+        assert!(!list.poll(count));
+        assert!(!list.poll(count));
+        assert!(list.poll(count));
+        assert!(!list.poll(count));
+        assert_eq!(tests.load(Ordering::Relaxed), 3);
+        assert_eq!(ended.load(Ordering::Relaxed), 1);
+        assert!(!list.needs_parked_polls());
+    }
+
+    #[test]
+    fn operations_with_a_callback_need_no_parked_polls() {
+        let list = PolledList::default();
+        list.add(Box::new(Counting {
+            tests: Arc::new(AtomicUsize::new(0)),
+            ends_at: 1,
+            callback: true,
+        }));
+        assert!(!list.needs_parked_polls());
+        assert!(list.poll(|| ()));
+    }
+
+    /// A test that adds an operation (a user's test may make a promise)
+    /// does not deadlock: the new one waits in the second list.
+    #[test]
+    fn a_test_may_add_an_operation() {
+        struct Adding(Arc<PolledList>, bool);
+        impl Polled for Adding {
+            fn test(&mut self) -> bool {
+                if !self.1 {
+                    self.1 = true;
+                    self.0.add(Box::new(Counting {
+                        tests: Arc::new(AtomicUsize::new(0)),
+                        ends_at: 1,
+                        callback: true,
+                    }));
+                }
+                true
+            }
+            fn has_callback(&self) -> bool {
+                true
+            }
+        }
+        let list = Arc::new(PolledList::default());
+        list.add(Box::new(Adding(Arc::clone(&list), false)));
+        let ended = AtomicUsize::new(0);
+        let count = || {
+            ended.fetch_add(1, Ordering::Relaxed);
+        };
+        assert!(list.poll(count));
+        assert!(list.poll(count));
+        assert_eq!(ended.load(Ordering::Relaxed), 2);
+    }
+}

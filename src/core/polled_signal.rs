@@ -1,0 +1,230 @@
+//! An operation that workers test and whose own callback is the fallback:
+//! its signal is fired by whichever finds it ended first (`fire_once.rs`).
+//!
+//! GPU work is the case in point: a worker queries the event recorded
+//! after a task's work, and the host function enqueued behind that work
+//! fires the signal if no worker found it ended first, and wakes a parked
+//! worker. A worker that finds it ended fires the signal on itself, waking
+//! nobody, and runs its action right after the poll.
+
+// Made for GPU completions (and the unit tests).
+#![cfg_attr(not(feature = "cuda"), allow(dead_code))]
+
+use crate::core::fire_once::{Disposal, FireOnce};
+use crate::core::polled::Polled;
+use crate::core::registry::{fire_signal, Registry};
+use crate::core::signal::SignalRef;
+use crate::core::worker::Worker;
+use std::sync::Arc;
+
+/// Whether an operation ended, asked without waiting.
+pub(crate) trait Query: Send {
+    /// `true` once the operation ended; `false` while it runs, and when
+    /// the answer is an error (the callback, or whoever watches for
+    /// errors, deals with those).
+    fn has_ended(&self) -> bool;
+}
+
+/// An operation in a runtime's `PolledList` (see the module docs).
+pub(crate) struct PolledSignal<Q> {
+    query: Q,
+    claim: Arc<FireOnce>,
+}
+
+impl<Q: Query> PolledSignal<Q> {
+    /// `signal` fired once `query` says the operation ended, or once the
+    /// callback given [`FireOnce::as_callback_arg`] of `claim` ran,
+    /// whichever comes first. `claim` must be kept for that callback.
+    pub(crate) fn new(query: Q, claim: Arc<FireOnce>) -> Self {
+        Self { query, claim }
+    }
+}
+
+impl<Q: Query> Polled for PolledSignal<Q> {
+    fn test(&mut self) -> bool {
+        match self.claim.may_be_freed() {
+            Disposal::Free => return true,
+            Disposal::Leak => {
+                // The callback may still hold the pointer, and never let go.
+                std::mem::forget(Arc::clone(&self.claim));
+                return true;
+            }
+            // Fired (by a test): the callback has yet to let go of it.
+            Disposal::Keep if self.claim.is_claimed() => return false,
+            Disposal::Keep => {}
+        }
+        if !self.query.has_ended() {
+            return false;
+        }
+        if let Some(signal) = self.claim.claim() {
+            fire(signal);
+        }
+        false
+    }
+
+    fn has_callback(&self) -> bool {
+        true
+    }
+}
+
+/// Fires `signal`, which this thread claimed: on one of its runtime's
+/// workers without waking anyone (the worker drains its inbox right after
+/// the poll), elsewhere with a wake-up.
+fn fire(signal: SignalRef) {
+    // SAFETY: claimed, so live and unfired; its maker holds the registry
+    // until every signal it made fired or was given up.
+    let registry = unsafe { &*signal.context().cast::<Registry>() };
+    if Worker::current().is_some_and(|w| std::ptr::eq(&*w.shared, registry)) {
+        // SAFETY: claimed: fired once, here.
+        unsafe { registry.inbox.fire(signal) };
+    } else {
+        // SAFETY: as above.
+        unsafe { fire_signal(signal) };
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::{PolledSignal, Query};
+    use crate::core::fire_once::FireOnce;
+    use crate::core::registry::fire_signal;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{mpsc, Arc};
+    use std::time::{Duration, Instant};
+
+    /// A fake device event, ended by a store.
+    struct Flag(Arc<AtomicBool>);
+
+    impl Query for Flag {
+        fn has_ended(&self) -> bool {
+            self.0.load(Ordering::Acquire)
+        }
+    }
+
+    /// Who ends the fake operation.
+    #[derive(Clone, Copy)]
+    enum Ender {
+        /// A task: the worker that ran it goes idle next.
+        Task,
+        /// A thread outside while every worker runs a stream of short tasks.
+        TimerWhileBusy,
+        /// A thread outside, whose callback comes at once.
+        TimerWithPromptCallback,
+    }
+
+    /// Ends a fake operation (see `Ender`); its callback comes once the
+    /// task waiting on it ran, or 10 s after the end. Whether the callback
+    /// fired the signal (no worker found the operation ended first).
+    fn end_and_wait(workers: usize, ender: Ender) -> bool {
+        let rt = crate::Runtime::builder()
+            .num_threads(workers)
+            .build()
+            .unwrap();
+        let registry = Arc::clone(rt.registry());
+        let promise = crate::Promise::new();
+        let dep = promise.dep();
+        let signal = registry.signal(Box::new(move || {
+            promise.fulfill();
+        }));
+        let claim = Arc::new(FireOnce::kept_for_callback(signal));
+        let ended = Arc::new(AtomicBool::new(false));
+        registry.watch(Box::new(PolledSignal::new(
+            Flag(Arc::clone(&ended)),
+            Arc::clone(&claim),
+        )));
+        let (ran_tx, ran) = mpsc::channel();
+        drop(rt.submit_delayed([dep], move || ran_tx.send(()).unwrap()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let stream = matches!(ender, Ender::TimerWhileBusy).then(|| {
+            let stop = Arc::clone(&stop);
+            rt.submit(move || {
+                crate::scope(|sc| {
+                    for _ in 0..workers * 4 {
+                        let stop = &stop;
+                        sc.spawn(move |_| {
+                            while !stop.load(Ordering::Relaxed) {
+                                crate::join(
+                                    || {
+                                        let t = Instant::now();
+                                        while t.elapsed() < Duration::from_micros(2) {}
+                                    },
+                                    || (),
+                                );
+                            }
+                        });
+                    }
+                })
+            })
+        });
+        let arg = claim.as_callback_arg() as usize;
+        let callback = move |wait: Duration| {
+            // The task ran (nothing left to fire), or the callback is due.
+            let _ = ran.recv_timeout(wait);
+            // SAFETY: the one callback call; the claim is kept until it.
+            let fired = unsafe { FireOnce::claim_from_callback(arg as *mut _) };
+            if let Some(signal) = fired {
+                // SAFETY: claimed: fired once; the registry lives.
+                unsafe { fire_signal(signal) };
+            }
+            fired.is_some()
+        };
+        let by_callback = match ender {
+            Ender::Task => {
+                let ended = Arc::clone(&ended);
+                drop(rt.submit(move || ended.store(true, Ordering::Release)));
+                callback(Duration::from_secs(10))
+            }
+            Ender::TimerWhileBusy => {
+                std::thread::sleep(Duration::from_millis(2));
+                ended.store(true, Ordering::Release);
+                callback(Duration::from_secs(10))
+            }
+            Ender::TimerWithPromptCallback => {
+                ended.store(true, Ordering::Release);
+                callback(Duration::ZERO)
+            }
+        };
+        stop.store(true, Ordering::Relaxed);
+        if let Some(stream) = stream {
+            stream.join();
+        }
+        // Counted out once a poll sees the callback gone.
+        let t = Instant::now();
+        while registry.completions.any_in_flight() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "still counted in flight"
+            );
+            std::thread::yield_now();
+        }
+        by_callback
+    }
+
+    /// The worker whose task ended the operation finds it ended (after
+    /// that task, or idle) long before its callback comes.
+    #[test]
+    fn the_worker_that_ends_it_fires_it_before_its_callback() {
+        assert!(
+            !end_and_wait(2, Ender::Task),
+            "the callback fired it, 10 s after the end: no worker found it ended"
+        );
+    }
+
+    /// Busy workers find it between tasks.
+    #[test]
+    fn busy_workers_fire_it_before_its_callback() {
+        assert!(
+            !end_and_wait(2, Ender::TimerWhileBusy),
+            "the callback fired it, 10 s after the end: no busy worker found it ended"
+        );
+    }
+
+    /// With a callback that comes at once, one of the two fires it, once
+    /// (a second firing would corrupt the inbox), and the task runs.
+    #[test]
+    fn a_prompt_callback_and_the_workers_fire_it_once() {
+        for _ in 0..50 {
+            end_and_wait(3, Ender::TimerWithPromptCallback);
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! `Promise::fulfill_when`: workers fulfill a promise themselves once a
+//! test says the operation behind it ended, whether they are idle, busy or
+//! asleep, and whoever fulfills it first (the test or another handle)
+//! ends the testing.
+
+use selvedge::{Promise, Runtime};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+/// A promise tested by `rt`'s workers, and the flag that ends its
+/// operation; `then` runs once it is fulfilled.
+fn tested_promise(
+    rt: &Runtime,
+    then: impl FnOnce() + Send + 'static,
+) -> (Promise, Arc<AtomicBool>) {
+    let ended = Arc::new(AtomicBool::new(false));
+    let promise = Promise::new();
+    rt.run(|| {
+        let ended = Arc::clone(&ended);
+        promise.fulfill_when(move || ended.load(Ordering::Acquire));
+    });
+    drop(rt.submit_delayed([promise.dep()], then));
+    (promise, ended)
+}
+
+/// Every worker asleep when the operation ends: one comes back to test it.
+#[test]
+fn sleeping_workers_come_back_to_test() {
+    let rt = Runtime::builder().num_threads(2).build().unwrap();
+    let (ran_tx, ran) = mpsc::channel();
+    let (_promise, ended) = tested_promise(&rt, move || ran_tx.send(()).unwrap());
+    // Longer than a worker's spin before it parks.
+    std::thread::sleep(Duration::from_millis(50));
+    ended.store(true, Ordering::Release);
+    ran.recv_timeout(Duration::from_secs(10))
+        .expect("the operation ended while every worker slept, and nothing ran");
+}
+
+/// Made from a thread outside the pool while every worker sleeps, for an
+/// operation already over: a worker is woken to test it.
+#[test]
+fn a_promise_tested_from_outside_wakes_a_sleeping_worker() {
+    let promise = Promise::new();
+    let (ran_tx, ran) = mpsc::channel();
+    // The global runtime's workers test it (made outside every runtime).
+    drop(selvedge::spawn_delayed([promise.dep()], move || {
+        ran_tx.send(()).unwrap()
+    }));
+    std::thread::sleep(Duration::from_millis(50));
+    promise.fulfill_when(|| true);
+    ran.recv_timeout(Duration::from_secs(10))
+        .expect("made from outside while the workers slept: nobody tested it");
+}
+
+/// A worker kept busy by a stream of short tasks (the only one, so never
+/// idle) tests between them.
+#[test]
+fn a_busy_worker_tests_between_tasks() {
+    const STREAM: usize = 100_000;
+    let rt = Runtime::builder().num_threads(1).build().unwrap();
+    let done = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(AtomicUsize::new(usize::MAX));
+    let (d, s) = (Arc::clone(&done), Arc::clone(&seen));
+    let (_promise, ended) = tested_promise(&rt, move || {
+        s.store(d.load(Ordering::Relaxed), Ordering::Relaxed)
+    });
+    rt.run(|| {
+        selvedge::scope(|sc| {
+            for _ in 0..STREAM {
+                let (done, ended) = (&done, &ended);
+                sc.spawn(move |_| {
+                    let t = Instant::now();
+                    while t.elapsed() < Duration::from_micros(1) {}
+                    if done.fetch_add(1, Ordering::Relaxed) + 1 == 100 {
+                        ended.store(true, Ordering::Release);
+                    }
+                });
+            }
+        })
+    });
+    let seen = seen.load(Ordering::Relaxed);
+    assert!(
+        seen < STREAM / 2,
+        "the task waiting on the operation, ended after task 100, ran after {seen} of {STREAM} tasks"
+    );
+}
+
+/// Fulfilled by another handle (an operation's own callback): the test is
+/// called no more.
+#[test]
+fn a_promise_fulfilled_elsewhere_is_tested_no_more() {
+    let rt = Runtime::builder().num_threads(2).build().unwrap();
+    let tests = Arc::new(AtomicUsize::new(0));
+    let promise = Promise::new();
+    rt.run(|| {
+        let tests = Arc::clone(&tests);
+        promise.fulfill_when(move || {
+            tests.fetch_add(1, Ordering::Relaxed);
+            false
+        });
+    });
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(tests.load(Ordering::Relaxed) > 0, "never tested");
+    assert!(promise.fulfill());
+    // One more test at most finds it fulfilled and drops it.
+    std::thread::sleep(Duration::from_millis(20));
+    let after = tests.load(Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(tests.load(Ordering::Relaxed), after, "still tested");
+}
+
+/// A test that panics is reported and tested no more; the promise breaks
+/// once its last handle goes, and what waits on it is cancelled.
+#[test]
+fn a_panicking_test_is_reported_and_its_promise_breaks() {
+    let rt = Runtime::builder().num_threads(2).build().unwrap();
+    let tests = Arc::new(AtomicUsize::new(0));
+    let promise = Promise::new();
+    let waiting = rt.submit_delayed([promise.dep()], || ());
+    rt.run(|| {
+        let tests = Arc::clone(&tests);
+        promise.fulfill_when(move || {
+            tests.fetch_add(1, Ordering::Relaxed);
+            panic!("a test that panics");
+        });
+    });
+    drop(promise);
+    let e = waiting.try_join().expect_err("ran without its promise");
+    assert!(e.is_cancelled(), "{e}");
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(tests.load(Ordering::Relaxed), 1);
+    // The workers survived it.
+    assert_eq!(rt.run(|| selvedge::join(|| 1, || 2)), (1, 2));
+}
