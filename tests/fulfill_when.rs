@@ -24,9 +24,9 @@ fn tested_promise(
     (promise, ended)
 }
 
-/// Every worker asleep when the operation ends: one comes back to test it.
+/// An operation that ends long after the workers ran out of work is found.
 #[test]
-fn sleeping_workers_come_back_to_test() {
+fn an_operation_ending_after_the_workers_went_idle_is_found() {
     let rt = Runtime::builder().num_threads(2).build().unwrap();
     let (ran_tx, ran) = mpsc::channel();
     let (_promise, ended) = tested_promise(&rt, move || ran_tx.send(()).unwrap());
@@ -34,7 +34,7 @@ fn sleeping_workers_come_back_to_test() {
     std::thread::sleep(Duration::from_millis(50));
     ended.store(true, Ordering::Release);
     ran.recv_timeout(Duration::from_secs(10))
-        .expect("the operation ended while every worker slept, and nothing ran");
+        .expect("the operation ended while the workers were idle, and nothing ran");
 }
 
 /// Made from a thread outside the pool while every worker sleeps, for an
@@ -132,4 +132,70 @@ fn a_panicking_test_is_reported_and_its_promise_breaks() {
     assert_eq!(tests.load(Ordering::Relaxed), 1);
     // The workers survived it.
     assert_eq!(rt.run(|| selvedge::join(|| 1, || 2)), (1, 2));
+}
+
+/// A promise being tested does not count as work: `sync_root` and the
+/// runtime's drop return while it is (the worker that keeps testing parks
+/// while they wait).
+#[test]
+fn sync_root_and_the_drop_do_not_wait_for_a_tested_promise() {
+    let (done_tx, done) = mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = Runtime::builder().num_threads(2).build().unwrap();
+        let promise = Promise::new();
+        rt.run(|| promise.fulfill_when(|| false));
+        std::thread::sleep(Duration::from_millis(20));
+        rt.sync_root();
+        done_tx.send("sync_root").unwrap();
+        drop(rt);
+        done_tx.send("drop").unwrap();
+    });
+    for what in ["sync_root", "drop"] {
+        assert_eq!(
+            done.recv_timeout(Duration::from_secs(10)),
+            Ok(what),
+            "{what} waited for a promise still being tested"
+        );
+    }
+}
+
+/// While a thread waits for the runtime to be quiescent, the workers park,
+/// but come back to test: an operation that ends then is found before the
+/// task keeping the runtime busy ends.
+#[test]
+fn workers_parked_while_quiescence_is_awaited_still_test() {
+    let rt = Runtime::builder().num_threads(2).build().unwrap();
+    let long_done = Arc::new(AtomicBool::new(false));
+    let ran_before_long_task_ended = Arc::new(AtomicUsize::new(0));
+    let (l, r) = (
+        Arc::clone(&long_done),
+        Arc::clone(&ran_before_long_task_ended),
+    );
+    let (_promise, ended) = tested_promise(&rt, move || {
+        r.store(
+            if l.load(Ordering::SeqCst) { 1 } else { 2 },
+            Ordering::SeqCst,
+        )
+    });
+    let l = Arc::clone(&long_done);
+    drop(rt.submit(move || {
+        std::thread::sleep(Duration::from_millis(500));
+        l.store(true, Ordering::SeqCst);
+    }));
+    let ender = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(100));
+        ended.store(true, Ordering::Release);
+    });
+    rt.sync_root();
+    ender.join().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ran_before_long_task_ended.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "never ran");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        ran_before_long_task_ended.load(Ordering::SeqCst),
+        2,
+        "the operation ended 400 ms before the long task, and was found only after it"
+    );
 }

@@ -269,8 +269,7 @@ impl Runtime {
         match Worker::current() {
             Some(w) if Arc::ptr_eq(&w.shared, self.registry()) => w.sync_root(),
             _ => {
-                let shared = &**self.registry();
-                shared.sleep.wait_quiescent(|| shared.outside_idle());
+                self.registry().wait_quiescent();
             }
         }
     }

@@ -58,6 +58,9 @@ pub(crate) struct Completions {
     any: AtomicBool,
     /// Operations tested one by one (GPU work, a user's promises).
     polled: PolledList,
+    /// The worker (its index + 1; 0: none) that holds the polling duty
+    /// (`polling.rs`). Read and written only by workers about to park.
+    duty: AtomicUsize,
 }
 
 impl Completions {
@@ -92,6 +95,32 @@ impl Completions {
     /// flight has no callback to wake one).
     pub(crate) fn needs_parked_polls(&self) -> bool {
         self.any_in_flight() && self.polled.needs_parked_polls()
+    }
+
+    /// Whether a worker should go on testing instead of parking: an
+    /// operation tested one by one is in flight (see `polling.rs`).
+    pub(crate) fn needs_awake_poller(&self) -> bool {
+        self.any_in_flight() && !self.polled.is_empty()
+    }
+
+    /// Whether worker `me` holds the polling duty, taking it if nobody
+    /// does.
+    pub(crate) fn take_polling_duty(&self, me: usize) -> bool {
+        let mine = me + 1;
+        match self.duty.load(Ordering::Relaxed) {
+            0 => self
+                .duty
+                .compare_exchange(0, mine, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok(),
+            holder => holder == mine,
+        }
+    }
+
+    /// Worker `me` gives the polling duty up.
+    pub(crate) fn leave_polling_duty(&self, me: usize) {
+        let _ = self
+            .duty
+            .compare_exchange(me + 1, 0, Ordering::Relaxed, Ordering::Relaxed);
     }
 
     /// An operation of a source began: workers poll until it ended.

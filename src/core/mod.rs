@@ -36,6 +36,8 @@ pub(crate) mod polled;
 #[cfg(not(loom))]
 pub(crate) mod polled_signal;
 #[cfg(not(loom))]
+pub(crate) mod polling;
+#[cfg(not(loom))]
 pub(crate) mod pool;
 #[cfg(not(loom))]
 pub(crate) mod registry;

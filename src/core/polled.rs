@@ -46,15 +46,15 @@ pub(crate) struct PolledList {
     any_added: AtomicBool,
     /// Operations in the lists that have no callback.
     without_callback: AtomicUsize,
+    /// Operations in the lists that have one.
+    with_callback: AtomicUsize,
 }
 
 impl PolledList {
     /// Tests `op` from the next poll on. The caller counts it in flight
     /// (`Completions::began`); [`PolledList::poll`] counts it out.
     pub(crate) fn add(&self, op: Box<dyn Polled>) {
-        if !op.has_callback() {
-            self.without_callback.fetch_add(1, Ordering::Relaxed);
-        }
+        self.count(&*op).fetch_add(1, Ordering::Relaxed);
         lock(&self.added).push(op);
         self.any_added.store(true, Ordering::Release);
     }
@@ -63,6 +63,19 @@ impl PolledList {
     /// a callback is in flight). A hint: Relaxed.
     pub(crate) fn needs_parked_polls(&self) -> bool {
         self.without_callback.load(Ordering::Relaxed) != 0
+    }
+
+    /// Whether no operation is in the lists (a hint: Relaxed).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.with_callback.load(Ordering::Relaxed) == 0 && !self.needs_parked_polls()
+    }
+
+    fn count(&self, op: &dyn Polled) -> &AtomicUsize {
+        if op.has_callback() {
+            &self.with_callback
+        } else {
+            &self.without_callback
+        }
     }
 
     /// Tests every operation once, unless another thread is testing them.
@@ -90,9 +103,7 @@ impl PolledList {
         drop(tested);
         let progressed = !over.is_empty();
         for op in over {
-            if !op.has_callback() {
-                self.without_callback.fetch_sub(1, Ordering::Relaxed);
-            }
+            self.count(&*op).fetch_sub(1, Ordering::Relaxed);
             ended();
             // Dropped outside the lock: a user's test may own anything.
             drop(op);

@@ -135,25 +135,21 @@ mod tests {
         let (ran_tx, ran) = mpsc::channel();
         drop(rt.submit_delayed([dep], move || ran_tx.send(()).unwrap()));
         let stop = Arc::new(AtomicBool::new(false));
+        // Rounds of short tasks on every worker; the task that waits runs
+        // in one of the rounds once it is ready.
         let stream = matches!(ender, Ender::TimerWhileBusy).then(|| {
             let stop = Arc::clone(&stop);
             rt.submit(move || {
-                crate::scope(|sc| {
-                    for _ in 0..workers * 4 {
-                        let stop = &stop;
-                        sc.spawn(move |_| {
-                            while !stop.load(Ordering::Relaxed) {
-                                crate::join(
-                                    || {
-                                        let t = Instant::now();
-                                        while t.elapsed() < Duration::from_micros(2) {}
-                                    },
-                                    || (),
-                                );
-                            }
-                        });
-                    }
-                })
+                while !stop.load(Ordering::Relaxed) {
+                    crate::scope(|sc| {
+                        for _ in 0..workers * 8 {
+                            sc.spawn(|_| {
+                                let t = Instant::now();
+                                while t.elapsed() < Duration::from_micros(2) {}
+                            });
+                        }
+                    });
+                }
             })
         });
         let arg = claim.as_callback_arg() as usize;

@@ -179,7 +179,7 @@ fn stop_unstarted(
 
 fn shut_down(shared: Arc<Registry>, threads: Vec<std::thread::JoinHandle<()>>) {
     shared.close_ready_gate();
-    shared.sleep.wait_quiescent(|| shared.outside_idle());
+    shared.wait_quiescent();
     // Watched until here: a drop waiting forever on a stalled scope says so.
     stall::unwatch(&shared);
     shared.shutdown.store(true, Ordering::SeqCst);

@@ -14,7 +14,7 @@ use crate::core::signal::{Action, SignalInbox, SignalRef};
 use crate::core::stall::WaitNotes;
 use crate::core::stats::{tasks_waiting, Counters, WorkerCounters};
 use crate::core::steal::{Mailbox, ReplySlot};
-use crate::core::sync::{AtomicBool, AtomicUsize};
+use crate::core::sync::{AtomicBool, AtomicUsize, Ordering};
 use crate::core::task::{BlockExchange, Header, OutsidePool, TaskRef};
 use crate::core::worker::Worker;
 use crossbeam_utils::CachePadded;
@@ -37,9 +37,9 @@ pub(crate) struct Registry {
     pub(crate) injector: Injector,
     /// Signals fired where nothing else may be done (device callbacks).
     pub(crate) inbox: SignalInbox,
-    /// What workers test while operations are in flight (an MPI cluster's
-    /// messages): idle ones in every search for work, busy ones between
-    /// tasks.
+    /// What workers test while operations are in flight (MPI messages,
+    /// GPU work, a user's tested promises): idle ones in every search for
+    /// work, busy ones between tasks.
     pub(crate) completions: Completions,
     pub(crate) shutdown: AtomicBool,
     /// Shut when the runtime's drop begins: from then on, delayed tasks made
@@ -52,6 +52,10 @@ pub(crate) struct Registry {
     pub(crate) waits: WaitNotes,
     /// Root tasks waiting in `sync_root` (at most one may).
     pub(crate) root_syncs: AtomicUsize,
+    /// Threads outside the workers waiting for the runtime to be quiescent
+    /// (`sync_root`, the drop): the worker holding the polling duty parks
+    /// meanwhile (`polling.rs`).
+    outside_quiescence_waits: AtomicUsize,
     /// Free task blocks passed from the workers that run tasks to the
     /// workers that make them (`spare_blocks.rs`).
     pub(crate) block_exchange: Arc<BlockExchange>,
@@ -89,6 +93,7 @@ impl Registry {
             parked: Parked::new(n),
             waits: WaitNotes::new(n),
             root_syncs: AtomicUsize::new(0),
+            outside_quiescence_waits: AtomicUsize::new(0),
             block_exchange: Arc::clone(&block_exchange),
             outside_blocks: OutsidePool::new(block_exchange),
             #[cfg(feature = "trace")]
@@ -159,6 +164,23 @@ impl Registry {
         let signal = self.signal(action);
         self.ready_gate.leave();
         Ok(signal)
+    }
+
+    /// Blocks a thread outside the workers until the runtime is quiescent:
+    /// every worker asleep, nothing queued outside them, no signal pending.
+    pub(crate) fn wait_quiescent(&self) {
+        self.outside_quiescence_waits
+            .fetch_add(1, Ordering::Relaxed);
+        self.sleep.wait_quiescent(|| self.outside_idle());
+        self.outside_quiescence_waits
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Whether a thread waits for the runtime to be quiescent (a hint:
+    /// Relaxed; the worker holding the polling duty reads it every round).
+    pub(crate) fn quiescence_wanted(&self) -> bool {
+        self.outside_quiescence_waits.load(Ordering::Relaxed) != 0
+            || self.root_syncs.load(Ordering::Relaxed) != 0
     }
 
     /// Workers test `op` from now on (`completions.rs`). From a thread

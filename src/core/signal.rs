@@ -73,8 +73,8 @@ pub(crate) fn fired_at_of_running_action() -> u64 {
     FIRED_AT.with(std::cell::Cell::get)
 }
 
-/// A handle to a live [`Signal`]; plain data, so it can be handed to C as a
-/// callback's argument.
+/// A handle to a live [`Signal`]; plain data (a C callback reaches it
+/// through its claim, `fire_once.rs`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SignalRef(*mut Signal);
 
@@ -87,19 +87,6 @@ unsafe impl Send for SignalRef {}
 unsafe impl Sync for SignalRef {}
 
 impl SignalRef {
-    /// The raw pointer, for a C callback's argument.
-    pub fn as_ptr(self) -> *mut std::ffi::c_void {
-        self.0.cast()
-    }
-
-    /// Back from a callback's argument.
-    ///
-    /// # Safety
-    /// `ptr` came from [`SignalRef::as_ptr`] of a signal not yet freed.
-    pub unsafe fn from_ptr(ptr: *mut std::ffi::c_void) -> SignalRef {
-        SignalRef(ptr.cast())
-    }
-
     /// The context given at creation.
     ///
     /// # Safety

@@ -11,7 +11,6 @@ use crate::core::clock::ticks;
 use crate::core::deque::{Deque, Popped};
 use crate::core::join_slot::JoinSlot;
 use crate::core::latch::CountLatch;
-use crate::core::polled::POLL_WHILE_PARKED;
 use crate::core::registry::Registry;
 use crate::core::rescue::{Guarded, Owner, OwnerGuard};
 use crate::core::split::{self, LoopFrame};
@@ -37,11 +36,6 @@ const INLINE_JOIN_QUEUED: usize = 2;
 /// `Worker::thieves_asked_lately`): about 100 µs at 3 GHz, several times
 /// the gap between two requests of a thief that keeps asking.
 const THIEVES_LATELY_TICKS: u64 = 1 << 18;
-/// How often a busy worker tests the messages in flight between tasks, in
-/// `clock::ticks` (about 10 µs at 3 GHz on x86_64, where they count the
-/// time-stamp counter; 33 µs elsewhere, where they are nanoseconds; see
-/// `poll_between_tasks`).
-const POLL_BETWEEN_TASKS_TICKS: u64 = 1 << 15;
 /// Failed rounds spent spinning before yielding the CPU.
 const SPIN_ROUNDS: u32 = 32;
 /// Failed rounds before an idle or waiting worker parks.
@@ -147,7 +141,9 @@ pub(crate) struct Worker {
     last_demand: Cell<u64>,
     /// When this worker last polled the runtime's completion sources
     /// between two tasks (`clock::ticks`).
-    last_poll: Cell<u64>,
+    pub(super) last_poll: Cell<u64>,
+    /// Whether this worker holds the runtime's polling duty (`polling.rs`).
+    pub(super) polling_duty: Cell<bool>,
     /// For rescue: each worker's count of tasks run and of tasks queued as
     /// this one last saw them, and since when they read so.
     pub(super) seen: Box<[Cell<(u64, usize, Instant)>]>,
@@ -219,6 +215,7 @@ impl Worker {
             loop_top: Cell::new(std::ptr::null()),
             last_demand: Cell::new(0),
             last_poll: Cell::new(0),
+            polling_duty: Cell::new(false),
             seen: shared
                 .deques
                 .iter()
@@ -700,30 +697,6 @@ impl Worker {
         }
     }
 
-    /// While messages are in flight, a busy worker tests them too, at most
-    /// every [`POLL_BETWEEN_TASKS_TICKS`] from the end of its last test, so
-    /// that a completion waits for the end of a task rather than for the
-    /// completion source's own thread, while tasks of a microsecond do not
-    /// each pay for a test (nor does a long test run back to back). What
-    /// the test fires (waking nobody) the caller must drain next.
-    #[cold]
-    fn poll_between_tasks(&self) {
-        if ticks().wrapping_sub(self.last_poll.get()) >= POLL_BETWEEN_TASKS_TICKS {
-            self.shared.completions.poll();
-            self.last_poll.set(ticks());
-        }
-    }
-
-    /// Between two parts of one long task (the nodes of a graph's chain),
-    /// what a worker does between two tasks: test the messages in flight
-    /// when due, then run the actions of the signals fired meanwhile.
-    pub(crate) fn between_parts(&self) {
-        if self.shared.completions.any_in_flight() {
-            self.poll_between_tasks();
-        }
-        self.drain_fired_signals();
-    }
-
     /// Moves the oldest task to the injector and wakes a parked worker for
     /// it, unless as many shares as there are sleepers (one at least) are
     /// still there: each sleeper gets a task of its own, as this worker may
@@ -1126,6 +1099,10 @@ impl Worker {
                 self.execute(task);
                 rounds = SPIN_ROUNDS;
                 yielding_since = None;
+            } else if self.keeps_polling() {
+                // GPU work in flight: this worker tests it instead of
+                // parking (`polling.rs`).
+                std::thread::yield_now();
             } else {
                 self.park(&until);
                 yielding_since = None;
@@ -1144,6 +1121,9 @@ impl Worker {
     fn stop_waiting(&self) {
         if self.in_flight.get() && self.withdraw_request() {
             self.in_flight.set(false);
+        }
+        if self.polling_duty.get() {
+            self.leave_polling_duty();
         }
     }
 
@@ -1238,10 +1218,7 @@ impl Worker {
         // operation without a callback is in flight: come back to test it.
         let timeout = [
             scan.stranded.then_some(RESCUE_AFTER),
-            shared
-                .completions
-                .needs_parked_polls()
-                .then_some(POLL_WHILE_PARKED),
+            self.parked_poll_timeout(),
         ]
         .into_iter()
         .flatten()

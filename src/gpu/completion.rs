@@ -1,26 +1,33 @@
 //! Completions: how the end of a GPU task's device work reaches the
 //! runtime, and what happens when it never will.
 //!
-//! A task's work is followed by an event recorded on its stream. Its lane's
-//! completion stream waits for that event on the device and then calls a
-//! host function whose only job is to fire a pre-allocated signal (see
-//! `core/signal.rs`: no CUDA call, no allocation, no lock in the callback);
-//! a worker picks the signal up and runs the completion's action. The host
-//! function is not launched on the work stream because it blocks the work
-//! enqueued behind it until it has run: the next task on the stream would
-//! wait for a round trip through the driver's callback thread.
+//! A task's work is followed by an event recorded on its stream. The
+//! runtime's workers query that event while they look for work and
+//! between two tasks (`core/completions.rs`): the first to find it
+//! complete fires the completion's signal on itself and runs its action
+//! right after, with no thread woken. The fallback, for when every worker
+//! sleeps or runs one long task: the lane's completion stream waits for
+//! the event on the device and then calls a host function that fires the
+//! same signal, unless a worker did first (`core/fire_once.rs` decides),
+//! and wakes a worker. The host function does nothing else (no CUDA call,
+//! no allocation, no lock: see `core/signal.rs`). It is not launched on the
+//! work stream because it blocks the work enqueued behind it until it has
+//! run: the next task on the stream would wait for a round trip through
+//! the driver's callback thread.
 //!
 //! Every completion in flight is registered; a watchdog thread queries the
 //! streams while any is, and when the context is lost (a sticky error) it
-//! abandons them, so that their actions are dropped unrun and the promises
+//! gives them up, so that their actions are dropped unrun and the promises
 //! they own break instead of waiting forever.
 
 use super::device::DeviceInner;
 use super::raw::RawEvent;
 use super::stream::GpuStream;
 use super::GpuError;
+use crate::core::fire_once::FireOnce;
+use crate::core::polled_signal::{PolledSignal, Query};
 use crate::core::registry::fire_signal;
-use crate::core::signal::{Action, SignalRef};
+use crate::core::signal::Action;
 use crate::core::sync::lock;
 use cudarc::driver::{sys, DriverError};
 use std::collections::HashMap;
@@ -31,11 +38,11 @@ use std::time::Duration;
 /// How often the watchdog queries the streams while work is in flight.
 const WATCHDOG_PERIOD: Duration = Duration::from_millis(20);
 
-/// The completions whose host function has not run yet.
+/// The completions whose action has not run yet.
 #[derive(Default)]
 pub(super) struct InFlight {
     next_id: u64,
-    signals: HashMap<u64, SignalRef>,
+    signals: HashMap<u64, Arc<FireOnce>>,
 }
 
 impl InFlight {
@@ -130,7 +137,7 @@ impl DeviceInner {
     pub(super) fn enqueue_completion(
         self: &Arc<Self>,
         lane: &GpuStream,
-        after: &RawEvent,
+        after: &Arc<RawEvent>,
         action: impl FnOnce() + Send + 'static,
     ) -> Result<(), GpuError> {
         let in_flight = Arc::clone(&self.in_flight);
@@ -169,18 +176,19 @@ impl DeviceInner {
             action();
         });
         let signal = self.runtime.signal(action);
+        let claim = Arc::new(FireOnce::kept_for_callback(signal));
         let was_idle = registry.signals.is_empty();
         // Registered before it can fire, under the lock its action takes.
-        registry.signals.insert(id, signal);
+        registry.signals.insert(id, Arc::clone(&claim));
         let launched = after.wait_on(lane.completions.cu_stream()).and_then(|()| {
-            // SAFETY: the stream is live; `stream_reached` fires the
-            // signal, which stays live until then (only a worker
-            // draining it after it fired frees it).
+            // SAFETY: the stream is live; `stream_reached` claims the
+            // signal through the claim, which the runtime's list of polled
+            // operations keeps until that call let go of it.
             unsafe {
                 sys::cuLaunchHostFunc(
                     lane.completions.cu_stream(),
                     Some(stream_reached),
-                    signal.as_ptr(),
+                    claim.as_callback_arg(),
                 )
             }
             .result()
@@ -188,13 +196,21 @@ impl DeviceInner {
         if let Err(e) = launched {
             registry.signals.remove(&id);
             drop(registry);
-            // SAFETY: never handed to CUDA, so it will never fire.
+            // SAFETY: never handed to CUDA nor to the workers, so it will
+            // never fire.
             drop(unsafe { self.runtime.inbox.discard(signal) });
             let e = GpuError::from(e);
             self.fail_if_sticky(&e);
             return Err(e);
         }
         drop(registry);
+        // Workers query the event from now on; the host function is the
+        // fallback. Added after the launch: a completion that could not be
+        // enqueued must be nobody's to fire.
+        self.runtime.watch(Box::new(PolledSignal::new(
+            EventEnded(Arc::clone(after)),
+            claim,
+        )));
         if was_idle {
             if let Some(t) = self.watchdog.get() {
                 t.unpark();
@@ -210,19 +226,18 @@ impl DeviceInner {
         self.abandon_in_flight();
     }
 
-    /// Abandons every completion whose host function has not run: their
-    /// actions are dropped unrun. Only for host functions that never will
-    /// (the context is lost).
+    /// Gives up every completion that neither a worker nor its host
+    /// function fired: their actions are dropped unrun. Only for host
+    /// functions that never will run (the context is lost).
     pub(super) fn abandon_in_flight(&self) {
         let actions: Vec<Action> = {
             let mut registry = lock(&self.in_flight);
-            let signals: Vec<SignalRef> = registry.signals.drain().map(|(_, s)| s).collect();
-            signals
-                .into_iter()
-                // SAFETY: registered, so not yet drained: the draining
-                // worker's action takes the registry lock (held here)
-                // before the signal can be freed.
-                .filter_map(|s| unsafe { self.runtime.inbox.abandon(s) })
+            let claims: Vec<Arc<FireOnce>> = registry.signals.drain().map(|(_, c)| c).collect();
+            claims
+                .iter()
+                .filter_map(|c| c.give_up())
+                // SAFETY: claimed here, so never fired and never to be.
+                .filter_map(|s| unsafe { self.runtime.inbox.discard(s) })
                 .collect()
         };
         // Dropped outside the lock: breaking promises cancels tasks.
@@ -279,18 +294,38 @@ impl DeviceInner {
     }
 }
 
-/// The host function enqueued after a GPU task's work: it only fires the
-/// signal (see `core/signal.rs`), which takes one compare-and-swap, a
+/// The host function enqueued after a GPU task's work: it claims the
+/// completion and, unless a worker fired it first, fires its signal (see
+/// `core/signal.rs`), which takes one swap, one compare-and-swap, a
 /// lock-free push and a wake-up; no CUDA call, no allocation, no lock, no
 /// panic.
 unsafe extern "C" fn stream_reached(user_data: *mut c_void) {
-    // SAFETY: `user_data` is `SignalRef::as_ptr` of the signal
-    // `enqueue_completion` registered for this one call, live until fired.
-    let signal = unsafe { SignalRef::from_ptr(user_data) };
-    // SAFETY: the signal is fired once, here; the device (which holds the
-    // runtime) synchronizes its streams before letting the runtime go, so
-    // the runtime outlives this call.
-    unsafe { fire_signal(signal) }
+    // SAFETY: `user_data` is the callback argument of the claim
+    // `enqueue_completion` made for this one call, kept until it.
+    if let Some(signal) = unsafe { FireOnce::claim_from_callback(user_data) } {
+        // SAFETY: claimed, so fired once, here; the device (which holds
+        // the runtime) synchronizes its streams before letting the runtime
+        // go, so the runtime outlives this call.
+        unsafe { fire_signal(signal) }
+    }
+}
+
+/// Whether the work before an event's most recent record is complete,
+/// asked by a polling worker.
+struct EventEnded(Arc<RawEvent>);
+
+impl Query for EventEnded {
+    fn has_ended(&self) -> bool {
+        // Allowed, in the relaxed mode, while another thread captures a
+        // stream in the global mode (the query would end that capture
+        // otherwise). The query needs no current context: the event names
+        // its own. An error reads as "not yet": the host function and the
+        // watchdog deal with a failed device.
+        let mode = exchange_capture_mode(RELAXED);
+        let ended = self.0.is_complete();
+        exchange_capture_mode(mode);
+        matches!(ended, Ok(true))
+    }
 }
 
 /// The watchdog thread: while completions are in flight, queries the

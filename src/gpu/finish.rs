@@ -107,7 +107,7 @@ fn complete_after(
     kept: KeptAlive,
     then: impl FnOnce() + Send + 'static,
 ) -> Result<(), GpuError> {
-    let after = own.map_or(&lane.iteration_done, |e| &**e);
+    let after = own.unwrap_or(&lane.iteration_done);
     if kept.is_empty() {
         return inner.enqueue_completion(lane, after, then);
     }

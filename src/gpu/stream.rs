@@ -37,8 +37,9 @@ pub struct GpuStream {
     pub(super) completions: Arc<CudaStream>,
     /// Recorded after each loop iteration's work, for its completion to
     /// wait on (a wait takes the record current at the call, so one event
-    /// serves every iteration).
-    pub(super) iteration_done: RawEvent,
+    /// serves every iteration). Shared with the completions that workers
+    /// poll, which query it (a later record only makes them wait longer).
+    pub(super) iteration_done: Arc<RawEvent>,
     /// Values the running task asked to keep until its work is complete.
     kept: Mutex<KeptAlive>,
     pub(super) pinned: Arc<PinnedPool>,
@@ -50,7 +51,7 @@ impl GpuStream {
         completions: Arc<CudaStream>,
         pinned: Arc<PinnedPool>,
     ) -> Result<Self, GpuError> {
-        let iteration_done = RawEvent::new(stream.context())?;
+        let iteration_done = Arc::new(RawEvent::new(stream.context())?);
         let blas = CudaBlas::new(stream.clone()).map_err(|e| match e.0 {
             // What a cuBLAS newer than the driver says.
             cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_NOT_INITIALIZED => {

@@ -1,0 +1,108 @@
+//! How workers test the operations in flight outside the pool
+//! (`completions.rs`): between two tasks, and instead of parking.
+//!
+//! A busy worker tests them between two tasks, at most every
+//! [`POLL_BETWEEN_TASKS_TICKS`], so that a completion waits for the end of
+//! a task rather than for the operation's own thread, while tasks of a
+//! microsecond do not each pay for a test.
+//!
+//! An idle worker tests them in every round of its search for work, and
+//! parks after a few hundred rounds (a tenth of a millisecond or so). From
+//! then on a completion would wait for the operation's own callback (a
+//! CUDA host function, tens of microseconds after the work, then a worker
+//! woken), or for a parked worker's timeout (which the kernel's timer
+//! slack stretches by tens of microseconds). So one worker at a time holds
+//! the *polling duty*: while an operation tested one by one is in flight
+//! (GPU work, a user's `Promise::fulfill_when`) it goes on testing, and
+//! yields the CPU between rounds, instead of parking. That costs one core,
+//! yielded to any thread that wants it, and only while such an operation
+//! is in flight: with none, every idle worker parks.
+//!
+//! A worker that does not park would keep the runtime from ever being
+//! quiescent, which `sync_root` and the runtime's drop wait for, and a
+//! user's operation (unlike GPU work, whose signals are pending) does not
+//! count against quiescence. So while a thread waits for quiescence the
+//! holder parks too: for [`DUTY_PARK`] at most while operations without a
+//! callback are in flight, and the others for [`POLL_WHILE_PARKED`]. The
+//! duty goes with the first task its holder finds, and with the last
+//! operation in flight.
+
+use crate::core::clock::ticks;
+use crate::core::polled::POLL_WHILE_PARKED;
+use crate::core::worker::Worker;
+use std::time::Duration;
+
+/// How often a busy worker tests the operations in flight between tasks,
+/// in `clock::ticks` (about 10 µs at 3 GHz on x86_64, where they count the
+/// time-stamp counter; 33 µs elsewhere, where they are nanoseconds).
+const POLL_BETWEEN_TASKS_TICKS: u64 = 1 << 15;
+
+/// How long the worker holding the polling duty parks at most while only
+/// operations without a callback are in flight.
+const DUTY_PARK: Duration = Duration::from_micros(50);
+
+impl Worker {
+    /// While operations are in flight, a busy worker tests them too, at
+    /// most every [`POLL_BETWEEN_TASKS_TICKS`] from the end of its last
+    /// test (nor does a long test run back to back). What the test fires
+    /// (waking nobody) the caller must drain next.
+    #[cold]
+    pub(super) fn poll_between_tasks(&self) {
+        if ticks().wrapping_sub(self.last_poll.get()) >= POLL_BETWEEN_TASKS_TICKS {
+            self.shared.completions.poll();
+            self.last_poll.set(ticks());
+        }
+    }
+
+    /// Between two parts of one long task (the nodes of a graph's chain),
+    /// what a worker does between two tasks: test the operations in flight
+    /// when due, then run the actions of the signals fired meanwhile.
+    pub(crate) fn between_parts(&self) {
+        if self.shared.completions.any_in_flight() {
+            self.poll_between_tasks();
+        }
+        self.drain_fired_signals();
+    }
+
+    /// Whether this worker, about to park, goes on testing instead: an
+    /// operation tested one by one is in flight, nobody waits for the
+    /// runtime to be quiescent, and it holds (or takes) the polling duty.
+    pub(super) fn keeps_polling(&self) -> bool {
+        let completions = &self.shared.completions;
+        if completions.needs_awake_poller()
+            && !self.shared.quiescence_wanted()
+            && completions.take_polling_duty(self.index)
+        {
+            self.polling_duty.set(true);
+            return true;
+        }
+        false
+    }
+
+    /// How long this worker, about to park, may sleep before it must test
+    /// the operations in flight: `None` while every one has a callback to
+    /// wake a worker, or none is in flight.
+    pub(super) fn parked_poll_timeout(&self) -> Option<Duration> {
+        let completions = &self.shared.completions;
+        if !completions.needs_parked_polls() {
+            if self.polling_duty.get() {
+                self.leave_polling_duty();
+            }
+            return None;
+        }
+        if completions.take_polling_duty(self.index) {
+            self.polling_duty.set(true);
+            Some(DUTY_PARK)
+        } else {
+            Some(POLL_WHILE_PARKED)
+        }
+    }
+
+    /// Gives the polling duty up (this worker found work, or nothing needs
+    /// it any more): the next worker about to park takes it.
+    #[cold]
+    pub(super) fn leave_polling_duty(&self) {
+        self.polling_duty.set(false);
+        self.shared.completions.leave_polling_duty(self.index);
+    }
+}
