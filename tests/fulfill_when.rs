@@ -144,15 +144,20 @@ fn sync_root_and_the_drop_do_not_wait_for_a_tested_promise() {
         let rt = Runtime::builder().num_threads(2).build().unwrap();
         let promise = Promise::new();
         rt.run(|| promise.fulfill_when(|| false));
-        std::thread::sleep(Duration::from_millis(20));
-        rt.sync_root();
+        // Several times: each wait must find the worker that keeps testing
+        // parked.
+        for _ in 0..10 {
+            std::thread::sleep(Duration::from_millis(20));
+            rt.sync_root();
+        }
         done_tx.send("sync_root").unwrap();
         drop(rt);
         done_tx.send("drop").unwrap();
     });
+    // Each returns at once; seconds only for a loaded machine.
     for what in ["sync_root", "drop"] {
         assert_eq!(
-            done.recv_timeout(Duration::from_secs(10)),
+            done.recv_timeout(Duration::from_secs(5)),
             Ok(what),
             "{what} waited for a promise still being tested"
         );
@@ -198,4 +203,57 @@ fn workers_parked_while_quiescence_is_awaited_still_test() {
         2,
         "the operation ended 400 ms before the long task, and was found only after it"
     );
+}
+
+/// Made by a task that stays busy, while the other workers sleep: one of
+/// them is woken to test it.
+#[test]
+fn a_promise_tested_from_a_busy_worker_wakes_a_sleeping_one() {
+    let rt = Runtime::builder().num_threads(4).build().unwrap();
+    rt.run(|| ());
+    // Every worker asleep.
+    std::thread::sleep(Duration::from_millis(50));
+    let ran = Arc::new(AtomicBool::new(false));
+    let r = Arc::clone(&ran);
+    let waited = rt.run(move || {
+        let promise = Promise::new();
+        promise.fulfill_when(|| true);
+        drop(selvedge::spawn_delayed([promise.dep()], move || {
+            r.store(true, Ordering::SeqCst)
+        }));
+        // Busy: this worker tests nothing until it returns.
+        let t = Instant::now();
+        while !ran.load(Ordering::SeqCst) && t.elapsed() < Duration::from_secs(10) {
+            std::hint::spin_loop();
+        }
+        t.elapsed()
+    });
+    assert!(
+        waited < Duration::from_secs(10),
+        "nobody tested the promise while the worker that made it was busy"
+    );
+}
+
+/// The test's closure dropping with a panic is reported; nothing else
+/// happens (the worker that dropped it goes on).
+#[test]
+fn a_test_whose_drop_panics_is_reported() {
+    struct PanicsOnDrop;
+    impl Drop for PanicsOnDrop {
+        fn drop(&mut self) {
+            panic!("a test's capture that panics when dropped");
+        }
+    }
+    let rt = Runtime::builder().num_threads(2).build().unwrap();
+    let promise = Promise::new();
+    let held = PanicsOnDrop;
+    rt.run(|| {
+        promise.fulfill_when(move || {
+            let _ = &held;
+            true
+        })
+    });
+    let after = rt.submit_delayed([promise.dep()], || "ran");
+    assert_eq!(after.join(), "ran");
+    assert_eq!(rt.run(|| selvedge::join(|| 1, || 2)), (1, 2));
 }

@@ -25,9 +25,14 @@
 
 use crate::core::polled::{Polled, PolledList};
 use crate::core::signal::Action;
-use crate::core::sync::{lock, AtomicBool, AtomicUsize, Mutex, Ordering};
+use crate::core::sync::{lock, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
 use crossbeam_utils::CachePadded;
 use std::sync::{Arc, TryLockError};
+
+/// How long after its holder's last round the polling duty may be taken
+/// over (`polling.rs`), in `clock::ticks` (about 10 µs at 3 GHz): many
+/// rounds of a holder that still tests.
+const DUTY_LAPSES_AFTER_TICKS: u64 = 1 << 15;
 
 /// Something whose operations end outside the pool, tested by polling.
 pub(crate) trait CompletionSource: Send + Sync {
@@ -59,8 +64,10 @@ pub(crate) struct Completions {
     /// Operations tested one by one (GPU work, a user's promises).
     polled: PolledList,
     /// The worker (its index + 1; 0: none) that holds the polling duty
-    /// (`polling.rs`). Read and written only by workers about to park.
+    /// (`polling.rs`), and when (`clock::ticks`) it last renewed it. Read
+    /// and written only by workers about to park.
     duty: AtomicUsize,
+    duty_renewed: AtomicU64,
 }
 
 impl Completions {
@@ -103,24 +110,35 @@ impl Completions {
         self.any_in_flight() && !self.polled.is_empty()
     }
 
-    /// Whether worker `me` holds the polling duty, taking it if nobody
-    /// does.
-    pub(crate) fn take_polling_duty(&self, me: usize) -> bool {
+    /// Whether worker `me` holds the polling duty at `now`
+    /// (`clock::ticks`): it held it, or nobody did, or its holder's last
+    /// round is older than `DUTY_LAPSES_AFTER_TICKS` (see `polling.rs`).
+    /// Renews it if so.
+    pub(crate) fn take_polling_duty(&self, me: usize, now: u64) -> bool {
         let mine = me + 1;
-        match self.duty.load(Ordering::Relaxed) {
-            0 => self
-                .duty
-                .compare_exchange(0, mine, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok(),
-            holder => holder == mine,
+        let holder = self.duty.load(Ordering::Relaxed);
+        let taken = holder == mine
+            || ((holder == 0
+                // Saturating: renewed after `now` was read is not lapsed.
+                || now.saturating_sub(self.duty_renewed.load(Ordering::Relaxed))
+                    > DUTY_LAPSES_AFTER_TICKS)
+                && self
+                    .duty
+                    .compare_exchange(holder, mine, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok());
+        if taken {
+            self.duty_renewed.store(now, Ordering::Relaxed);
         }
+        taken
     }
 
-    /// Worker `me` gives the polling duty up.
+    /// Worker `me` gives the polling duty up, if it holds it.
     pub(crate) fn leave_polling_duty(&self, me: usize) {
-        let _ = self
-            .duty
-            .compare_exchange(me + 1, 0, Ordering::Relaxed, Ordering::Relaxed);
+        if self.duty.load(Ordering::Relaxed) == me + 1 {
+            let _ = self
+                .duty
+                .compare_exchange(me + 1, 0, Ordering::Relaxed, Ordering::Relaxed);
+        }
     }
 
     /// An operation of a source began: workers poll until it ended.
@@ -154,7 +172,7 @@ impl Completions {
 
     #[cold]
     fn poll_sources(&self) -> bool {
-        let mut progressed = self.polled.poll(|| self.ended());
+        let mut progressed = !self.polled.is_empty() && self.polled.poll(|| self.ended());
         if !self.has_sources() {
             return progressed;
         }

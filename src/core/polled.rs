@@ -16,6 +16,7 @@
 //! [`Completions`]: crate::core::completions::Completions
 
 use crate::core::sync::{lock, AtomicBool, AtomicUsize, Mutex, Ordering};
+use crate::core::unwind::drop_or_report;
 use std::sync::TryLockError;
 use std::time::Duration;
 
@@ -24,12 +25,24 @@ use std::time::Duration;
 /// sleeps.
 pub(crate) const POLL_WHILE_PARKED: Duration = Duration::from_millis(1);
 
+/// What one test of an operation found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tested {
+    /// Nothing new: test it again.
+    Pending,
+    /// It completed here (its signal fired), but stays in the list until
+    /// its callback let go of it: test it again.
+    Fired,
+    /// It is over for the list, which drops it.
+    Over,
+}
+
 /// One operation that ends outside the pool, tested by polling.
 pub(crate) trait Polled: Send {
-    /// Tests once (by one thread at a time): what ended completes here.
-    /// `true` once the operation is over for the list, which then drops it
-    /// (after letting go of its lock: the drop may run user code).
-    fn test(&mut self) -> bool;
+    /// Tests once (by one thread at a time): what ended completes here. An
+    /// operation [`Tested::Over`] is dropped after the list's lock is
+    /// released (the drop may run user code).
+    fn test(&mut self) -> Tested;
 
     /// Whether its end reaches a worker without a test too (a callback
     /// that wakes one), so that parked workers need not come back for it.
@@ -80,33 +93,41 @@ impl PolledList {
 
     /// Tests every operation once, unless another thread is testing them.
     /// `ended` is called once per operation that left the list. Whether
-    /// anything left it or fired.
+    /// anything completed or left it.
     pub(crate) fn poll(&self, ended: impl Fn()) -> bool {
         let mut tested = match self.tested.try_lock() {
             Ok(tested) => tested,
-            // No user code runs under this lock: poison changes nothing.
+            // A user's test runs under this lock, but inside
+            // `catch_unwind` (`Promise::fulfill_when`): poison changes
+            // nothing.
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
             Err(TryLockError::WouldBlock) => return false,
         };
-        if self.any_added.swap(false, Ordering::Acquire) {
+        // Loaded before the swap: a line every polling thread would write.
+        if self.any_added.load(Ordering::Relaxed) && self.any_added.swap(false, Ordering::Acquire) {
             tested.append(&mut lock(&self.added));
         }
+        let mut progressed = false;
         let mut over = Vec::new();
         let mut i = 0;
         while i < tested.len() {
-            if tested[i].test() {
-                over.push(tested.swap_remove(i));
-            } else {
-                i += 1;
+            match tested[i].test() {
+                Tested::Pending => i += 1,
+                Tested::Fired => {
+                    progressed = true;
+                    i += 1;
+                }
+                Tested::Over => over.push(tested.swap_remove(i)),
             }
         }
         drop(tested);
-        let progressed = !over.is_empty();
+        progressed |= !over.is_empty();
         for op in over {
             self.count(&*op).fetch_sub(1, Ordering::Relaxed);
             ended();
-            // Dropped outside the lock: a user's test may own anything.
-            drop(op);
+            // Outside the lock, and caught: a user's test may own anything,
+            // and its drop may panic.
+            drop_or_report("the drop of a test given to Promise::fulfill_when", op);
         }
         progressed
     }
@@ -114,7 +135,7 @@ impl PolledList {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::{Polled, PolledList};
+    use super::{Polled, PolledList, Tested};
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
@@ -126,8 +147,12 @@ mod tests {
     }
 
     impl Polled for Counting {
-        fn test(&mut self) -> bool {
-            self.tests.fetch_add(1, Ordering::Relaxed) + 1 >= self.ends_at
+        fn test(&mut self) -> Tested {
+            if self.tests.fetch_add(1, Ordering::Relaxed) + 1 >= self.ends_at {
+                Tested::Over
+            } else {
+                Tested::Pending
+            }
         }
         fn has_callback(&self) -> bool {
             self.callback
@@ -175,7 +200,7 @@ mod tests {
     fn a_test_may_add_an_operation() {
         struct Adding(Arc<PolledList>, bool);
         impl Polled for Adding {
-            fn test(&mut self) -> bool {
+            fn test(&mut self) -> Tested {
                 if !self.1 {
                     self.1 = true;
                     self.0.add(Box::new(Counting {
@@ -184,7 +209,7 @@ mod tests {
                         callback: true,
                     }));
                 }
-                true
+                Tested::Over
             }
             fn has_callback(&self) -> bool {
                 true

@@ -11,7 +11,7 @@
 #![cfg_attr(not(feature = "cuda"), allow(dead_code))]
 
 use crate::core::fire_once::{Disposal, FireOnce};
-use crate::core::polled::Polled;
+use crate::core::polled::{Polled, Tested};
 use crate::core::registry::{fire_signal, Registry};
 use crate::core::signal::SignalRef;
 use crate::core::worker::Worker;
@@ -23,6 +23,10 @@ pub(crate) trait Query: Send {
     /// the answer is an error (the callback, or whoever watches for
     /// errors, deals with those).
     fn has_ended(&self) -> bool;
+
+    /// Called once, when the operation leaves the list: its callback let
+    /// go of the claim, or the claim was given up.
+    fn released(&self) {}
 }
 
 /// An operation in a runtime's `PolledList` (see the module docs).
@@ -41,25 +45,32 @@ impl<Q: Query> PolledSignal<Q> {
 }
 
 impl<Q: Query> Polled for PolledSignal<Q> {
-    fn test(&mut self) -> bool {
+    fn test(&mut self) -> Tested {
         match self.claim.may_be_freed() {
-            Disposal::Free => return true,
+            Disposal::Free => {
+                self.query.released();
+                return Tested::Over;
+            }
             Disposal::Leak => {
                 // The callback may still hold the pointer, and never let go.
                 std::mem::forget(Arc::clone(&self.claim));
-                return true;
+                self.query.released();
+                return Tested::Over;
             }
             // Fired (by a test): the callback has yet to let go of it.
-            Disposal::Keep if self.claim.is_claimed() => return false,
+            Disposal::Keep if self.claim.is_claimed() => return Tested::Pending,
             Disposal::Keep => {}
         }
         if !self.query.has_ended() {
-            return false;
+            return Tested::Pending;
         }
-        if let Some(signal) = self.claim.claim() {
-            fire(signal);
+        match self.claim.claim() {
+            Some(signal) => {
+                fire(signal);
+                Tested::Fired
+            }
+            None => Tested::Pending,
         }
-        false
     }
 
     fn has_callback(&self) -> bool {
@@ -88,7 +99,7 @@ mod tests {
     use super::{PolledSignal, Query};
     use crate::core::fire_once::FireOnce;
     use crate::core::registry::fire_signal;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use std::sync::{mpsc, Arc};
     use std::time::{Duration, Instant};
 
@@ -108,13 +119,16 @@ mod tests {
         Task,
         /// A thread outside while every worker runs a stream of short tasks.
         TimerWhileBusy,
+        /// A thread outside, after the workers ran out of work long ago.
+        TimerWhileIdle,
         /// A thread outside, whose callback comes at once.
         TimerWithPromptCallback,
     }
 
     /// Ends a fake operation (see `Ender`); its callback comes once the
     /// task waiting on it ran, or 10 s after the end. Whether the callback
-    /// fired the signal (no worker found the operation ended first).
+    /// fired the signal (no worker found the operation ended first). The
+    /// signal's action runs once whoever fires it.
     fn end_and_wait(workers: usize, ender: Ender) -> bool {
         let rt = crate::Runtime::builder()
             .num_threads(workers)
@@ -123,7 +137,10 @@ mod tests {
         let registry = Arc::clone(rt.registry());
         let promise = crate::Promise::new();
         let dep = promise.dep();
+        let actions = Arc::new(AtomicUsize::new(0));
+        let a = Arc::clone(&actions);
         let signal = registry.signal(Box::new(move || {
+            a.fetch_add(1, Ordering::SeqCst);
             promise.fulfill();
         }));
         let claim = Arc::new(FireOnce::kept_for_callback(signal));
@@ -175,6 +192,11 @@ mod tests {
                 ended.store(true, Ordering::Release);
                 callback(Duration::from_secs(10))
             }
+            Ender::TimerWhileIdle => {
+                std::thread::sleep(Duration::from_millis(50));
+                ended.store(true, Ordering::Release);
+                callback(Duration::from_secs(10))
+            }
             Ender::TimerWithPromptCallback => {
                 ended.store(true, Ordering::Release);
                 callback(Duration::ZERO)
@@ -184,6 +206,12 @@ mod tests {
         if let Some(stream) = stream {
             stream.join();
         }
+        rt.sync_root();
+        assert_eq!(
+            actions.load(Ordering::SeqCst),
+            1,
+            "the action ran more than once, or never"
+        );
         // Counted out once a poll sees the callback gone.
         let t = Instant::now();
         while registry.completions.any_in_flight() {
@@ -203,6 +231,17 @@ mod tests {
         assert!(
             !end_and_wait(2, Ender::Task),
             "the callback fired it, 10 s after the end: no worker found it ended"
+        );
+    }
+
+    /// Workers that ran out of work long ago find it: one of them keeps
+    /// testing instead of going to sleep (its callback would wake one, but
+    /// comes 10 s late here).
+    #[test]
+    fn a_worker_keeps_testing_while_the_others_sleep() {
+        assert!(
+            !end_and_wait(2, Ender::TimerWhileIdle),
+            "the callback fired it, 10 s after the end: every worker had gone to sleep"
         );
     }
 

@@ -16,16 +16,22 @@
 //! (GPU work, a user's `Promise::fulfill_when`) it goes on testing, and
 //! yields the CPU between rounds, instead of parking. That costs one core,
 //! yielded to any thread that wants it, and only while such an operation
-//! is in flight: with none, every idle worker parks.
+//! is in flight: with none, every idle worker parks. The holder renews the
+//! duty in each of those rounds; once it stops (it found a task, or
+//! parked), another worker may take the duty over when
+//! `DUTY_LAPSES_AFTER_TICKS` (`completions.rs`, about 10 µs) passed since
+//! its last round. So a worker that finds work gives nothing up on its way
+//! to it.
 //!
 //! A worker that does not park would keep the runtime from ever being
 //! quiescent, which `sync_root` and the runtime's drop wait for, and a
 //! user's operation (unlike GPU work, whose signals are pending) does not
 //! count against quiescence. So while a thread waits for quiescence the
-//! holder parks too: for [`DUTY_PARK`] at most while operations without a
-//! callback are in flight, and the others for [`POLL_WHILE_PARKED`]. The
-//! duty goes with the first task its holder finds, and with the last
-//! operation in flight.
+//! holder parks too, for [`DUTY_PARK`] at most: it comes back to test, and
+//! to take up the duty again once the wait is over. The other workers park
+//! for [`POLL_WHILE_PARKED`] at most while an operation without a callback
+//! is in flight (the holder may have gone to run a long task; a GPU
+//! operation's host function wakes a worker instead).
 
 use crate::core::clock::ticks;
 use crate::core::polled::POLL_WHILE_PARKED;
@@ -69,40 +75,31 @@ impl Worker {
     /// runtime to be quiescent, and it holds (or takes) the polling duty.
     pub(super) fn keeps_polling(&self) -> bool {
         let completions = &self.shared.completions;
-        if completions.needs_awake_poller()
+        completions.needs_awake_poller()
             && !self.shared.quiescence_wanted()
-            && completions.take_polling_duty(self.index)
-        {
-            self.polling_duty.set(true);
-            return true;
-        }
-        false
+            && completions.take_polling_duty(self.index, ticks())
     }
 
     /// How long this worker, about to park, may sleep before it must test
-    /// the operations in flight: `None` while every one has a callback to
-    /// wake a worker, or none is in flight.
+    /// the operations in flight. It parks although operations tested one
+    /// by one are in flight only while a thread waits for quiescence (or
+    /// while another worker holds the duty): the holder then comes back
+    /// after [`DUTY_PARK`], to test and to take up the duty again once the
+    /// wait is over; the others after [`POLL_WHILE_PARKED`] while an
+    /// operation without a callback is in flight, in case the holder went
+    /// to run a long task, and never otherwise (a callback wakes one).
     pub(super) fn parked_poll_timeout(&self) -> Option<Duration> {
         let completions = &self.shared.completions;
-        if !completions.needs_parked_polls() {
-            if self.polling_duty.get() {
-                self.leave_polling_duty();
-            }
+        if !completions.needs_awake_poller() {
+            completions.leave_polling_duty(self.index);
             return None;
         }
-        if completions.take_polling_duty(self.index) {
-            self.polling_duty.set(true);
+        if self.shared.quiescence_wanted() && completions.take_polling_duty(self.index, ticks()) {
             Some(DUTY_PARK)
-        } else {
+        } else if completions.needs_parked_polls() {
             Some(POLL_WHILE_PARKED)
+        } else {
+            None
         }
-    }
-
-    /// Gives the polling duty up (this worker found work, or nothing needs
-    /// it any more): the next worker about to park takes it.
-    #[cold]
-    pub(super) fn leave_polling_duty(&self) {
-        self.polling_duty.set(false);
-        self.shared.completions.leave_polling_duty(self.index);
     }
 }

@@ -16,6 +16,7 @@ use crate::core::stats::{tasks_waiting, Counters, WorkerCounters};
 use crate::core::steal::{Mailbox, ReplySlot};
 use crate::core::sync::{AtomicBool, AtomicUsize, Ordering};
 use crate::core::task::{BlockExchange, Header, OutsidePool, TaskRef};
+use crate::core::unwind::drop_or_report;
 use crate::core::worker::Worker;
 use crossbeam_utils::CachePadded;
 use std::sync::Arc;
@@ -183,20 +184,26 @@ impl Registry {
             || self.root_syncs.load(Ordering::Relaxed) != 0
     }
 
-    /// Workers test `op` from now on (`completions.rs`). From a thread
-    /// outside the workers, an operation without a callback also wakes a
-    /// worker, through the inbox (a no-op signal fired): every worker may
-    /// have parked without a timeout, before the operation was counted, and
-    /// the inbox's protocol has no lost wake-up. The woken worker tests it,
-    /// and parks with a timeout afterwards.
+    /// Workers test `op` from now on (`completions.rs`). An operation
+    /// without a callback also wakes a worker, through the inbox (a no-op
+    /// signal fired): every other worker may have parked without a timeout
+    /// before the operation was counted, and the inbox's protocol has no
+    /// lost wake-up. The woken worker tests it, and keeps testing or parks
+    /// with a timeout afterwards. From a thread outside the workers once the
+    /// runtime's drop has begun, `op` is dropped untested: no worker may be
+    /// left to test it.
     pub(crate) fn watch(&self, op: Box<dyn Polled>) {
-        let wake = !op.has_callback() && !self.is_current_worker();
-        self.completions.watch(op);
-        if wake {
-            if let Ok(signal) = self.signal_unless_shut_down(Box::new(|| ())) {
+        if op.has_callback() {
+            self.completions.watch(op);
+            return;
+        }
+        match self.signal_unless_shut_down(Box::new(|| ())) {
+            Ok(signal) => {
+                self.completions.watch(op);
                 // SAFETY: just made, fired once; we hold the registry.
                 unsafe { fire_signal(signal) };
             }
+            Err(_) => drop_or_report("the drop of a test given to Promise::fulfill_when", op),
         }
     }
 

@@ -142,8 +142,6 @@ pub(crate) struct Worker {
     /// When this worker last polled the runtime's completion sources
     /// between two tasks (`clock::ticks`).
     pub(super) last_poll: Cell<u64>,
-    /// Whether this worker holds the runtime's polling duty (`polling.rs`).
-    pub(super) polling_duty: Cell<bool>,
     /// For rescue: each worker's count of tasks run and of tasks queued as
     /// this one last saw them, and since when they read so.
     pub(super) seen: Box<[Cell<(u64, usize, Instant)>]>,
@@ -215,7 +213,6 @@ impl Worker {
             loop_top: Cell::new(std::ptr::null()),
             last_demand: Cell::new(0),
             last_poll: Cell::new(0),
-            polling_duty: Cell::new(false),
             seen: shared
                 .deques
                 .iter()
@@ -1121,9 +1118,6 @@ impl Worker {
     fn stop_waiting(&self) {
         if self.in_flight.get() && self.withdraw_request() {
             self.in_flight.set(false);
-        }
-        if self.polling_duty.get() {
-            self.leave_polling_duty();
         }
     }
 

@@ -3,7 +3,7 @@
 //! or that the workers fulfill themselves once a test says so (tested with
 //! the runtime's other completions, `core/completions.rs`).
 
-use crate::core::polled::Polled;
+use crate::core::polled::{Polled, Tested as TestedOp};
 use crate::core::pool::current_registry;
 use crate::core::unwind::report;
 use crate::dataflow::event::{Dep, Group};
@@ -111,16 +111,22 @@ impl Promise {
     /// The workers of the current runtime (the calling worker's, or the
     /// global runtime from any other thread) call `has_ended` while they
     /// look for work and between two tasks (every ten microseconds or so
-    /// at most), one call at a time; while every worker sleeps, one comes
-    /// back to call it every millisecond. It is called until it returns
-    /// `true` or the promise is fulfilled by any handle, whichever comes
-    /// first, and dropped then. So an operation with a callback of its own
-    /// may also [`fulfill`](Promise::fulfill) the promise from there: the
-    /// first of the two counts.
+    /// at most), one call at a time; while they have nothing else to do,
+    /// one of them keeps calling it (yielding its CPU between calls to any
+    /// thread that wants it) instead of going to sleep. It is called until
+    /// it returns `true` or the promise is fulfilled by any handle,
+    /// whichever comes first, and dropped then. So an operation with a
+    /// callback of its own may also [`fulfill`](Promise::fulfill) the
+    /// promise from there: the first of the two counts. A promise being
+    /// tested is not work: [`Runtime::sync_root`](crate::Runtime::sync_root)
+    /// and the runtime's drop do not wait for it (the workers then test it
+    /// every millisecond or so), and one made from outside once the
+    /// runtime's drop began is dropped untested.
     ///
     /// `has_ended` must return quickly and never wait: every call holds up
-    /// a worker. It holds a handle to the promise, so the promise does not
-    /// break while it is being tested. Should it panic, the panic is
+    /// the thread that tests the runtime's operations (a worker, mostly).
+    /// It holds a handle to the promise, so the promise does not break
+    /// while it is being tested. Should it panic, the panic is
     /// reported on stderr and testing stops: the promise then breaks once
     /// its other handles are dropped unfulfilled.
     ///
@@ -166,22 +172,22 @@ struct Tested<F> {
 }
 
 impl<F: FnMut() -> bool + Send> Polled for Tested<F> {
-    fn test(&mut self) -> bool {
+    fn test(&mut self) -> TestedOp {
         if self.promise.is_fulfilled() {
-            return true;
+            return TestedOp::Over;
         }
         match catch_unwind(AssertUnwindSafe(|| (self.has_ended)())) {
             Ok(true) => {
                 self.promise.fulfill();
-                true
+                TestedOp::Over
             }
-            Ok(false) => false,
+            Ok(false) => TestedOp::Pending,
             Err(payload) => {
                 report(
                     "the test given to Promise::fulfill_when (it is tested no more)",
                     payload,
                 );
-                true
+                TestedOp::Over
             }
         }
     }

@@ -28,7 +28,7 @@ use crate::core::fire_once::FireOnce;
 use crate::core::polled_signal::{PolledSignal, Query};
 use crate::core::registry::fire_signal;
 use crate::core::signal::Action;
-use crate::core::sync::lock;
+use crate::core::sync::{lock, Mutex};
 use cudarc::driver::{sys, DriverError};
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -38,7 +38,8 @@ use std::time::Duration;
 /// How often the watchdog queries the streams while work is in flight.
 const WATCHDOG_PERIOD: Duration = Duration::from_millis(20);
 
-/// The completions whose action has not run yet.
+/// The completions whose host function has not let go of their claim
+/// (whose action may not have run either).
 #[derive(Default)]
 pub(super) struct InFlight {
     next_id: u64,
@@ -140,7 +141,6 @@ impl DeviceInner {
         after: &Arc<RawEvent>,
         action: impl FnOnce() + Send + 'static,
     ) -> Result<(), GpuError> {
-        let in_flight = Arc::clone(&self.in_flight);
         let mut registry = lock(&self.in_flight);
         // Under the lock the watchdog's abandon pass takes after setting
         // `failed`: either it is seen here, or this completion is registered
@@ -165,9 +165,6 @@ impl DeviceInner {
         #[cfg(feature = "trace")]
         let flow = on_home().map_or(0, |w| w.trace_device_enqueued());
         let action: Action = Box::new(move || {
-            // Out of the registry first: the signal is freed after this
-            // returns, and nobody abandoning must find it then.
-            lock(&in_flight).signals.remove(&id);
             #[cfg(feature = "trace")]
             if let Some(w) = on_home() {
                 let fired_at = crate::core::signal::fired_at_of_running_action();
@@ -208,7 +205,11 @@ impl DeviceInner {
         // fallback. Added after the launch: a completion that could not be
         // enqueued must be nobody's to fire.
         self.runtime.watch(Box::new(PolledSignal::new(
-            EventEnded(Arc::clone(after)),
+            EventEnded {
+                event: Arc::clone(after),
+                in_flight: Arc::clone(&self.in_flight),
+                id,
+            },
             claim,
         )));
         if was_idle {
@@ -226,15 +227,17 @@ impl DeviceInner {
         self.abandon_in_flight();
     }
 
-    /// Gives up every completion that neither a worker nor its host
-    /// function fired: their actions are dropped unrun. Only for host
-    /// functions that never will run (the context is lost).
+    /// Gives up every completion whose host function has not run: those
+    /// nobody fired have their actions dropped unrun, and every one is
+    /// marked given up, so that the runtime's list lets it go (leaking the
+    /// claim its host function holds). Only for host functions that never
+    /// will run (the context is lost).
     pub(super) fn abandon_in_flight(&self) {
         let actions: Vec<Action> = {
-            let mut registry = lock(&self.in_flight);
-            let claims: Vec<Arc<FireOnce>> = registry.signals.drain().map(|(_, c)| c).collect();
-            claims
-                .iter()
+            let registry = lock(&self.in_flight);
+            registry
+                .signals
+                .values()
                 .filter_map(|c| c.give_up())
                 // SAFETY: claimed here, so never fired and never to be.
                 .filter_map(|s| unsafe { self.runtime.inbox.discard(s) })
@@ -311,20 +314,30 @@ unsafe extern "C" fn stream_reached(user_data: *mut c_void) {
 }
 
 /// Whether the work before an event's most recent record is complete,
-/// asked by a polling worker.
-struct EventEnded(Arc<RawEvent>);
+/// asked by a polling worker; and the completion's place in the device's
+/// registry, which it keeps until its host function let go of the claim
+/// (so that a device failure before then gives the claim up, and the
+/// runtime's list lets it go).
+struct EventEnded {
+    event: Arc<RawEvent>,
+    in_flight: Arc<Mutex<InFlight>>,
+    id: u64,
+}
 
 impl Query for EventEnded {
     fn has_ended(&self) -> bool {
         // Allowed, in the relaxed mode, while another thread captures a
         // stream in the global mode (the query would end that capture
-        // otherwise). The query needs no current context: the event names
-        // its own. An error reads as "not yet": the host function and the
-        // watchdog deal with a failed device.
+        // otherwise). An error reads as "not yet": the host function and
+        // the watchdog deal with a failed device.
         let mode = exchange_capture_mode(RELAXED);
-        let ended = self.0.is_complete();
+        let ended = self.event.is_complete_in_context();
         exchange_capture_mode(mode);
         matches!(ended, Ok(true))
+    }
+
+    fn released(&self) {
+        lock(&self.in_flight).signals.remove(&self.id);
     }
 }
 

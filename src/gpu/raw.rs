@@ -67,6 +67,14 @@ impl RawEvent {
         }
     }
 
+    /// [`RawEvent::is_complete`] from any thread: makes the event's own
+    /// context current first (a worker testing GPU work in flight may have
+    /// another device's, or none).
+    pub(super) fn is_complete_in_context(&self) -> Result<bool, DriverError> {
+        make_current(&self._context)?;
+        self.is_complete()
+    }
+
     /// Blocks the calling thread until the work before the most recent
     /// record is complete.
     pub(super) fn synchronize(&self) -> Result<(), DriverError> {
