@@ -105,9 +105,9 @@ impl Completions {
     }
 
     /// Whether a worker should go on testing instead of parking: an
-    /// operation tested one by one is in flight (see `polling.rs`).
+    /// operation is in flight (see `polling.rs`).
     pub(crate) fn needs_awake_poller(&self) -> bool {
-        self.any_in_flight() && !self.polled.is_empty()
+        self.any_in_flight()
     }
 
     /// Whether worker `me` holds the polling duty at `now`

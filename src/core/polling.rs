@@ -12,8 +12,8 @@
 //! CUDA host function, tens of microseconds after the work, then a worker
 //! woken), or for a parked worker's timeout (which the kernel's timer
 //! slack stretches by tens of microseconds). So one worker at a time holds
-//! the *polling duty*: while an operation tested one by one is in flight
-//! (GPU work, a user's `Promise::fulfill_when`) it goes on testing, and
+//! the *polling duty*: while an operation is in flight (an MPI message,
+//! GPU work, a user's `Promise::fulfill_when`) it goes on testing, and
 //! yields the CPU between rounds, instead of parking. That costs one core,
 //! yielded to any thread that wants it, and only while such an operation
 //! is in flight: with none, every idle worker parks. The holder renews the
@@ -25,13 +25,15 @@
 //!
 //! A worker that does not park would keep the runtime from ever being
 //! quiescent, which `sync_root` and the runtime's drop wait for, and a
-//! user's operation (unlike GPU work, whose signals are pending) does not
-//! count against quiescence. So while a thread waits for quiescence the
-//! holder parks too, for [`DUTY_PARK`] at most: it comes back to test, and
-//! to take up the duty again once the wait is over. The other workers park
+//! user's operation (unlike a message or GPU work, whose signals are
+//! pending) does not count against quiescence. So while a thread waits
+//! for quiescence the holder parks too, for [`DUTY_PARK`] at most: it
+//! comes back to test, and to take up the duty again once the wait is
+//! over. The other workers park
 //! for [`POLL_WHILE_PARKED`] at most while an operation without a callback
 //! is in flight (the holder may have gone to run a long task; a GPU
-//! operation's host function wakes a worker instead).
+//! operation's host function, or MPI's fallback thread, wakes a worker
+//! instead).
 
 use crate::core::clock::ticks;
 use crate::core::polled::POLL_WHILE_PARKED;
@@ -71,8 +73,8 @@ impl Worker {
     }
 
     /// Whether this worker, about to park, goes on testing instead: an
-    /// operation tested one by one is in flight, nobody waits for the
-    /// runtime to be quiescent, and it holds (or takes) the polling duty.
+    /// operation is in flight, nobody waits for the runtime to be
+    /// quiescent, and it holds (or takes) the polling duty.
     pub(super) fn keeps_polling(&self) -> bool {
         let completions = &self.shared.completions;
         completions.needs_awake_poller()
@@ -81,13 +83,14 @@ impl Worker {
     }
 
     /// How long this worker, about to park, may sleep before it must test
-    /// the operations in flight. It parks although operations tested one
-    /// by one are in flight only while a thread waits for quiescence (or
-    /// while another worker holds the duty): the holder then comes back
+    /// the operations in flight. It parks although operations are in
+    /// flight only while a thread waits for quiescence (or while another
+    /// worker holds the duty): the holder then comes back
     /// after [`DUTY_PARK`], to test and to take up the duty again once the
     /// wait is over; the others after [`POLL_WHILE_PARKED`] while an
     /// operation without a callback is in flight, in case the holder went
-    /// to run a long task, and never otherwise (a callback wakes one).
+    /// to run a long task, and never otherwise (a callback, or a source's
+    /// fallback thread, wakes one).
     pub(super) fn parked_poll_timeout(&self) -> Option<Duration> {
         let completions = &self.shared.completions;
         if !completions.needs_awake_poller() {
