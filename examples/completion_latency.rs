@@ -57,17 +57,17 @@ fn main() {
          from the end of an operation to the start of the task waiting for it, in us",
         (rounds / 10).max(10) / 4 * 4
     );
-    println!("| workers | polled p50 | polled p90 | callback p50 | callback p90 | polled / callback (p50) |");
+    println!("| workers, operation | polled p50 | polled p90 | callback p50 | callback p90 | polled / callback (p50) |");
     println!("|---|---:|---:|---:|---:|---:|");
     let cases = [
         (
-            "idle, operations 100 us apart",
+            "idle, the operation ending 100 us after it began",
             Duration::from_micros(100),
             false,
             rounds,
         ),
         (
-            "asleep, operations 5 ms apart",
+            "idle, the operation ending 5 ms after it began",
             Duration::from_millis(5),
             false,
             (rounds / 10).max(10),
