@@ -23,6 +23,7 @@
 // Counted and polled by MPI clusters (and the unit tests and loom models).
 #![cfg_attr(not(feature = "mpi"), allow(dead_code))]
 
+use crate::core::clock::ticks;
 use crate::core::polled::{Polled, PolledList};
 use crate::core::signal::Action;
 use crate::core::sync::{lock, AtomicBool, AtomicU64, AtomicUsize, Mutex, Ordering};
@@ -33,6 +34,12 @@ use std::sync::{Arc, TryLockError};
 /// over (`polling.rs`), in `clock::ticks` (about 10 µs at 3 GHz): many
 /// rounds of a holder that still tests.
 const DUTY_LAPSES_AFTER_TICKS: u64 = 1 << 15;
+
+/// How long the polling duty's holder keeps testing after an operation
+/// last began or completed, in `clock::ticks` (about 1.4 ms at 3 GHz): an
+/// operation in flight for longer is left to its callback, or to parked
+/// workers' timeouts, so that no worker spins for it forever.
+const DUTY_SPINS_FOR_TICKS: u64 = 1 << 22;
 
 /// Something whose operations end outside the pool, tested by polling.
 pub(crate) trait CompletionSource: Send + Sync {
@@ -68,6 +75,9 @@ pub(crate) struct Completions {
     /// and written only by workers about to park.
     duty: AtomicUsize,
     duty_renewed: AtomicU64,
+    /// When (`clock::ticks`) an operation last began, or a poll last
+    /// completed one.
+    last_activity: AtomicU64,
 }
 
 impl Completions {
@@ -145,6 +155,14 @@ impl Completions {
     pub(crate) fn began(&self) {
         // Relaxed: a hint for pollers, who find what ended by testing.
         self.in_flight.fetch_add(1, Ordering::Relaxed);
+        self.last_activity.store(ticks(), Ordering::Relaxed);
+    }
+
+    /// Whether an operation began or completed less than
+    /// [`DUTY_SPINS_FOR_TICKS`] before `now` (`clock::ticks`): the polling
+    /// duty's holder keeps testing only then (see `polling.rs`).
+    pub(crate) fn recently_active(&self, now: u64) -> bool {
+        now.saturating_sub(self.last_activity.load(Ordering::Relaxed)) < DUTY_SPINS_FOR_TICKS
     }
 
     /// An operation counted by [`Completions::began`] ended.
@@ -172,6 +190,14 @@ impl Completions {
 
     #[cold]
     fn poll_sources(&self) -> bool {
+        let progressed = self.poll_each();
+        if progressed {
+            self.last_activity.store(ticks(), Ordering::Relaxed);
+        }
+        progressed
+    }
+
+    fn poll_each(&self) -> bool {
         let mut progressed = !self.polled.is_empty() && self.polled.poll(|| self.ended());
         if !self.has_sources() {
             return progressed;

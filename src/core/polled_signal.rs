@@ -104,11 +104,23 @@ mod tests {
     use std::time::{Duration, Instant};
 
     /// A fake device event, ended by a store.
-    struct Flag(Arc<AtomicBool>);
+    /// With `busy_device`, every test that finds it running counts another
+    /// operation begun and ended meanwhile (as a device kept busy by other
+    /// work would), so that the worker testing it never stops for lack of
+    /// activity.
+    struct Flag {
+        ended: Arc<AtomicBool>,
+        busy_device: Option<Arc<crate::core::registry::Registry>>,
+    }
 
     impl Query for Flag {
         fn has_ended(&self) -> bool {
-            self.0.load(Ordering::Acquire)
+            let ended = self.ended.load(Ordering::Acquire);
+            if let (false, Some(registry)) = (ended, &self.busy_device) {
+                registry.completions.began();
+                registry.completions.ended();
+            }
+            ended
         }
     }
 
@@ -119,7 +131,8 @@ mod tests {
         Task,
         /// A thread outside while every worker runs a stream of short tasks.
         TimerWhileBusy,
-        /// A thread outside, after the workers ran out of work long ago.
+        /// A thread outside, after the workers ran out of work long ago,
+        /// while the device stays busy.
         TimerWhileIdle,
         /// A thread outside, whose callback comes at once.
         TimerWithPromptCallback,
@@ -146,7 +159,10 @@ mod tests {
         let claim = Arc::new(FireOnce::kept_for_callback(signal));
         let ended = Arc::new(AtomicBool::new(false));
         registry.watch(Box::new(PolledSignal::new(
-            Flag(Arc::clone(&ended)),
+            Flag {
+                ended: Arc::clone(&ended),
+                busy_device: matches!(ender, Ender::TimerWhileIdle).then(|| Arc::clone(&registry)),
+            },
             Arc::clone(&claim),
         )));
         let (ran_tx, ran) = mpsc::channel();
@@ -234,9 +250,9 @@ mod tests {
         );
     }
 
-    /// Workers that ran out of work long ago find it: one of them keeps
-    /// testing instead of going to sleep (its callback would wake one, but
-    /// comes 10 s late here).
+    /// Workers that ran out of work long ago find it, while the device is
+    /// busy: one of them keeps testing instead of going to sleep (its
+    /// callback would wake one, but comes 10 s late here).
     #[test]
     fn a_worker_keeps_testing_while_the_others_sleep() {
         assert!(
@@ -251,6 +267,45 @@ mod tests {
         assert!(
             !end_and_wait(2, Ender::TimerWhileBusy),
             "the callback fired it, 10 s after the end: no busy worker found it ended"
+        );
+    }
+
+    /// An operation that does not end, and nothing else beginning or
+    /// ending: the worker that kept testing goes to sleep too, after a
+    /// while (no worker spins for ever).
+    #[test]
+    fn no_worker_keeps_testing_for_ever() {
+        let rt = crate::Runtime::builder().num_threads(2).build().unwrap();
+        let registry = Arc::clone(rt.registry());
+        let promise = crate::Promise::new();
+        let signal = registry.signal(Box::new(move || {
+            promise.fulfill();
+        }));
+        let claim = Arc::new(FireOnce::kept_for_callback(signal));
+        let ended = Arc::new(AtomicBool::new(false));
+        registry.watch(Box::new(PolledSignal::new(
+            Flag {
+                ended: Arc::clone(&ended),
+                busy_device: None,
+            },
+            Arc::clone(&claim),
+        )));
+        let t = Instant::now();
+        let mut all_asleep = false;
+        while !all_asleep && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(1));
+            all_asleep = registry.sleep.all_parked();
+        }
+        // The callback ends it (the runtime's drop waits for it).
+        ended.store(true, Ordering::Release);
+        // SAFETY: the one callback call; the claim is kept until it.
+        if let Some(signal) = unsafe { FireOnce::claim_from_callback(claim.as_callback_arg()) } {
+            // SAFETY: claimed: fired once; the registry lives.
+            unsafe { fire_signal(signal) };
+        }
+        assert!(
+            all_asleep,
+            "a worker still tested, 5 s after the operation began"
         );
     }
 

@@ -15,8 +15,14 @@
 //! the *polling duty*: while an operation is in flight (an MPI message,
 //! GPU work, a user's `Promise::fulfill_when`) it goes on testing, and
 //! yields the CPU between rounds, instead of parking. That costs one core,
-//! yielded to any thread that wants it, and only while such an operation
-//! is in flight: with none, every idle worker parks. The holder renews the
+//! yielded to any thread that wants it, and only while operations are in
+//! flight and keep beginning or completing: once none did for
+//! `DUTY_SPINS_FOR_TICKS` (`completions.rs`, about 1.4 ms), the holder
+//! parks too, so that no worker spins for ever for an operation that does
+//! not end; from then on the operation's callback (a GPU task's host
+//! function, MPI's fallback thread) wakes a worker, or, without one, the
+//! holder comes back every [`DUTY_PARK`] to test. With nothing in flight,
+//! every idle worker parks. The holder renews the
 //! duty in each of those rounds; once it stops (it found a task, or
 //! parked), another worker may take the duty over when
 //! `DUTY_LAPSES_AFTER_TICKS` (`completions.rs`, about 10 µs) passed since
@@ -45,9 +51,9 @@ use std::time::Duration;
 /// time-stamp counter; 33 µs elsewhere, where they are nanoseconds).
 const POLL_BETWEEN_TASKS_TICKS: u64 = 1 << 15;
 
-/// How long the worker holding the polling duty parks at most while only
-/// operations without a callback are in flight.
-const DUTY_PARK: Duration = Duration::from_micros(50);
+/// How long the worker holding the polling duty parks at most when it may
+/// not keep testing (see `parked_poll_timeout`).
+const DUTY_PARK: Duration = Duration::from_micros(100);
 
 impl Worker {
     /// While operations are in flight, a busy worker tests them too, at
@@ -73,31 +79,38 @@ impl Worker {
     }
 
     /// Whether this worker, about to park, goes on testing instead: an
-    /// operation is in flight, nobody waits for the runtime to be
-    /// quiescent, and it holds (or takes) the polling duty.
+    /// operation is in flight, one began or completed lately, nobody waits
+    /// for the runtime to be quiescent, and it holds (or takes) the
+    /// polling duty.
     pub(super) fn keeps_polling(&self) -> bool {
         let completions = &self.shared.completions;
-        completions.needs_awake_poller()
-            && !self.shared.quiescence_wanted()
-            && completions.take_polling_duty(self.index, ticks())
+        if !completions.needs_awake_poller() || self.shared.quiescence_wanted() {
+            return false;
+        }
+        let now = ticks();
+        completions.recently_active(now) && completions.take_polling_duty(self.index, now)
     }
 
     /// How long this worker, about to park, may sleep before it must test
     /// the operations in flight. It parks although operations are in
-    /// flight only while a thread waits for quiescence (or while another
-    /// worker holds the duty): the holder then comes back
-    /// after [`DUTY_PARK`], to test and to take up the duty again once the
-    /// wait is over; the others after [`POLL_WHILE_PARKED`] while an
-    /// operation without a callback is in flight, in case the holder went
-    /// to run a long task, and never otherwise (a callback, or a source's
-    /// fallback thread, wakes one).
+    /// flight while a thread waits for quiescence, while none began or
+    /// completed lately, or while another worker holds the duty. The
+    /// holder then comes back after [`DUTY_PARK`] while an operation
+    /// without a callback is in flight, or to take up the duty again once
+    /// a wait for quiescence is over; the others after
+    /// [`POLL_WHILE_PARKED`] while an operation without a callback is in
+    /// flight (in case the holder went to run a long task), and never
+    /// otherwise (a callback, or a source's fallback thread, wakes one).
     pub(super) fn parked_poll_timeout(&self) -> Option<Duration> {
         let completions = &self.shared.completions;
         if !completions.needs_awake_poller() {
             completions.leave_polling_duty(self.index);
             return None;
         }
-        if self.shared.quiescence_wanted() && completions.take_polling_duty(self.index, ticks()) {
+        let now = ticks();
+        let holder_returns = completions.needs_parked_polls()
+            || (self.shared.quiescence_wanted() && completions.recently_active(now));
+        if holder_returns && completions.take_polling_duty(self.index, now) {
             Some(DUTY_PARK)
         } else if completions.needs_parked_polls() {
             Some(POLL_WHILE_PARKED)

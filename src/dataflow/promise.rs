@@ -113,15 +113,16 @@ impl Promise {
     /// look for work and between two tasks (every ten microseconds or so
     /// at most), one call at a time; while they have nothing else to do,
     /// one of them keeps calling it (yielding its CPU between calls to any
-    /// thread that wants it) instead of going to sleep. It is called until
+    /// thread that wants it) instead of going to sleep, until no operation
+    /// began or ended for a millisecond or so; then it calls it every
+    /// 100 µs or so. It is called until
     /// it returns `true` or the promise is fulfilled by any handle,
     /// whichever comes first, and dropped then. So an operation with a
     /// callback of its own may also [`fulfill`](Promise::fulfill) the
     /// promise from there: the first of the two counts. A promise being
     /// tested is not work: [`Runtime::sync_root`](crate::Runtime::sync_root)
-    /// and the runtime's drop do not wait for it (the workers then test it
-    /// every millisecond or so), and one made from outside once the
-    /// runtime's drop began is dropped untested.
+    /// and the runtime's drop do not wait for it, and one made from outside
+    /// once the runtime's drop began is dropped untested.
     ///
     /// `has_ended` must return quickly and never wait: every call holds up
     /// the thread that tests the runtime's operations (a worker, mostly).
