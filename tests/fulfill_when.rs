@@ -217,10 +217,13 @@ fn a_promise_tested_from_a_busy_worker_wakes_a_sleeping_one() {
     let r = Arc::clone(&ran);
     let waited = rt.run(move || {
         let promise = Promise::new();
-        promise.fulfill_when(|| true);
+        // The waiting task first: the worker that fulfills the promise
+        // then runs it. (Made after, it could be readied here, by this
+        // worker, and wait for it.)
         drop(selvedge::spawn_delayed([promise.dep()], move || {
             r.store(true, Ordering::SeqCst)
         }));
+        promise.fulfill_when(|| true);
         // Busy: this worker tests nothing until it returns.
         let t = Instant::now();
         while !ran.load(Ordering::SeqCst) && t.elapsed() < Duration::from_secs(10) {

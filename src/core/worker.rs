@@ -1097,8 +1097,10 @@ impl Worker {
                 rounds = SPIN_ROUNDS;
                 yielding_since = None;
             } else if self.keeps_polling() {
-                // GPU work in flight: this worker tests it instead of
-                // parking (`polling.rs`).
+                // Operations in flight: this worker tests them instead of
+                // parking (`polling.rs`), and rescues what waits behind a
+                // worker stuck in user code, as a parking worker would.
+                self.rescue_scan();
                 std::thread::yield_now();
             } else {
                 self.park(&until);
