@@ -10,7 +10,7 @@
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::support::model;
-use selvedge::protocols::{Disposal, FireOnce, SignalInbox};
+use selvedge::protocols::{Disposal, FireOnce, SignalInbox, SignalRef};
 
 /// The list's side: waits until it may free the claim, then frees it.
 fn free_when_released(claim: &FireOnce) -> Disposal {
@@ -27,17 +27,26 @@ fn free_when_released(claim: &FireOnce) -> Disposal {
     }
 }
 
+/// A signal of `inbox`, its claim, and a thread that runs the claim's
+/// host function (whether it fired the signal, when joined).
+fn claim_raced_by_a_host_function(
+    inbox: &SignalInbox,
+) -> (SignalRef, Arc<FireOnce>, thread::JoinHandle<bool>) {
+    let signal = inbox.signal(Box::new(|| ()), std::ptr::null());
+    let claim = Arc::new(FireOnce::kept_for_callback(signal));
+    let arg = claim.as_callback_arg() as usize;
+    let host_function = thread::spawn(move || {
+        // SAFETY: the one call; the claim is kept until its swap.
+        unsafe { FireOnce::claim_from_callback(arg as *mut _) }.is_some()
+    });
+    (signal, claim, host_function)
+}
+
 #[test]
 fn a_poller_and_the_host_function_fire_it_once_and_the_claim_outlives_the_host_function() {
     model(|| {
         let inbox = SignalInbox::new();
-        let signal = inbox.signal(Box::new(|| ()), std::ptr::null());
-        let claim = Arc::new(FireOnce::kept_for_callback(signal));
-        let arg = claim.as_callback_arg() as usize;
-        let host_function = thread::spawn(move || {
-            // SAFETY: the one call; the claim is kept until its swap.
-            unsafe { FireOnce::claim_from_callback(arg as *mut _) }.is_some()
-        });
+        let (signal, claim, host_function) = claim_raced_by_a_host_function(&inbox);
         let by_poller = claim.claim().is_some();
         assert_eq!(free_when_released(&claim), Disposal::Free);
         let by_host_function = host_function.join().unwrap();
@@ -52,13 +61,7 @@ fn a_poller_and_the_host_function_fire_it_once_and_the_claim_outlives_the_host_f
 fn giving_up_races_the_host_function_and_one_wins() {
     model(|| {
         let inbox = SignalInbox::new();
-        let signal = inbox.signal(Box::new(|| ()), std::ptr::null());
-        let claim = Arc::new(FireOnce::kept_for_callback(signal));
-        let arg = claim.as_callback_arg() as usize;
-        let host_function = thread::spawn(move || {
-            // SAFETY: the one call; the claim is kept until its swap.
-            unsafe { FireOnce::claim_from_callback(arg as *mut _) }.is_some()
-        });
+        let (signal, claim, host_function) = claim_raced_by_a_host_function(&inbox);
         let given_up = claim.give_up().is_some();
         let release = free_when_released(&claim);
         let by_host_function = host_function.join().unwrap();

@@ -244,10 +244,7 @@ mod tests {
     /// that task, or idle) long before its callback comes.
     #[test]
     fn the_worker_that_ends_it_fires_it_before_its_callback() {
-        assert!(
-            !end_and_wait(2, Ender::Task),
-            "the callback fired it, 10 s after the end: no worker found it ended"
-        );
+        found_by_a_worker(Ender::Task, "no worker found it ended");
     }
 
     /// Workers that ran out of work long ago find it, while the device is
@@ -255,18 +252,20 @@ mod tests {
     /// callback would wake one, but comes 10 s late here).
     #[test]
     fn a_worker_keeps_testing_while_the_others_sleep() {
-        assert!(
-            !end_and_wait(2, Ender::TimerWhileIdle),
-            "the callback fired it, 10 s after the end: every worker had gone to sleep"
-        );
+        found_by_a_worker(Ender::TimerWhileIdle, "every worker had gone to sleep");
     }
 
     /// Busy workers find it between tasks.
     #[test]
     fn busy_workers_fire_it_before_its_callback() {
+        found_by_a_worker(Ender::TimerWhileBusy, "no busy worker found it ended");
+    }
+
+    /// Asserts that a worker of two, not the callback, fired the signal.
+    fn found_by_a_worker(ender: Ender, why_not: &str) {
         assert!(
-            !end_and_wait(2, Ender::TimerWhileBusy),
-            "the callback fired it, 10 s after the end: no busy worker found it ended"
+            !end_and_wait(2, ender),
+            "the callback fired it, 10 s after the end: {why_not}"
         );
     }
 
