@@ -124,6 +124,27 @@ mod tests {
         }
     }
 
+    /// A fake operation (see `Flag`) that `registry`'s workers test: its
+    /// claim, for the callback, and the flag that ends it. `action` runs
+    /// once it is fired.
+    fn watched_flag(
+        registry: &Arc<crate::core::registry::Registry>,
+        action: crate::core::signal::Action,
+        busy_device: bool,
+    ) -> (Arc<FireOnce>, Arc<AtomicBool>) {
+        let signal = registry.signal(action);
+        let claim = Arc::new(FireOnce::kept_for_callback(signal));
+        let ended = Arc::new(AtomicBool::new(false));
+        registry.watch(Box::new(PolledSignal::new(
+            Flag {
+                ended: Arc::clone(&ended),
+                busy_device: busy_device.then(|| Arc::clone(registry)),
+            },
+            Arc::clone(&claim),
+        )));
+        (claim, ended)
+    }
+
     /// Who ends the fake operation.
     #[derive(Clone, Copy)]
     enum Ender {
@@ -152,19 +173,14 @@ mod tests {
         let dep = promise.dep();
         let actions = Arc::new(AtomicUsize::new(0));
         let a = Arc::clone(&actions);
-        let signal = registry.signal(Box::new(move || {
-            a.fetch_add(1, Ordering::SeqCst);
-            promise.fulfill();
-        }));
-        let claim = Arc::new(FireOnce::kept_for_callback(signal));
-        let ended = Arc::new(AtomicBool::new(false));
-        registry.watch(Box::new(PolledSignal::new(
-            Flag {
-                ended: Arc::clone(&ended),
-                busy_device: matches!(ender, Ender::TimerWhileIdle).then(|| Arc::clone(&registry)),
-            },
-            Arc::clone(&claim),
-        )));
+        let (claim, ended) = watched_flag(
+            &registry,
+            Box::new(move || {
+                a.fetch_add(1, Ordering::SeqCst);
+                promise.fulfill();
+            }),
+            matches!(ender, Ender::TimerWhileIdle),
+        );
         let (ran_tx, ran) = mpsc::channel();
         drop(rt.submit_delayed([dep], move || ran_tx.send(()).unwrap()));
         let stop = Arc::new(AtomicBool::new(false));
@@ -277,18 +293,13 @@ mod tests {
         let rt = crate::Runtime::builder().num_threads(2).build().unwrap();
         let registry = Arc::clone(rt.registry());
         let promise = crate::Promise::new();
-        let signal = registry.signal(Box::new(move || {
-            promise.fulfill();
-        }));
-        let claim = Arc::new(FireOnce::kept_for_callback(signal));
-        let ended = Arc::new(AtomicBool::new(false));
-        registry.watch(Box::new(PolledSignal::new(
-            Flag {
-                ended: Arc::clone(&ended),
-                busy_device: None,
-            },
-            Arc::clone(&claim),
-        )));
+        let (claim, ended) = watched_flag(
+            &registry,
+            Box::new(move || {
+                promise.fulfill();
+            }),
+            false,
+        );
         let t = Instant::now();
         let mut all_asleep = false;
         while !all_asleep && t.elapsed() < Duration::from_secs(5) {
