@@ -33,6 +33,9 @@ pub(crate) enum Tested {
     /// It completed here (its signal fired), but stays in the list until
     /// its callback let go of it: test it again.
     Fired,
+    /// It completed earlier, here, and waits for its callback to let go
+    /// of it: test it again (a worker keeps testing meanwhile).
+    AwaitingCallback,
     /// It is over for the list, which drops it.
     Over,
 }
@@ -93,21 +96,21 @@ impl PolledList {
 
     /// Tests every operation once, unless another thread is testing them.
     /// `ended` is called once per operation that left the list. Whether
-    /// anything completed or left it.
-    pub(crate) fn poll(&self, ended: impl Fn()) -> bool {
+    /// anything completed or left it, and whether one awaits its callback.
+    pub(crate) fn poll(&self, ended: impl Fn()) -> (bool, bool) {
         let mut tested = match self.tested.try_lock() {
             Ok(tested) => tested,
             // A user's test runs under this lock, but inside
             // `catch_unwind` (`Promise::fulfill_when`): poison changes
             // nothing.
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => return false,
+            Err(TryLockError::WouldBlock) => return (false, false),
         };
         // Loaded before the swap: a line every polling thread would write.
         if self.any_added.load(Ordering::Relaxed) && self.any_added.swap(false, Ordering::Acquire) {
             tested.append(&mut lock(&self.added));
         }
-        let mut progressed = false;
+        let (mut progressed, mut awaiting) = (false, false);
         let mut over = Vec::new();
         let mut i = 0;
         while i < tested.len() {
@@ -115,6 +118,10 @@ impl PolledList {
                 Tested::Pending => i += 1,
                 Tested::Fired => {
                     progressed = true;
+                    i += 1;
+                }
+                Tested::AwaitingCallback => {
+                    awaiting = true;
                     i += 1;
                 }
                 Tested::Over => over.push(tested.swap_remove(i)),
@@ -129,7 +136,7 @@ impl PolledList {
             // and its drop may panic.
             drop_or_report("the drop of a test given to Promise::fulfill_when", op);
         }
-        progressed
+        (progressed, awaiting)
     }
 }
 
@@ -173,10 +180,10 @@ mod tests {
         let count = || {
             ended.fetch_add(1, Ordering::Relaxed);
         };
-        assert!(!list.poll(count));
-        assert!(!list.poll(count));
-        assert!(list.poll(count));
-        assert!(!list.poll(count));
+        assert!(!list.poll(count).0);
+        assert!(!list.poll(count).0);
+        assert!(list.poll(count).0);
+        assert!(!list.poll(count).0);
         assert_eq!(tests.load(Ordering::Relaxed), 3);
         assert_eq!(ended.load(Ordering::Relaxed), 1);
         assert!(!list.needs_parked_polls());
@@ -191,7 +198,7 @@ mod tests {
             callback: true,
         }));
         assert!(!list.needs_parked_polls());
-        assert!(list.poll(|| ()));
+        assert!(list.poll(|| ()).0);
     }
 
     /// A test that adds an operation (a user's test may make a promise)
@@ -221,8 +228,8 @@ mod tests {
         let count = || {
             ended.fetch_add(1, Ordering::Relaxed);
         };
-        assert!(list.poll(count));
-        assert!(list.poll(count));
+        assert!(list.poll(count).0);
+        assert!(list.poll(count).0);
         assert_eq!(ended.load(Ordering::Relaxed), 2);
     }
 }

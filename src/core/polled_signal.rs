@@ -58,7 +58,7 @@ impl<Q: Query> Polled for PolledSignal<Q> {
                 return Tested::Over;
             }
             // Fired (by a test): the callback has yet to let go of it.
-            Disposal::Keep if self.claim.is_claimed() => return Tested::Pending,
+            Disposal::Keep if self.claim.is_claimed() => return Tested::AwaitingCallback,
             Disposal::Keep => {}
         }
         if !self.query.has_ended() {
@@ -111,10 +111,13 @@ mod tests {
     struct Flag {
         ended: Arc<AtomicBool>,
         busy_device: Option<Arc<crate::core::registry::Registry>>,
+        /// How many times it was asked.
+        asked: Arc<AtomicUsize>,
     }
 
     impl Query for Flag {
         fn has_ended(&self) -> bool {
+            self.asked.fetch_add(1, Ordering::Relaxed);
             let ended = self.ended.load(Ordering::Acquire);
             if let (false, Some(registry)) = (ended, &self.busy_device) {
                 registry.completions.began();
@@ -124,25 +127,32 @@ mod tests {
         }
     }
 
-    /// A fake operation (see `Flag`) that `registry`'s workers test: its
-    /// claim, for the callback, and the flag that ends it. `action` runs
-    /// once it is fired.
+    /// A fake operation (see `Flag`) that `rt`'s workers test: its claim,
+    /// for the callback, the flag that ends it, and how many times it was
+    /// asked. `action` runs once it is fired. A worker is woken after
+    /// (the workers may all have gone to sleep before it began, and a
+    /// GPU operation's beginning wakes nobody: its work's launch is what
+    /// keeps the workers up).
     fn watched_flag(
-        registry: &Arc<crate::core::registry::Registry>,
+        rt: &crate::Runtime,
         action: crate::core::signal::Action,
         busy_device: bool,
-    ) -> (Arc<FireOnce>, Arc<AtomicBool>) {
+    ) -> (Arc<FireOnce>, Arc<AtomicBool>, Arc<AtomicUsize>) {
+        let registry = rt.registry();
         let signal = registry.signal(action);
         let claim = Arc::new(FireOnce::kept_for_callback(signal));
         let ended = Arc::new(AtomicBool::new(false));
+        let asked = Arc::new(AtomicUsize::new(0));
         registry.watch(Box::new(PolledSignal::new(
             Flag {
                 ended: Arc::clone(&ended),
                 busy_device: busy_device.then(|| Arc::clone(registry)),
+                asked: Arc::clone(&asked),
             },
             Arc::clone(&claim),
         )));
-        (claim, ended)
+        rt.run(|| ());
+        (claim, ended, asked)
     }
 
     /// Who ends the fake operation.
@@ -173,8 +183,8 @@ mod tests {
         let dep = promise.dep();
         let actions = Arc::new(AtomicUsize::new(0));
         let a = Arc::clone(&actions);
-        let (claim, ended) = watched_flag(
-            &registry,
+        let (claim, ended, _) = watched_flag(
+            &rt,
             Box::new(move || {
                 a.fetch_add(1, Ordering::SeqCst);
                 promise.fulfill();
@@ -293,14 +303,18 @@ mod tests {
         let rt = crate::Runtime::builder().num_threads(2).build().unwrap();
         let registry = Arc::clone(rt.registry());
         let promise = crate::Promise::new();
-        let (claim, ended) = watched_flag(
-            &registry,
+        let (claim, ended, asked) = watched_flag(
+            &rt,
             Box::new(move || {
                 promise.fulfill();
             }),
             false,
         );
         let t = Instant::now();
+        while asked.load(Ordering::Relaxed) == 0 {
+            assert!(t.elapsed() < Duration::from_secs(10), "never tested");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         let mut all_asleep = false;
         while !all_asleep && t.elapsed() < Duration::from_secs(5) {
             std::thread::sleep(Duration::from_millis(1));
@@ -317,6 +331,36 @@ mod tests {
             all_asleep,
             "a worker still tested, 5 s after the operation began"
         );
+    }
+
+    /// Fired by a worker, then let go of by a callback that comes late:
+    /// a worker still counts it out (nothing else will wake one).
+    #[test]
+    fn a_late_callback_lets_a_worker_count_it_out() {
+        let rt = crate::Runtime::builder().num_threads(2).build().unwrap();
+        let registry = Arc::clone(rt.registry());
+        let (ran_tx, ran) = mpsc::channel();
+        let (claim, ended, _) =
+            watched_flag(&rt, Box::new(move || ran_tx.send(()).unwrap()), false);
+        drop(rt.submit(move || ended.store(true, Ordering::Release)));
+        ran.recv_timeout(Duration::from_secs(10))
+            .expect("no worker fired it");
+        // Later than a worker keeps testing without activity.
+        std::thread::sleep(Duration::from_millis(20));
+        // SAFETY: the one callback call; the claim is kept until it.
+        let fired = unsafe { FireOnce::claim_from_callback(claim.as_callback_arg()) };
+        assert!(
+            fired.is_none(),
+            "a worker fired it: the callback only lets go"
+        );
+        let t = Instant::now();
+        while registry.completions.any_in_flight() {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "never counted out once its callback let go"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// With a callback that comes at once, one of the two fires it, once

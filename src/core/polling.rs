@@ -14,15 +14,17 @@
 //! slack stretches by tens of microseconds). So one worker at a time holds
 //! the *polling duty*: while an operation is in flight (an MPI message,
 //! GPU work, a user's `Promise::fulfill_when`) it goes on testing, and
-//! yields the CPU between rounds, instead of parking. That costs one core,
-//! yielded to any thread that wants it, and only while operations are in
-//! flight and keep beginning or completing: once none did for
-//! `DUTY_SPINS_FOR_TICKS` (`completions.rs`, about 1.4 ms), the holder
-//! parks too, so that no worker spins for ever for an operation that does
-//! not end; from then on the operation's callback (a GPU task's host
-//! function, MPI's fallback thread) wakes a worker, or, without one, the
-//! holder comes back every [`DUTY_PARK`] to test. With nothing in flight,
-//! every idle worker parks. The holder renews the
+//! yields the CPU between rounds, instead of parking (and rescues tasks
+//! stranded behind a worker in user code, as a parking worker does). That
+//! costs one core, yielded to any thread that wants it, and only while
+//! operations are in flight and keep beginning or completing (or one a
+//! worker completed awaits its callback): once none did for
+//! `DUTY_SPINS_FOR_TICKS` (`completions.rs`, about 1.4 ms on x86, 4.2 ms
+//! where ticks are nanoseconds), the holder parks too, so that no worker
+//! spins for ever for an operation that does not end; from then on the
+//! operation's callback (a GPU task's host function, MPI's fallback
+//! thread) wakes a worker, or, without one, the holder comes back every
+//! [`DUTY_PARK`] to test. With nothing in flight, every idle worker parks. The holder renews the
 //! duty in each of those rounds; once it stops (it found a task, or
 //! parked), another worker may take the duty over when
 //! `DUTY_LAPSES_AFTER_TICKS` (`completions.rs`, about 10 µs) passed since
@@ -33,9 +35,9 @@
 //! quiescent, which `sync_root` and the runtime's drop wait for, and a
 //! user's operation (unlike a message or GPU work, whose signals are
 //! pending) does not count against quiescence. So while a thread waits
-//! for quiescence the holder parks too, for [`DUTY_PARK`] at most: it
-//! comes back to test, and to take up the duty again once the wait is
-//! over. The other workers park
+//! for quiescence the holder parks too, for [`DUTY_PARK`] at most while
+//! there was activity lately: it comes back to test, and to take up the
+//! duty again once the wait is over. The other workers park
 //! for [`POLL_WHILE_PARKED`] at most while an operation without a callback
 //! is in flight (the holder may have gone to run a long task; a GPU
 //! operation's host function, or MPI's fallback thread, wakes a worker
@@ -95,9 +97,11 @@ impl Worker {
     /// the operations in flight. It parks although operations are in
     /// flight while a thread waits for quiescence, while none began or
     /// completed lately, or while another worker holds the duty. The
-    /// holder then comes back after [`DUTY_PARK`] while an operation
-    /// without a callback is in flight, or to take up the duty again once
-    /// a wait for quiescence is over; the others after
+    /// holder (or a worker that takes the duty because nobody holds it;
+    /// never a lapsed one) then comes back after [`DUTY_PARK`] while an
+    /// operation without a callback is in flight, or, after activity, to
+    /// take up the duty again once a wait for quiescence is over; the
+    /// others after
     /// [`POLL_WHILE_PARKED`] while an operation without a callback is in
     /// flight (in case the holder went to run a long task), and never
     /// otherwise (a callback, or a source's fallback thread, wakes one).
@@ -110,7 +114,7 @@ impl Worker {
         let now = ticks();
         let holder_returns = completions.needs_parked_polls()
             || (self.shared.quiescence_wanted() && completions.recently_active(now));
-        if holder_returns && completions.take_polling_duty(self.index, now) {
+        if holder_returns && completions.keep_or_take_free_duty(self.index, now) {
             Some(DUTY_PARK)
         } else if completions.needs_parked_polls() {
             Some(POLL_WHILE_PARKED)
