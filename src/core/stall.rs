@@ -1,7 +1,7 @@
-//! Stalls that speak (DESIGN invariant 10): when no task of a runtime has
-//! run for a while although threads wait in joins and tasks sit parked on
-//! promises nobody has fulfilled, the runtime says so on stderr, once,
-//! naming what waits. Go's "all goroutines are asleep - deadlock!" is the
+//! Stalls that speak (an invariant of the whole crate: no stall is
+//! silent): when no task of a runtime has run for a while although
+//! threads wait in joins and tasks sit parked on promises nobody has
+//! fulfilled, the runtime says so on stderr, once, naming what waits. Go's "all goroutines are asleep - deadlock!" is the
 //! model, as a warning rather than an abort: a thread outside the runtime
 //! may still fulfil a promise, so nothing here can prove a deadlock, and
 //! nothing here changes what the runtime does.

@@ -1,8 +1,13 @@
-//! The one place where atomics, cells, locks and threads come from.
+//! Where atomics, locks, condition variables, threads and race-checked
+//! cells come from.
 //!
 //! Under `--cfg loom` every primitive is loom's, so the models in `loom-tests/`
-//! explore the real protocol code; otherwise they are std's. Code that shares
-//! state between threads imports from here, never from `std::sync` directly.
+//! explore the real protocol code; otherwise they are std's. Every atomic,
+//! lock and thread the crate's code uses comes from here. Modules that loom
+//! never builds (those marked `#[cfg(not(loom))]` in their folder's
+//! `mod.rs`) also use std's `Arc`, `Weak`, `OnceLock`, `mpsc` and
+//! `UnsafeCell` directly: none of their accesses is part of a modelled
+//! protocol.
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{
