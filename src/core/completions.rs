@@ -115,6 +115,17 @@ impl Completions {
         self.any_in_flight() && self.polled.needs_parked_polls()
     }
 
+    /// Polls once more, for a worker about to stop testing for lack of
+    /// activity: whether the poll found some (or another thread's did
+    /// meanwhile). Asked at the decision, so that a worker that was not
+    /// running for a while (a loaded machine) does not take that time for
+    /// a lack of activity. What the poll fires the caller drains next.
+    pub(crate) fn active_now(&self) -> bool {
+        let before = ticks();
+        self.poll();
+        self.last_activity.load(Ordering::Relaxed) >= before
+    }
+
     /// Whether a worker should go on testing instead of parking: an
     /// operation is in flight (see `polling.rs`).
     pub(crate) fn needs_awake_poller(&self) -> bool {

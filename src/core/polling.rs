@@ -89,8 +89,8 @@ impl Worker {
         if !completions.needs_awake_poller() || self.shared.quiescence_wanted() {
             return false;
         }
-        let now = ticks();
-        completions.recently_active(now) && completions.take_polling_duty(self.index, now)
+        let active = completions.recently_active(ticks()) || completions.active_now();
+        active && completions.take_polling_duty(self.index, ticks())
     }
 
     /// How long this worker, about to park, may sleep before it must test
