@@ -1,7 +1,7 @@
 //! A cluster: this process's place among the MPI ranks, and the
 //! operations it posts, each a promise.
 
-use super::engine::Engine;
+use super::progress;
 use super::link::{count_of, receive, received, send, Link};
 use super::message::{Message, Outcome, Slot, Unsent};
 use super::op::Kind;
@@ -145,7 +145,7 @@ impl Cluster {
                 reason: "MPI was started in this process before: it starts once per process (keep the cluster, and clone it)".into(),
             });
         }
-        let (engine, started, thread) = Engine::start(registry)?;
+        let (engine, started, thread) = progress::start(registry)?;
         Ok(Cluster {
             inner: Arc::new(Inner {
                 link: Link {
