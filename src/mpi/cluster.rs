@@ -1,10 +1,10 @@
 //! A cluster: this process's place among the MPI ranks, and the
 //! operations it posts, each a promise.
 
-use super::progress;
 use super::link::{count_of, receive, received, send, Link};
 use super::message::{Message, Outcome, Slot, Unsent};
 use super::op::Kind;
+use super::progress;
 use super::{Element, MpiError};
 use crate::core::pool::{current_registry, Runtime};
 use crate::core::registry::Registry;
