@@ -12,7 +12,7 @@
 //! is fulfilled. The capture is kept until the graph changes (the chains
 //! may then differ) or goes.
 
-use super::completion::end_left_capture;
+use super::capture::end_left_capture;
 use super::device::DeviceInner;
 use super::stream::KeptAlive;
 use super::{Device, GpuError, GpuStream};
