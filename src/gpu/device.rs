@@ -1,6 +1,7 @@
 //! Opening a device: the libraries checked, one lane (work stream, cuBLAS
-//! handle, completion stream) per worker, and closing it, also after the
-//! context was lost.
+//! handle, completion stream) per worker, the registry of its completions
+//! in flight and its watchdog thread (whose round is in `completion.rs`);
+//! and closing it, also after the context was lost.
 
 use super::capture::{end_left_capture, exchange_capture_mode, RELAXED};
 use super::error::is_sticky;
@@ -295,7 +296,7 @@ impl InFlight {
 /// The watchdog thread: while completions are in flight, queries the
 /// streams every `WATCHDOG_PERIOD`; parks while there are none; ends with
 /// the device.
-pub(super) fn watch(device: Weak<DeviceInner>) {
+fn watch(device: Weak<DeviceInner>) {
     exchange_capture_mode(RELAXED);
     loop {
         let busy = match device.upgrade() {
