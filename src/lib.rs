@@ -137,9 +137,11 @@ pub use crate::dataflow::loop_promise::LoopPromise;
 #[cfg(not(loom))]
 pub use crate::dataflow::promise::Promise;
 #[cfg(not(loom))]
-pub use crate::graph::build::{Graph, Node};
+pub use crate::graph::build::Graph;
 #[cfg(not(loom))]
 pub use crate::graph::error::{GraphError, NodePanic};
+#[cfg(not(loom))]
+pub use crate::graph::ids::Node;
 #[cfg(not(loom))]
 pub use crate::loops::{
     par_chunks_mut, par_iter_mut, parallel_for, ParChunksMut, ParIterMut, ParallelFor,

@@ -2,27 +2,9 @@
 //! declarations ([`Accesses`]: one access, tuples, vectors and arrays),
 //! and the type-erased view the submission and the run work with.
 
-use crate::dataflow::data::{Read, Recover, Write};
 use crate::dataflow::event::Dep;
+use crate::dataflow::mode::Mode;
 use crate::dataflow::readers::ReadShare;
-
-/// How a task accesses one [`Data`](crate::Data) handle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// `&T`: after the previous write, alongside other reads.
-    Read,
-    /// `&mut T`: after the previous write and every read since.
-    Write,
-    /// `&mut T` as a write, granted even when the handle is poisoned; the
-    /// poison is cleared when the task returns.
-    Recover,
-}
-
-impl Mode {
-    pub(crate) fn writes(self) -> bool {
-        self != Mode::Read
-    }
-}
 
 pub(crate) mod sealed {
     use super::Declared;
@@ -168,41 +150,52 @@ pub trait Accesses: sealed::SealedAccesses + Send {
     unsafe fn refs(&self) -> Self::Refs<'_>;
 }
 
+/// An access type as a set of one access: invoked by `data.rs` for `Data`'s
+/// access types, which it defines.
 macro_rules! single_access_set {
     ($($ty:ident),*) => {$(
-        impl<T: Send + Sync> sealed::SealedAccesses for $ty<T> {
-            fn declare_all<'s>(&'s self, each: &mut dyn FnMut(Declared<'s>)) {
-                sealed::SealedAccess::declare(self, each)
+        impl<T: Send + Sync> $crate::dataflow::access::sealed::SealedAccesses for $ty<T> {
+            fn declare_all<'s>(
+                &'s self,
+                each: &mut dyn FnMut($crate::dataflow::access::Declared<'s>),
+            ) {
+                $crate::dataflow::access::sealed::SealedAccess::declare(self, each)
             }
 
-            fn only_data(&self) -> Option<(&dyn sealed::Target, Mode)> {
-                sealed::SealedAccess::data(self)
+            fn only_data(
+                &self,
+            ) -> Option<(
+                &dyn $crate::dataflow::access::sealed::Target,
+                $crate::dataflow::mode::Mode,
+            )> {
+                $crate::dataflow::access::sealed::SealedAccess::data(self)
             }
 
             fn hold_shares(
                 &mut self,
-                take: &mut dyn FnMut(&dyn sealed::Target) -> Option<ReadShare>,
+                take: &mut dyn FnMut(
+                    &dyn $crate::dataflow::access::sealed::Target,
+                ) -> Option<$crate::dataflow::readers::ReadShare>,
             ) {
-                sealed::SealedAccess::hold_share(self, take)
+                $crate::dataflow::access::sealed::SealedAccess::hold_share(self, take)
             }
 
             fn recovers(&self) -> bool {
-                sealed::SealedAccess::recovers(self)
+                $crate::dataflow::access::sealed::SealedAccess::recovers(self)
             }
         }
 
-        impl<T: Send + Sync> Accesses for $ty<T> {
-            type Refs<'a> = <Self as Access>::Ref<'a> where Self: 'a;
+        impl<T: Send + Sync> $crate::dataflow::access::Accesses for $ty<T> {
+            type Refs<'a> = <Self as $crate::dataflow::access::Access>::Ref<'a> where Self: 'a;
 
             unsafe fn refs(&self) -> Self::Refs<'_> {
                 // SAFETY: the caller's contract is `get`'s.
-                unsafe { self.get() }
+                unsafe { $crate::dataflow::access::Access::get(self) }
             }
         }
     )*};
 }
-
-single_access_set!(Read, Write, Recover);
+pub(crate) use single_access_set;
 
 impl sealed::SealedAccesses for Dep {
     fn declare_all<'s>(&'s self, each: &mut dyn FnMut(Declared<'s>)) {

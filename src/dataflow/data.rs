@@ -10,10 +10,11 @@ use crate::core::error::{CancelledBecause, JoinError};
 use crate::core::registry::Registry;
 use crate::core::sync::{lock, AtomicBool, Mutex, Ordering};
 use crate::dataflow::access::sealed::{SealedAccess, Target};
-use crate::dataflow::access::{Access, Declared, Mode};
+use crate::dataflow::access::{single_access_set, Access, Declared};
 use crate::dataflow::event::Dep;
 use crate::dataflow::held;
 use crate::dataflow::log::{Log, Recorded};
+use crate::dataflow::mode::Mode;
 use crate::dataflow::readers::ReadShare;
 use crate::dataflow::turn::Turn;
 use std::cell::UnsafeCell;
@@ -652,3 +653,5 @@ access_type!(
     &'a mut T,
     exclusive
 );
+
+single_access_set!(Read, Write, Recover);

@@ -2,21 +2,28 @@
 //! duplicates, a few kept in place (every delayed task has such a list, and
 //! most wait for one to four events).
 
-use crate::dataflow::event::Dep;
 use crate::dataflow::inline_vec::InlineVec;
 
 /// Dependencies kept inline before a waiter spills them to the heap.
 const INLINE_DEPS: usize = 4;
 
-/// A waiter's dependencies, sorted by event address, without duplicates.
-pub(crate) struct DepList(Kept);
+/// What a [`DepList`] holds: a dependency (`event.rs`'s `Dep`, a type
+/// parameter so that this file, below `event.rs`, need not name it),
+/// sorted and told apart by the address of the event it names.
+pub(crate) trait EventKey {
+    /// The event's address.
+    fn key(&self) -> usize;
+}
 
-enum Kept {
+/// A waiter's dependencies, sorted by event address, without duplicates.
+pub(crate) struct DepList<Dep>(Kept<Dep>);
+
+enum Kept<Dep> {
     Inline(InlineVec<Dep, INLINE_DEPS>),
     Heap(Box<[Dep]>),
 }
 
-impl DepList {
+impl<Dep: EventKey> DepList<Dep> {
     pub(crate) fn collect(deps: impl IntoIterator<Item = Dep>) -> Self {
         let mut iter = deps.into_iter();
         let mut inline = InlineVec::new();
@@ -86,7 +93,7 @@ impl DepList {
         all.push(next);
         all.extend(rest);
         all.sort_unstable_by_key(Dep::key);
-        all.dedup_by(|a, b| a.same_as(b));
+        all.dedup_by(|a, b| a.key() == b.key());
         DepList(Kept::Heap(all.into_boxed_slice()))
     }
 

@@ -26,7 +26,7 @@
 
 use crate::core::stack_list::oldest_first;
 use crate::core::sync::{AtomicPtr, AtomicUsize, Ordering, UnsafeCell};
-use crate::dataflow::dep_list::DepList;
+use crate::dataflow::dep_list::{DepList, EventKey};
 use std::collections::TryReserveError;
 use std::mem::MaybeUninit;
 use std::ptr::{self, NonNull};
@@ -546,9 +546,10 @@ impl Dep {
     pub fn same_as(&self, other: &Dep) -> bool {
         self.event == other.event
     }
+}
 
-    /// The event's address: what a waiter's dependencies are sorted by.
-    pub(crate) fn key(&self) -> usize {
+impl EventKey for Dep {
+    fn key(&self) -> usize {
         self.event.as_ptr() as usize
     }
 }
@@ -588,7 +589,7 @@ impl std::fmt::Debug for Dep {
 pub struct Waiter {
     next: UnsafeCell<*mut Waiter>,
     cursor: UnsafeCell<usize>,
-    deps: DepList,
+    deps: DepList<Dep>,
     /// A relay's waiter ([`Waiter::relay`]).
     pub(crate) relay: bool,
 }

@@ -14,7 +14,8 @@
 use crate::core::endless;
 use crate::core::task::Header;
 use crate::dataflow::access::sealed::Target;
-use crate::dataflow::access::{Accesses, Declared, Mode};
+use crate::dataflow::access::{Accesses, Declared};
+use crate::dataflow::mode::Mode;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::ptr::NonNull;

@@ -3,8 +3,8 @@
 //! the reads since it, each as the completion the next accesses wait for.
 
 use crate::core::registry::Registry;
-use crate::dataflow::access::Mode;
 use crate::dataflow::event::Dep;
+use crate::dataflow::mode::Mode;
 use crate::dataflow::readers::{ReadShare, Readers};
 use crate::dataflow::run_record::RunRecord;
 use std::any::Any;

@@ -23,6 +23,8 @@ pub(crate) mod log;
 #[cfg(not(loom))]
 pub(crate) mod loop_promise;
 #[cfg(not(loom))]
+pub(crate) mod mode;
+#[cfg(not(loom))]
 pub(crate) mod promise;
 #[cfg(not(loom))]
 pub(crate) mod readers;

@@ -18,9 +18,13 @@
 //! Every completion in flight is registered; a watchdog thread queries the
 //! streams while any is, and when the context is lost (a sticky error) it
 //! gives them up, so that their actions are dropped unrun and the promises
-//! they own break instead of waiting forever.
+//! they own break instead of waiting forever. The registry and the
+//! watchdog's thread are the device's (`device.rs`); the watchdog's round
+//! and the giving up are here.
 
-use super::device::DeviceInner;
+use super::capture::{exchange_capture_mode, RELAXED};
+use super::device::{DeviceInner, InFlight};
+use super::error::is_sticky;
 use super::raw::RawEvent;
 use super::stream::GpuStream;
 use super::GpuError;
@@ -30,104 +34,8 @@ use crate::core::registry::fire_signal;
 use crate::core::signal::Action;
 use crate::core::sync::{lock, Mutex};
 use cudarc::driver::{sys, DriverError};
-use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Arc, Weak};
-use std::time::Duration;
-
-/// How often the watchdog queries the streams while work is in flight.
-const WATCHDOG_PERIOD: Duration = Duration::from_millis(20);
-
-/// The completions whose host function has not let go of their claim
-/// (whose action may not have run either).
-#[derive(Default)]
-pub(super) struct InFlight {
-    next_id: u64,
-    signals: HashMap<u64, Arc<FireOnce>>,
-}
-
-impl InFlight {
-    pub(super) fn is_empty(&self) -> bool {
-        self.signals.is_empty()
-    }
-}
-
-/// `Err(StreamCapturing)` if `stream` was left being captured into a graph
-/// (a completion enqueued then would be recorded into the graph, and fire
-/// once per launch of it, or never, instead of running after the work).
-/// The capture is ended and its graph destroyed first, so that the stream
-/// (the worker's lane) takes work again and can be waited for.
-pub(super) fn end_left_capture(stream: sys::CUstream) -> Result<(), GpuError> {
-    let mut capture = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    // SAFETY: the stream is live; `capture` is a valid out-pointer.
-    unsafe { sys::cuStreamIsCapturing(stream, &mut capture) }.result()?;
-    if capture == sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE {
-        return Ok(());
-    }
-    let mut graph = std::ptr::null_mut();
-    // SAFETY: the stream is live and capturing (or its capture was
-    // invalidated, which this ends too); `graph` is a valid out-pointer.
-    // Ending fails where the capture is not this stream's to end (it joined
-    // one begun on another stream, or another thread began it): that is
-    // seen below.
-    let _ = unsafe { sys::cuStreamEndCapture(stream, &mut graph) };
-    if !graph.is_null() {
-        // SAFETY: the graph was just made by the capture and is ours.
-        let _ = unsafe { sys::cuGraphDestroy(graph) };
-    }
-    let mut after = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-    // SAFETY: as above.
-    let asked = unsafe { sys::cuStreamIsCapturing(stream, &mut after) };
-    if asked == sys::CUresult::CUDA_SUCCESS
-        && after != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
-    {
-        eprintln!(
-            "selvedge: a GPU task left its worker's stream in a capture it could not end (it joined a capture begun on another stream); that worker's GPU tasks fail until the capture ends"
-        );
-    }
-    Err(GpuError::StreamCapturing)
-}
-
-/// The capture mode in which a thread may make calls CUDA deems unsafe
-/// while another thread captures a stream in the global mode (queries,
-/// waits): they are not prohibited then, and do not end that capture.
-pub(super) const RELAXED: sys::CUstreamCaptureMode =
-    sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
-
-/// Sets the calling thread's capture mode; returns the one it had.
-pub(super) fn exchange_capture_mode(mode: sys::CUstreamCaptureMode) -> sys::CUstreamCaptureMode {
-    let mut mode = mode;
-    // SAFETY: `mode` is a valid in/out pointer; this sets only the calling
-    // thread's mode.
-    let _ = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
-    mode
-}
-
-/// Whether `error` means the context is lost: CUDA's sticky errors, after
-/// which every call in the context fails and no host function runs.
-pub(super) fn is_sticky(error: sys::CUresult) -> bool {
-    use sys::CUresult::*;
-    matches!(
-        error,
-        CUDA_ERROR_ILLEGAL_ADDRESS
-            | CUDA_ERROR_LAUNCH_TIMEOUT
-            | CUDA_ERROR_ASSERT
-            | CUDA_ERROR_HARDWARE_STACK_ERROR
-            | CUDA_ERROR_ILLEGAL_INSTRUCTION
-            | CUDA_ERROR_MISALIGNED_ADDRESS
-            | CUDA_ERROR_INVALID_ADDRESS_SPACE
-            | CUDA_ERROR_INVALID_PC
-            | CUDA_ERROR_LAUNCH_FAILED
-            | CUDA_ERROR_ECC_UNCORRECTABLE
-            | CUDA_ERROR_NVLINK_UNCORRECTABLE
-            | CUDA_ERROR_CONTAINED
-            | CUDA_ERROR_TENSOR_MEMORY_LEAK
-            | CUDA_ERROR_EXTERNAL_DEVICE
-            | CUDA_ERROR_CONTEXT_IS_DESTROYED
-            | CUDA_ERROR_DEINITIALIZED
-            | CUDA_ERROR_UNKNOWN
-    )
-}
+use std::sync::Arc;
 
 impl DeviceInner {
     /// Has a worker run `action` once the work before `after`'s most recent
@@ -281,7 +189,7 @@ impl DeviceInner {
     /// any of its streams reports them, and these are never captured (a
     /// query of a stream a task is capturing would end its capture). Other
     /// errors are not the device's state: the watch goes on.
-    fn check_streams(&self) {
+    pub(super) fn check_streams(&self) {
         if let Err(e) = self.make_current() {
             self.fail_if_sticky(&e.into());
             return;
@@ -338,31 +246,5 @@ impl Query for EventEnded {
 
     fn released(&self) {
         lock(&self.in_flight).signals.remove(&self.id);
-    }
-}
-
-/// The watchdog thread: while completions are in flight, queries the
-/// streams every `WATCHDOG_PERIOD`; parks while there are none; ends with
-/// the device.
-pub(super) fn watch(device: Weak<DeviceInner>) {
-    exchange_capture_mode(RELAXED);
-    loop {
-        let busy = match device.upgrade() {
-            Some(d) if d.failed.get().is_none() => {
-                let busy = !lock(&d.in_flight).is_empty();
-                if busy {
-                    d.check_streams();
-                }
-                busy
-            }
-            _ => return,
-        };
-        if busy {
-            std::thread::park_timeout(WATCHDOG_PERIOD);
-        } else {
-            // Woken when work is enqueued, or when the device is dropped;
-            // the timeout only bounds a missed unpark.
-            std::thread::park_timeout(Duration::from_secs(1));
-        }
     }
 }

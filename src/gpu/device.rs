@@ -1,21 +1,27 @@
 //! Opening a device: the libraries checked, one lane (work stream, cuBLAS
-//! handle, completion stream) per worker, and closing it, also after the
-//! context was lost.
+//! handle, completion stream) per worker, the registry of its completions
+//! in flight and its watchdog thread (whose round is in `completion.rs`);
+//! and closing it, also after the context was lost.
 
-use super::completion::{
-    end_left_capture, exchange_capture_mode, is_sticky, watch, InFlight, RELAXED,
-};
+use super::capture::{end_left_capture, exchange_capture_mode, RELAXED};
+use super::error::is_sticky;
 use super::libraries;
 use super::pinned::PinnedPool;
 use super::raw;
 use super::stream::GpuStream;
 use super::GpuError;
+use crate::core::fire_once::FireOnce;
 use crate::core::pool::{current_registry, Runtime};
 use crate::core::registry::Registry;
-use crate::core::sync::Mutex;
+use crate::core::sync::{lock, Mutex};
 use crate::core::worker::Worker;
 use cudarc::driver::{sys, CudaContext, DriverError};
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+
+/// How often the watchdog queries the streams while work is in flight.
+const WATCHDOG_PERIOD: Duration = Duration::from_millis(20);
 
 /// A CUDA device, ready for GPU tasks on one runtime's workers.
 ///
@@ -269,6 +275,46 @@ impl Drop for DeviceInner {
         exchange_capture_mode(mode);
         if let Some(t) = self.watchdog.get() {
             t.unpark();
+        }
+    }
+}
+
+/// The completions whose host function has not let go of their claim
+/// (whose action may not have run either).
+#[derive(Default)]
+pub(super) struct InFlight {
+    pub(super) next_id: u64,
+    pub(super) signals: HashMap<u64, Arc<FireOnce>>,
+}
+
+impl InFlight {
+    pub(super) fn is_empty(&self) -> bool {
+        self.signals.is_empty()
+    }
+}
+
+/// The watchdog thread: while completions are in flight, queries the
+/// streams every `WATCHDOG_PERIOD`; parks while there are none; ends with
+/// the device.
+fn watch(device: Weak<DeviceInner>) {
+    exchange_capture_mode(RELAXED);
+    loop {
+        let busy = match device.upgrade() {
+            Some(d) if d.failed.get().is_none() => {
+                let busy = !lock(&d.in_flight).is_empty();
+                if busy {
+                    d.check_streams();
+                }
+                busy
+            }
+            _ => return,
+        };
+        if busy {
+            std::thread::park_timeout(WATCHDOG_PERIOD);
+        } else {
+            // Woken when work is enqueued, or when the device is dropped;
+            // the timeout only bounds a missed unpark.
+            std::thread::park_timeout(Duration::from_secs(1));
         }
     }
 }

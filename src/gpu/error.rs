@@ -1,7 +1,7 @@
 //! What can go wrong with a device.
 
 use cudarc::cublas::result::CublasError;
-use cudarc::driver::DriverError;
+use cudarc::driver::{sys, DriverError};
 use std::fmt;
 
 /// Why a device could not be opened, or a GPU task failed.
@@ -104,4 +104,30 @@ impl From<CublasError> for GpuError {
     fn from(e: CublasError) -> Self {
         GpuError::Blas(e)
     }
+}
+
+/// Whether `error` means the context is lost: CUDA's sticky errors, after
+/// which every call in the context fails and no host function runs.
+pub(super) fn is_sticky(error: sys::CUresult) -> bool {
+    use sys::CUresult::*;
+    matches!(
+        error,
+        CUDA_ERROR_ILLEGAL_ADDRESS
+            | CUDA_ERROR_LAUNCH_TIMEOUT
+            | CUDA_ERROR_ASSERT
+            | CUDA_ERROR_HARDWARE_STACK_ERROR
+            | CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | CUDA_ERROR_MISALIGNED_ADDRESS
+            | CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | CUDA_ERROR_INVALID_PC
+            | CUDA_ERROR_LAUNCH_FAILED
+            | CUDA_ERROR_ECC_UNCORRECTABLE
+            | CUDA_ERROR_NVLINK_UNCORRECTABLE
+            | CUDA_ERROR_CONTAINED
+            | CUDA_ERROR_TENSOR_MEMORY_LEAK
+            | CUDA_ERROR_EXTERNAL_DEVICE
+            | CUDA_ERROR_CONTEXT_IS_DESTROYED
+            | CUDA_ERROR_DEINITIALIZED
+            | CUDA_ERROR_UNKNOWN
+    )
 }

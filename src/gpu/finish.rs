@@ -3,8 +3,9 @@
 //! is complete (dropping what the task kept alive first); on a failure,
 //! what was kept is still kept until the work is complete.
 
-use super::completion::{end_left_capture, is_sticky};
+use super::capture::end_left_capture;
 use super::device::DeviceInner;
+use super::error::is_sticky;
 use super::raw::RawEvent;
 use super::stream::KeptAlive;
 use super::{GpuError, GpuStream};

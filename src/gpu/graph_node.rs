@@ -12,15 +12,16 @@
 //! is fulfilled. The capture is kept until the graph changes (the chains
 //! may then differ) or goes.
 
-use super::completion::end_left_capture;
+use super::capture::end_left_capture;
 use super::device::DeviceInner;
 use super::stream::KeptAlive;
 use super::{Device, GpuError, GpuStream};
 use crate::core::sync::{lock, Mutex};
 use crate::core::worker::Worker;
-use crate::graph::build::{Graph, Node};
+use crate::graph::build::Graph;
 use crate::graph::chain::{ChainDone, ChainRest, StreamWork};
 use crate::graph::data::NodeWork;
+use crate::graph::ids::Node;
 use cudarc::driver::{sys, DriverError};
 use std::any::Any;
 use std::borrow::Cow;

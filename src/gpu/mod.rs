@@ -120,6 +120,7 @@
 //! ```
 
 mod blas;
+mod capture;
 mod completion;
 mod data;
 mod device;

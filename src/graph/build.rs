@@ -4,9 +4,10 @@ use crate::core::pool::on_worker;
 use crate::core::sync::{AtomicU64, Ordering};
 use crate::dataflow::access::Accesses;
 use crate::graph::data::{declared_by, DataUses, DeclaredNode, NodeWork, Plain};
-use crate::graph::error::GraphError;
+use crate::graph::error::{GraphError, NodePanic};
+use crate::graph::ids::Node;
 use crate::graph::plan::{self, Plan};
-use crate::graph::replay::{self, NodeTask};
+use crate::graph::replay::{self, Failures, NodeTask, Prepared};
 use std::borrow::Cow;
 use std::fmt;
 
@@ -84,39 +85,6 @@ pub struct Graph<'g> {
 // point to the shared part of `Data` handles its nodes own, which is
 // `Sync`.
 unsafe impl Send for Graph<'_> {}
-
-/// A node of a [`Graph`]: a copyable name for it, to add edges with. It
-/// belongs to the graph that made it; using it with another graph panics.
-///
-/// ```
-/// let mut g = selvedge::Graph::new();
-/// let first = g.node(|| {});
-/// let second = g.node(|| {});
-/// assert_eq!((first.index(), second.index()), (0, 1));
-/// g.precede(first, second);
-/// ```
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
-pub struct Node {
-    graph: u64,
-    index: u32,
-}
-
-impl Node {
-    /// The node's position in its graph: the nodes are numbered from 0 in
-    /// the order they were added.
-    ///
-    /// ```
-    /// let mut g = selvedge::Graph::new();
-    /// assert_eq!(g.node(|| {}).index(), 0);
-    /// ```
-    pub fn index(self) -> usize {
-        self.index as usize
-    }
-
-    pub(crate) fn new(graph: u64, index: u32) -> Self {
-        Self { graph, index }
-    }
-}
 
 impl<'g> Graph<'g> {
     /// An empty graph.
@@ -440,7 +408,10 @@ impl<'g> Graph<'g> {
     /// );
     /// ```
     pub fn run(&mut self) -> Result<(), GraphError> {
-        on_worker(|w| replay::run_on(w, self))
+        on_worker(|w| {
+            let prepared = self.prepared()?;
+            replay::run_on(w, prepared).map_err(|failed| self.failure(failed))
+        })
     }
 
     /// Lets the next run start over after a failed one. A node that
@@ -483,16 +454,37 @@ impl<'g> Graph<'g> {
         self.data.recover_next_run();
     }
 
-    /// The graph's id, nodes and plan, for a run: the plan resolved first
+    /// The graph's nodes, plan and data uses, for a run: the plan resolved first
     /// if the graph changed (see [`Graph::check`]).
     pub(crate) fn prepared(&mut self) -> Result<Prepared<'_, 'g>, GraphError> {
         self.check()?;
         Ok(Prepared {
-            id: self.id,
             nodes: &mut self.nodes,
             plan: self.plan.as_ref().expect("a checked graph has a plan"),
             data: &self.data,
         })
+    }
+
+    /// The report of a run in which nodes panicked or were skipped.
+    fn failure(&self, Failures { panics, skipped }: Failures) -> GraphError {
+        let panicked = panics
+            .into_iter()
+            .map(|(index, payload)| {
+                NodePanic::new(
+                    Node::new(self.id, index),
+                    self.name_at(index).into_owned(),
+                    payload,
+                )
+            })
+            .collect();
+        GraphError::Failed {
+            panicked,
+            skipped_names: skipped
+                .iter()
+                .map(|&i| self.name_at(i).into_owned())
+                .collect(),
+            skipped: skipped.into_iter().map(|i| Node::new(self.id, i)).collect(),
+        }
     }
 
     pub(crate) fn name_at(&self, index: u32) -> Cow<'static, str> {
@@ -572,14 +564,6 @@ impl<'g> Graph<'g> {
         );
         node.index
     }
-}
-
-/// A graph, ready for a run (see [`Graph::prepared`]).
-pub(crate) struct Prepared<'a, 'g> {
-    pub(crate) id: u64,
-    pub(crate) nodes: &'a mut [NodeTask<'g>],
-    pub(crate) plan: &'a Plan,
-    pub(crate) data: &'a DataUses<'g>,
 }
 
 /// A graph run as a node of another ([`Graph::subgraph`]).

@@ -21,9 +21,28 @@
 //! down only when the chain is completed or failed.
 
 use crate::core::worker::Worker;
-use crate::graph::replay::Run;
 use std::any::Any;
 use std::marker::PhantomData;
+
+/// What enqueueing a stream node's work gives: an `Err` is the node's
+/// failure, with the payload its report shows.
+pub(crate) type Enqueued = Result<(), Box<dyn Any + Send>>;
+
+/// What a chain's [`ChainRest`] and [`ChainDone`] do to the run that
+/// started it: the functions of `replay.rs`'s `Run`, called on the run's
+/// address: pointers to them, not the type, so that this file, which the
+/// run's file imports (the run starts chains), imports nothing back.
+pub(crate) struct RunOps {
+    /// Enqueues the work of node `index`, a stream node whose work the
+    /// caller owns, on `on`.
+    pub(crate) enqueue: unsafe fn(*const (), index: u32, on: &dyn Any) -> Enqueued,
+    /// Whether `w` is a worker of the run's runtime.
+    pub(crate) is_runtime_of: unsafe fn(*const (), w: &Worker) -> bool,
+    /// `Run::complete_chain`.
+    pub(crate) complete_chain: unsafe fn(*const (), &Worker, u32),
+    /// `Run::fail_chain`.
+    pub(crate) fail_chain: unsafe fn(*const (), u32, usize, Option<Box<dyn Any + Send>>),
+}
 
 /// The node's work, when it goes onto a stream (see the module docs).
 /// (Only GPU nodes are stream nodes: without the `cuda` feature, nothing
@@ -55,21 +74,19 @@ pub(crate) trait StreamWork: Send {
 /// The nodes of a chain after its head, for [`StreamWork::start_chain`].
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 pub(crate) struct ChainRest<'a> {
-    run: *const Run<'static>,
+    run: *const (),
+    ops: &'static RunOps,
     members: &'a [u32],
 }
 
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 impl<'a> ChainRest<'a> {
     /// # Safety
-    /// `run` is the live run whose task started the chain `members` (its
-    /// nodes after the head), and the caller owns those nodes' work for
-    /// the length of the borrow.
-    pub(crate) unsafe fn new(run: *const Run<'_>, members: &'a [u32]) -> Self {
-        Self {
-            run: run.cast(),
-            members,
-        }
+    /// `run` is the live run, with functions `ops`, whose task started the
+    /// chain `members` (its nodes after the head), and the caller owns
+    /// those nodes' work for the length of the borrow.
+    pub(crate) unsafe fn new(run: *const (), ops: &'static RunOps, members: &'a [u32]) -> Self {
+        Self { run, ops, members }
     }
 
     /// How many nodes follow the head.
@@ -81,7 +98,7 @@ impl<'a> ChainRest<'a> {
     pub(crate) fn enqueue(&mut self, i: usize, on: &dyn Any) -> Result<(), Box<dyn Any + Send>> {
         // SAFETY: the run is live, and the chain's nodes are the caller's
         // for the borrow (`ChainRest::new`): nothing else touches the work.
-        unsafe { (*(*self.run).stream_work(self.members[i])).enqueue(on) }
+        unsafe { (self.ops.enqueue)(self.run, self.members[i], on) }
     }
 }
 
@@ -90,7 +107,8 @@ impl<'a> ChainRest<'a> {
 /// dropped unused, it fails the chain ("its completion never came"), which
 /// is what a device that lost its context does to it.
 pub(crate) struct ChainDone {
-    run: *const Run<'static>,
+    run: *const (),
+    ops: &'static RunOps,
     /// The chain's index in the plan.
     chain: u32,
     /// Not `Sync`: it is used once, by value.
@@ -106,12 +124,14 @@ unsafe impl Send for ChainDone {}
 #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
 impl ChainDone {
     /// # Safety
-    /// `run` is live, and the caller added one count to its latch for this
-    /// value; `chain` is the index of a chain of its plan whose head's task
-    /// the caller owns and whose other nodes are not readied otherwise.
-    pub(crate) unsafe fn new(run: *const Run<'_>, chain: u32) -> Self {
+    /// `run` is live, with functions `ops`, and the caller added one count
+    /// to its latch for this value; `chain` is the index of a chain of its
+    /// plan whose head's task the caller owns and whose other nodes are not
+    /// readied otherwise.
+    pub(crate) unsafe fn new(run: *const (), ops: &'static RunOps, chain: u32) -> Self {
         Self {
-            run: run.cast(),
+            run,
+            ops,
             chain,
             _once: PhantomData,
         }
@@ -126,18 +146,18 @@ impl ChainDone {
         let run = this.run;
         // SAFETY: this value's count keeps the run alive until it is used,
         // here, once.
-        let on_runtime = Worker::current().filter(|w| unsafe { (*run).is_runtime_of(w) });
+        let on_runtime = Worker::current().filter(|w| unsafe { (this.ops.is_runtime_of)(run, w) });
         match on_runtime {
             Some(w) => {
                 // SAFETY: as above; the chain's nodes are this value's.
-                unsafe { Run::complete_chain(run, w, this.chain) }
+                unsafe { (this.ops.complete_chain)(run, w, this.chain) }
             }
             None => {
                 let payload: Box<dyn Any + Send> = Box::new(
                     "selvedge: a chain of stream nodes was completed off the workers of its graph's runtime",
                 );
                 // SAFETY: as above.
-                unsafe { Run::fail_chain(run, this.chain, 0, Some(payload)) }
+                unsafe { (this.ops.fail_chain)(run, this.chain, 0, Some(payload)) }
             }
         }
     }
@@ -149,7 +169,7 @@ impl ChainDone {
         let this = std::mem::ManuallyDrop::new(self);
         // SAFETY: this value's count keeps the run alive until it is used,
         // here, once.
-        unsafe { Run::fail_chain(this.run, this.chain, at, Some(payload)) }
+        unsafe { (this.ops.fail_chain)(this.run, this.chain, at, Some(payload)) }
     }
 }
 
@@ -163,7 +183,7 @@ impl Drop for ChainDone {
             ) as Box<dyn Any + Send>
         });
         // SAFETY: as in `fail`; dropped means unused.
-        unsafe { Run::fail_chain(self.run, self.chain, 0, payload) }
+        unsafe { (self.ops.fail_chain)(self.run, self.chain, 0, payload) }
     }
 }
 

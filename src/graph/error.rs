@@ -1,7 +1,7 @@
 //! What a graph's check or run reports when it fails.
 
 use crate::core::unwind::panic_message;
-use crate::graph::build::Node;
+use crate::graph::ids::Node;
 use std::any::Any;
 use std::fmt;
 

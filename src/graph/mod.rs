@@ -14,6 +14,7 @@
 //! node), so a run allocates nothing.
 //!
 //! The files: `build.rs` (the graph and its nodes, names and edges),
+//! `ids.rs` (a node's public name, the run slot, a node's chain role),
 //! `plan.rs` (successor lists, counts, roots and the cycle check),
 //! `replay.rs` (running a prepared graph on the workers), `countdown.rs` (a
 //! node's count of unfinished predecessors, reused run after run),
@@ -32,6 +33,8 @@ pub(crate) mod countdown;
 pub(crate) mod data;
 #[cfg(not(loom))]
 pub(crate) mod error;
+#[cfg(not(loom))]
+pub(crate) mod ids;
 #[cfg(not(loom))]
 mod plan;
 #[cfg(not(loom))]

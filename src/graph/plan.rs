@@ -2,9 +2,27 @@
 //! range of one shared array, its count of predecessors, the nodes with
 //! none (where a run starts), and the check that there is no cycle.
 
-use crate::graph::chain::find_chains;
-use crate::graph::replay::{NodeTask, RunSlot, CHAIN_MEMBER, NOT_STREAMED};
+use crate::graph::chain::{find_chains, StreamWork};
+use crate::graph::ids::{RunSlot, CHAIN_MEMBER, NOT_STREAMED};
 use std::ptr::NonNull;
+
+/// What [`prepare`] needs of a node: implemented by `replay.rs`'s
+/// `NodeTask`, which runs on the plan (so this file cannot name it).
+pub(crate) trait PlanNode {
+    /// The node's work as a stream node's, if it is one.
+    fn stream_work(&mut self) -> Option<&mut dyn StreamWork>;
+
+    /// Records the node's successor range, predecessor count, chain and
+    /// run slot, ready for a run.
+    fn set_links(
+        &mut self,
+        first: u32,
+        end: u32,
+        predecessors: u32,
+        chain: u32,
+        slot: NonNull<RunSlot>,
+    );
+}
 
 /// A graph's resolved dependencies, valid until the graph changes.
 pub(crate) struct Plan {
@@ -46,7 +64,7 @@ impl Drop for Plan {
 /// count (its count of unfinished predecessors starts there), and the
 /// plan's run slot. Returns the nodes on a cycle, each before the next and
 /// the last before the first, when the edges form one.
-pub(crate) fn prepare(nodes: &mut [NodeTask<'_>], edges: &[(u32, u32)]) -> Result<Plan, Vec<u32>> {
+pub(crate) fn prepare(nodes: &mut [impl PlanNode], edges: &[(u32, u32)]) -> Result<Plan, Vec<u32>> {
     let n = nodes.len();
     let (start, successors, preds) = lay_out(n, edges);
     // Kahn's algorithm: whatever is never freed of its predecessors lies

@@ -40,11 +40,11 @@ use crate::core::task::{Header, TaskRef, VTable};
 use crate::core::unwind::AbortIfPanic;
 use crate::core::worker::{Until, Worker};
 use crate::dataflow::held::{RunHandles, RunHeld};
-use crate::graph::build::{Graph, Node, Prepared};
-use crate::graph::chain::{ChainDone, ChainRest, StreamWork};
+use crate::graph::chain::{ChainDone, ChainRest, Enqueued, RunOps, StreamWork};
 use crate::graph::countdown::Countdown;
-use crate::graph::data::NodeWork;
-use crate::graph::error::{GraphError, NodePanic};
+use crate::graph::data::{DataUses, NodeWork};
+use crate::graph::ids::{RunSlot, CHAIN_MEMBER, NOT_STREAMED};
+use crate::graph::plan::{Plan, PlanNode};
 use std::any::Any;
 use std::cell::UnsafeCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -75,24 +75,6 @@ pub(crate) struct NodeTask<'g> {
     name: &'static str,
 }
 
-/// [`NodeTask::chain`] of a node that is not a stream node.
-pub(crate) const NOT_STREAMED: u32 = u32::MAX;
-/// [`NodeTask::chain`] of a stream node that follows its chain's head:
-/// started by the head, never run on its own.
-pub(crate) const CHAIN_MEMBER: u32 = u32::MAX - 1;
-
-/// Where a graph's nodes find the state of the run under way: written by
-/// the run's owner before it queues anything, read by whoever runs a node
-/// in that run (the deque hand-off, or the count-down that readied the
-/// node, orders the write before the read).
-pub(crate) struct RunSlot(UnsafeCell<*const ()>);
-
-impl RunSlot {
-    pub(crate) fn new() -> Self {
-        Self(UnsafeCell::new(std::ptr::null()))
-    }
-}
-
 impl<'g> NodeTask<'g> {
     const VTABLE: VTable = VTable {
         run: Self::run_task,
@@ -120,28 +102,6 @@ impl<'g> NodeTask<'g> {
     #[cfg(feature = "trace")]
     pub(crate) fn set_trace_name(&mut self, name: &'static str) {
         self.name = name;
-    }
-
-    /// Records the node's successor range, predecessor count, chain and
-    /// run slot (see `plan::prepare`), ready for a run.
-    pub(crate) fn set_links(
-        &mut self,
-        first: u32,
-        end: u32,
-        predecessors: u32,
-        chain: u32,
-        slot: NonNull<RunSlot>,
-    ) {
-        self.first = first;
-        self.end = end;
-        self.chain = chain;
-        self.slot = slot.as_ptr().cast_const();
-        self.countdown = Countdown::new(predecessors);
-    }
-
-    /// The node's work as a stream node's, if it is one (for the plan).
-    pub(crate) fn stream_work(&mut self) -> Option<&mut dyn StreamWork> {
-        self.work.get_mut().as_stream()
     }
 
     /// The state of the run under way.
@@ -221,6 +181,27 @@ impl<'g> NodeTask<'g> {
     }
 }
 
+impl PlanNode for NodeTask<'_> {
+    fn stream_work(&mut self) -> Option<&mut dyn StreamWork> {
+        self.work.get_mut().as_stream()
+    }
+
+    fn set_links(
+        &mut self,
+        first: u32,
+        end: u32,
+        predecessors: u32,
+        chain: u32,
+        slot: NonNull<RunSlot>,
+    ) {
+        self.first = first;
+        self.end = end;
+        self.chain = chain;
+        self.slot = slot.as_ptr().cast_const();
+        self.countdown = Countdown::new(predecessors);
+    }
+}
+
 /// The state of one run, on its owner's stack.
 pub(crate) struct Run<'g> {
     /// One count for the owner, one for each queued node task.
@@ -241,9 +222,9 @@ pub(crate) struct Run<'g> {
 /// The nodes of a run that panicked (with their payloads) and that were
 /// skipped, by index.
 #[derive(Default)]
-struct Failures {
-    panics: Vec<(u32, Box<dyn Any + Send>)>,
-    skipped: Vec<u32>,
+pub(crate) struct Failures {
+    pub(crate) panics: Vec<(u32, Box<dyn Any + Send>)>,
+    pub(crate) skipped: Vec<u32>,
 }
 
 impl<'g> Run<'g> {
@@ -398,14 +379,15 @@ impl<'g> Run<'g> {
         } else {
             self.latch.increment();
         }
-        // SAFETY: the run is live, the count above is the done's, and the
-        // chain's nodes are the caller's: each after the head has its
-        // predecessor in the chain as its only one, which counts it down
-        // only through the done.
+        let run = std::ptr::from_ref(self).cast::<()>();
+        // SAFETY: the run is live, its functions are `RUN_OPS`, the count
+        // above is the done's, and the chain's nodes are the caller's: each
+        // after the head has its predecessor in the chain as its only one,
+        // which counts it down only through the done.
         let (rest, done) = unsafe {
             (
-                ChainRest::new(self, &members[1..]),
-                ChainDone::new(self, n.chain),
+                ChainRest::new(run, &RUN_OPS, &members[1..]),
+                ChainDone::new(run, &RUN_OPS, n.chain),
             )
         };
         // SAFETY: the caller owns the head's task, so its work.
@@ -424,8 +406,7 @@ impl<'g> Run<'g> {
     ///
     /// # Safety
     /// The caller owns the node's work (its chain's head's task does).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) unsafe fn stream_work(&self, index: u32) -> *mut (dyn StreamWork + '_) {
+    unsafe fn stream_work(&self, index: u32) -> *mut (dyn StreamWork + '_) {
         // SAFETY: the node is in place for the run; its work is the
         // caller's.
         let work = unsafe { &mut *(*self.nodes.add(index as usize)).work.get() };
@@ -434,7 +415,7 @@ impl<'g> Run<'g> {
 
     /// Whether `w` is a worker of the runtime this run's nodes are queued
     /// on.
-    pub(crate) fn is_runtime_of(&self, w: &Worker) -> bool {
+    fn is_runtime_of(&self, w: &Worker) -> bool {
         std::ptr::eq(Arc::as_ptr(&w.shared), self.runtime)
     }
 
@@ -450,8 +431,7 @@ impl<'g> Run<'g> {
     /// `run` is live and the caller holds the chain's count (a
     /// [`ChainDone`]), released here; `w` is a worker of the run's
     /// runtime. Nothing of the run is touched after.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) unsafe fn complete_chain(run: *const Self, w: &Worker, chain: u32) {
+    unsafe fn complete_chain(run: *const Self, w: &Worker, chain: u32) {
         // SAFETY: the caller's count keeps the run alive until the release.
         let this = unsafe { &*run };
         // SAFETY: a chain of the plan (caller).
@@ -479,7 +459,7 @@ impl<'g> Run<'g> {
     ///
     /// # Safety
     /// As for [`Run::complete_chain`], but on any thread.
-    pub(crate) unsafe fn fail_chain(
+    unsafe fn fail_chain(
         run: *const Self,
         chain: u32,
         at: usize,
@@ -620,14 +600,17 @@ impl<'g> Run<'g> {
     }
 }
 
-/// Runs `graph` once on worker `w`, which works while it waits.
-pub(crate) fn run_on(w: &Worker, graph: &mut Graph<'_>) -> Result<(), GraphError> {
-    let Prepared {
-        id,
-        nodes,
-        plan,
-        data,
-    } = graph.prepared()?;
+/// A graph, ready for a run (see `Graph::prepared`).
+pub(crate) struct Prepared<'a, 'g> {
+    pub(crate) nodes: &'a mut [NodeTask<'g>],
+    pub(crate) plan: &'a Plan,
+    pub(crate) data: &'a DataUses<'g>,
+}
+
+/// Runs a prepared graph once on worker `w`, which works while it waits;
+/// returns the nodes that panicked or were skipped, if any.
+pub(crate) fn run_on(w: &Worker, graph: Prepared<'_, '_>) -> Result<(), Failures> {
+    let Prepared { nodes, plan, data } = graph;
     // Ordered with the tasks outside the graph that use its data: started
     // once those before it finished.
     let access = data.begin_run(w);
@@ -669,32 +652,40 @@ pub(crate) fn run_on(w: &Worker, graph: &mut Graph<'_>) -> Result<(), GraphError
         return Ok(());
     }
     skipped.sort_unstable();
-    Err(failure(graph, id, panics, skipped))
+    Err(Failures { panics, skipped })
 }
 
-/// The report of a run in which nodes panicked or were skipped.
-fn failure(
-    graph: &Graph<'_>,
-    id: u64,
-    panics: Vec<(u32, Box<dyn Any + Send>)>,
-    skipped: Vec<u32>,
-) -> GraphError {
-    let panicked = panics
-        .into_iter()
-        .map(|(index, payload)| {
-            NodePanic::new(
-                Node::new(id, index),
-                graph.name_at(index).into_owned(),
-                payload,
-            )
-        })
-        .collect();
-    GraphError::Failed {
-        panicked,
-        skipped_names: skipped
-            .iter()
-            .map(|&i| graph.name_at(i).into_owned())
-            .collect(),
-        skipped: skipped.into_iter().map(|i| Node::new(id, i)).collect(),
-    }
+/// What a chain's rest and done call on the run that started it (see
+/// [`RunOps`]): the run's own functions, on its address. Each has the
+/// contract of the `Run` method it calls, on a live run.
+static RUN_OPS: RunOps = RunOps {
+    enqueue: erased_enqueue,
+    is_runtime_of: erased_is_runtime_of,
+    complete_chain: erased_complete_chain,
+    fail_chain: erased_fail_chain,
+};
+
+unsafe fn erased_enqueue(run: *const (), index: u32, on: &dyn Any) -> Enqueued {
+    // SAFETY: a live run, and the caller owns node `index`'s work.
+    unsafe { (*(*run.cast::<Run<'static>>()).stream_work(index)).enqueue(on) }
+}
+
+unsafe fn erased_is_runtime_of(run: *const (), w: &Worker) -> bool {
+    // SAFETY: a live run (caller).
+    unsafe { (*run.cast::<Run<'static>>()).is_runtime_of(w) }
+}
+
+unsafe fn erased_complete_chain(run: *const (), w: &Worker, chain: u32) {
+    // SAFETY: as for `Run::complete_chain` (caller).
+    unsafe { Run::complete_chain(run.cast::<Run<'static>>(), w, chain) }
+}
+
+unsafe fn erased_fail_chain(
+    run: *const (),
+    chain: u32,
+    at: usize,
+    payload: Option<Box<dyn Any + Send>>,
+) {
+    // SAFETY: as for `Run::fail_chain` (caller).
+    unsafe { Run::fail_chain(run.cast::<Run<'static>>(), chain, at, payload) }
 }

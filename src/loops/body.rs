@@ -1,7 +1,6 @@
 //! What a loop computes: the `Body` of a `for_each` or a `reduce`, with
 //! its accumulator and merge.
 
-use super::part::fold_indices;
 use std::cell::Cell;
 use std::marker::PhantomData;
 use std::ops::Range;
@@ -127,5 +126,66 @@ impl<B: Body> Body for &B {
     #[inline(always)]
     fn target(&self) -> &B::Target {
         (**self).target()
+    }
+}
+
+/// Folds iterations `ks` one index at a time (the default
+/// [`Body::fold_block`]). A stride of 1 gets its own loop, which the
+/// compiler can vectorize, and which counts in indices rather than
+/// iteration numbers: `start + k` for every iteration cost a vectorized sum
+/// loop 5% (an add per vector, on top of the counter's).
+#[inline(always)]
+fn fold_indices<T: Body + ?Sized>(
+    body: &T,
+    resume: &Cell<usize>,
+    start: usize,
+    stride: usize,
+    ks: Range<usize>,
+    mut acc: T::Acc,
+) -> T::Acc {
+    if stride == 1 {
+        // `start + ks.end` is at most the range's end: no overflow.
+        let end = start + ks.end;
+        let mut at = ResumeAt {
+            resume,
+            k: start + ks.start,
+            base: start,
+        };
+        while at.k < end {
+            let i = at.k;
+            at.k += 1;
+            acc = body.fold(acc, i);
+        }
+    } else {
+        let mut at = ResumeAt {
+            resume,
+            k: ks.start,
+            base: 0,
+        };
+        while at.k < ks.end {
+            let i = start + at.k * stride;
+            at.k += 1;
+            acc = body.fold(acc, i);
+        }
+    }
+    acc
+}
+
+/// Records where a block stopped in `resume`: at the block's end, or,
+/// when an iteration unwinds, just past it. A local the loop counts in, so
+/// the count stays in a register (the frame is reachable from the worker,
+/// so a count kept there would be stored every iteration) and reaches
+/// memory only at the end of the block or in the unwinding path.
+pub(super) struct ResumeAt<'a> {
+    pub(super) resume: &'a Cell<usize>,
+    /// The count, offset by `base` (a loop may count in indices).
+    pub(super) k: usize,
+    pub(super) base: usize,
+}
+
+impl Drop for ResumeAt<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.resume.set(self.k - self.base);
     }
 }

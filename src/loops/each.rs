@@ -3,23 +3,27 @@
 //! bucket, on their promise.
 
 use super::body::Body;
+use super::frame::{poll, PartFrame};
 use super::job::deposit;
-use super::part::{poll, PartFrame};
-use super::part_task::Part;
+use crate::core::task::TaskRef;
 use crate::core::worker::Worker;
 use crate::dataflow::delayed;
 use crate::dataflow::loop_promise::LoopDeps;
 use crate::loops::merge::{self, Out};
+use std::ops::Range;
 
 /// The loop of a `depends_on_each` part: before an iteration of a bucket
 /// not yet seen fulfilled, check its promise; an unfulfilled bucket's
-/// iterations become a part parked on it.
+/// iterations become a part parked on it, queued as the task `new_part`
+/// makes of iterations `from..to` and their accumulator's place (`part.rs`
+/// passes it: it runs parts, which run this).
 #[inline(always)]
 pub(super) fn run_iterations_when_ready<B: Body>(
     part: &PartFrame<'_, B>,
     each: &LoopDeps,
     w: &Worker,
     mut acc: B::Acc,
+    new_part: impl Fn(usize, usize, Out<B::Acc>) -> TaskRef,
 ) -> B::Acc {
     let (job, f) = (part.job, &part.frame);
     let mailbox = w.mailbox();
@@ -35,7 +39,8 @@ pub(super) fn run_iterations_when_ready<B: Body>(
             if each.is_ready(bucket) {
                 ready_until = bucket_end;
             } else {
-                let (parked_until, folded) = park_bucket(part, each, w, bucket, k, bucket_end, acc);
+                let (parked_until, folded) =
+                    park_bucket(part, each, w, bucket, k..bucket_end, acc, &new_part);
                 acc = folded;
                 k = parked_until;
                 continue;
@@ -53,9 +58,9 @@ pub(super) fn run_iterations_when_ready<B: Body>(
 }
 
 /// Turns iterations `from..bucket_end` (all in unfulfilled `bucket`, cut
-/// at the part's stop) into a part parked on the bucket's promise; the
-/// current part goes on after them. Returns where the parked run ends and
-/// the accumulator to go on with.
+/// at the part's stop) into a part parked on the bucket's promise (the task
+/// `new_part` makes of them); the current part goes on after them. Returns
+/// where the parked run ends and the accumulator to go on with.
 #[cold]
 #[inline(never)]
 pub(super) fn park_bucket<B: Body>(
@@ -63,9 +68,12 @@ pub(super) fn park_bucket<B: Body>(
     each: &LoopDeps,
     w: &Worker,
     bucket: usize,
-    from: usize,
-    bucket_end: usize,
+    Range {
+        start: from,
+        end: bucket_end,
+    }: Range<usize>,
     acc: B::Acc,
+    new_part: &impl Fn(usize, usize, Out<B::Acc>) -> TaskRef,
 ) -> (usize, B::Acc) {
     let job = part.job;
     // The only call here that may panic comes first, before anything
@@ -93,7 +101,7 @@ pub(super) fn park_bucket<B: Body>(
         }
         None => (Out::ROOT, acc),
     };
-    let task = Part::new(job, from, end, parked_out).into_task();
+    let task = new_part(from, end, parked_out);
     delayed::delay::<B>(&w.shared, task, [each.dep(bucket)]);
     (end, acc)
 }

@@ -2,7 +2,7 @@
 //! unfinished parts, the first panic, the merged result.
 
 use super::body::Body;
-use super::part_task::{cancelled_message, CancelledParts};
+use super::cancelled::{cancelled_message, CancelledParts};
 use crate::core::latch::CountLatch;
 use crate::core::registry::Registry;
 use crate::core::sync::{AtomicUsize, Ordering, UnsafeCell};

@@ -32,23 +32,27 @@
 //! last part fulfills the promise its handle waits on.
 //!
 //! The files: `run.rs` (the `ParallelFor` builder and running a loop),
-//! `slices.rs` (loops over slices), `body.rs` (what a loop computes),
-//! `job.rs` (the state a loop's parts share), `part.rs` (running a part,
-//! block sizing, the mailbox check), `each.rs` (per-iteration
-//! dependencies), `part_task.rs` (a part queued as a task, cancellation),
-//! `merge.rs` (the lock-free merge tree of a reduction).
+//! `slices.rs` (loops over slices), `body.rs` (what a loop computes, and
+//! the folding of a block of indices), `job.rs` (the state a loop's parts
+//! share), `frame.rs` (a running part's frame, the mailbox check),
+//! `part.rs` (running a part, block sizing, splitting, a part queued as a
+//! task), `each.rs` (per-iteration dependencies), `cancelled.rs` (what a
+//! cancelled part reports), `merge.rs` (the lock-free merge tree of a
+//! reduction).
 
 #[cfg(not(loom))]
 mod body;
 #[cfg(not(loom))]
+mod cancelled;
+#[cfg(not(loom))]
 mod each;
+#[cfg(not(loom))]
+mod frame;
 #[cfg(not(loom))]
 mod job;
 pub(crate) mod merge;
 #[cfg(not(loom))]
 mod part;
-#[cfg(not(loom))]
-mod part_task;
 #[cfg(not(loom))]
 mod run;
 #[cfg(not(loom))]

@@ -1,27 +1,20 @@
-//! Running a part: its frame (what a worker may split), the iterations
-//! run in blocks sized to a time budget, and the mailbox check between
-//! blocks.
+//! A part of a loop: running it (its iterations in blocks sized to a time
+//! budget, with the mailbox checked between blocks), splitting it for a
+//! thief, and queueing it as a task.
 
 use super::body::Body;
+use super::cancelled::CANCELLED_WHY;
 use super::each::run_iterations_when_ready;
+use super::frame::{poll, PartFrame};
 use super::job::{deposit, LoopJob};
-use super::part_task::Part;
 use crate::core::clock::ticks;
 use crate::core::split::{older_loops_have_spare, LoopFrame};
-use crate::core::task::TaskRef;
+use crate::core::task::{self, TaskRef};
 use crate::core::worker::Worker;
 use crate::loops::merge::{self, Out};
 use std::cell::Cell;
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-
-/// A loop frame with what its part needs to split: the job and where its
-/// accumulator goes.
-pub(super) struct PartFrame<'j, B: Body> {
-    pub(super) frame: LoopFrame,
-    pub(super) job: &'j LoopJob<B>,
-    pub(super) out: Cell<Out<B::Acc>>,
-}
 
 /// The `LoopFrame::split` of a `PartFrame<B>`.
 ///
@@ -88,7 +81,9 @@ pub(super) fn iterate<B: Body>(part: &PartFrame<'_, B>, w: &Worker) -> Option<B:
         };
         let run = AssertUnwindSafe(|| match &job.each {
             None => run_iterations(part, w, acc),
-            Some(each) => run_iterations_when_ready(part, each, w, acc),
+            Some(each) => run_iterations_when_ready(part, each, w, acc, |from, to, out| {
+                Part::new(job, from, to, out).into_task()
+            }),
         });
         let resumed_at = part.frame.resume.get();
         match catch_unwind(run) {
@@ -219,67 +214,6 @@ pub(super) fn run_block<T: Body>(
     body.fold_block(resume, start, stride, ks, acc)
 }
 
-/// Folds iterations `ks` one index at a time (the default
-/// [`Body::fold_block`]). A stride of 1 gets its own loop, which the
-/// compiler can vectorize, and which counts in indices rather than
-/// iteration numbers: `start + k` for every iteration cost a vectorized sum
-/// loop 5% (an add per vector, on top of the counter's).
-#[inline(always)]
-pub(super) fn fold_indices<T: Body + ?Sized>(
-    body: &T,
-    resume: &Cell<usize>,
-    start: usize,
-    stride: usize,
-    ks: Range<usize>,
-    mut acc: T::Acc,
-) -> T::Acc {
-    if stride == 1 {
-        // `start + ks.end` is at most the range's end: no overflow.
-        let end = start + ks.end;
-        let mut at = ResumeAt {
-            resume,
-            k: start + ks.start,
-            base: start,
-        };
-        while at.k < end {
-            let i = at.k;
-            at.k += 1;
-            acc = body.fold(acc, i);
-        }
-    } else {
-        let mut at = ResumeAt {
-            resume,
-            k: ks.start,
-            base: 0,
-        };
-        while at.k < ks.end {
-            let i = start + at.k * stride;
-            at.k += 1;
-            acc = body.fold(acc, i);
-        }
-    }
-    acc
-}
-
-/// Records where a block stopped in `resume`: at the block's end, or,
-/// when an iteration unwinds, just past it. A local the loop counts in, so
-/// the count stays in a register (the frame is reachable from the worker,
-/// so a count kept there would be stored every iteration) and reaches
-/// memory only at the end of the block or in the unwinding path.
-pub(super) struct ResumeAt<'a> {
-    pub(super) resume: &'a Cell<usize>,
-    /// The count, offset by `base` (a loop may count in indices).
-    pub(super) k: usize,
-    pub(super) base: usize,
-}
-
-impl Drop for ResumeAt<'_> {
-    #[inline(always)]
-    fn drop(&mut self) {
-        self.resume.set(self.k - self.base);
-    }
-}
-
 /// The next block size after a block of `block` iterations took `took`
 /// ticks.
 #[inline(always)]
@@ -293,11 +227,68 @@ pub(super) fn next_block(block: usize, took: u64) -> usize {
     }
 }
 
-/// Between two iterations: a thief is asking.
-#[cold]
-#[inline(never)]
-pub(super) fn poll(w: &Worker, frame: &LoopFrame) {
-    frame.polling.set(true);
-    w.answer_requests();
-    frame.polling.set(false);
+/// A part queued as a task (split off, parked, or a spawned loop's first).
+/// Dropped unrun (its promise broken, or its runtime shut down), it still
+/// counts itself finished and reports the cancellation as the loop's panic.
+pub(super) struct Part<B: Body> {
+    pub(super) job: *const LoopJob<B>,
+    pub(super) from: usize,
+    pub(super) to: usize,
+    pub(super) out: Out<B::Acc>,
+    pub(super) ran: bool,
+}
+
+// SAFETY: a part only reaches its job through `&LoopJob<B>`, which is Sync.
+unsafe impl<B: Body> Send for Part<B> {}
+
+impl<B: Body> Part<B> {
+    pub(super) fn new(job: *const LoopJob<B>, from: usize, to: usize, out: Out<B::Acc>) -> Self {
+        Self {
+            job,
+            from,
+            to,
+            out,
+            ran: false,
+        }
+    }
+
+    pub(super) fn into_task(self) -> TaskRef {
+        #[cfg(feature = "trace")]
+        // SAFETY: an unfinished part keeps its job alive.
+        let name = unsafe { &*self.job }.name;
+        let task = task::new_detached(move || {
+            let mut part = self;
+            part.ran = true;
+            let w = Worker::current().expect("selvedge: loop parts run on workers");
+            // SAFETY: the job lives until every part has finished, and this
+            // one finishes only below.
+            let job = unsafe { &*part.job };
+            run_part(job, w, part.from, part.to, part.out);
+            // SAFETY: this part is finished, once.
+            unsafe { LoopJob::finish_part(part.job) };
+        });
+        #[cfg(feature = "trace")]
+        task.set_trace_name(name);
+        task
+    }
+}
+
+impl<B: Body> Drop for Part<B> {
+    fn drop(&mut self) {
+        if self.ran {
+            return;
+        }
+        // SAFETY: an unfinished part keeps its job alive.
+        let job = unsafe { &*self.job };
+        if self.from == self.to {
+            job.record_panic(Box::new(format!(
+                "selvedge: an empty parallel loop was cancelled: {CANCELLED_WHY}"
+            )));
+        } else {
+            job.record_cancelled(self.from..self.to);
+        }
+        deposit(job, self.out, None);
+        // SAFETY: this part is finished, once.
+        unsafe { LoopJob::finish_part(self.job) };
+    }
 }

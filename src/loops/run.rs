@@ -3,8 +3,7 @@
 
 use super::body::{Body, ForEach, Reduce};
 use super::job::{Finish, LoopJob};
-use super::part::run_part;
-use super::part_task::Part;
+use super::part::{run_part, Part};
 use crate::core::handle::JoinHandle;
 use crate::core::latch::CountLatch;
 use crate::core::pool::{current_registry, on_worker};

@@ -1,8 +1,7 @@
 //! Loops over slices: `par_chunks_mut` and `par_iter_mut`, with the
 //! bodies that hand each part its chunks or elements.
 
-use super::body::Body;
-use super::part::ResumeAt;
+use super::body::{Body, ResumeAt};
 use super::run::parallel_for;
 use crate::core::send_ptr::SendPtr;
 use std::cell::Cell;

@@ -1,10 +1,10 @@
 //! A cluster: this process's place among the MPI ranks, and the
 //! operations it posts, each a promise.
 
-use super::engine::Engine;
 use super::link::{count_of, receive, received, send, Link};
 use super::message::{Message, Outcome, Slot, Unsent};
 use super::op::Kind;
+use super::progress;
 use super::{Element, MpiError};
 use crate::core::pool::{current_registry, Runtime};
 use crate::core::registry::Registry;
@@ -145,7 +145,7 @@ impl Cluster {
                 reason: "MPI was started in this process before: it starts once per process (keep the cluster, and clone it)".into(),
             });
         }
-        let (engine, started, thread) = Engine::start(registry)?;
+        let (engine, started, thread) = progress::start(registry)?;
         Ok(Cluster {
             inner: Arc::new(Inner {
                 link: Link {

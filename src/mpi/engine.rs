@@ -38,7 +38,7 @@
 //! leaked rather than freed under MPI, its promise broken.
 
 use super::calls::{self, Tester};
-use super::op::{Described, Kind, Op, Outcome, Started};
+use super::op::{Described, Kind, Op, Outcome};
 use super::MpiError;
 use crate::core::completions::CompletionSource;
 use crate::core::fallback_watch::FallbackWatch;
@@ -47,9 +47,13 @@ use crate::core::signal::{Action, SignalRef};
 use crate::core::sync::{lock, AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::core::worker::Worker;
 use mpi_sys::{MPI_Comm, MPI_Datatype, MPI_Request};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::thread::Thread;
 use std::time::{Duration, Instant};
+
+/// How long a stop waits for operations MPI cannot cancel before it says
+/// so; then again each time the wait doubled.
+pub(super) const FIRST_NOTICE: Duration = Duration::from_secs(1);
 
 /// Shared between the cluster's handles, its progress thread and the
 /// runtime's workers.
@@ -133,27 +137,10 @@ pub(super) struct State {
 unsafe impl Send for State {}
 
 impl Engine {
-    /// Starts MPI on a thread of its own; returns once it started (or
-    /// failed to).
-    pub(super) fn start(
-        registry: Arc<Registry>,
-    ) -> Result<(Arc<Engine>, Started, std::thread::JoinHandle<()>), MpiError> {
-        let (tx, rx) = mpsc::channel();
-        let (started_tx, started_rx) = mpsc::channel();
-        let join = std::thread::Builder::new()
-            .name("selvedge-mpi".into())
-            .spawn(move || {
-                let engine: Arc<Engine> = match rx.recv() {
-                    Ok(engine) => engine,
-                    Err(_) => return,
-                };
-                super::progress::run(&engine, started_tx);
-            })
-            .map_err(|e| MpiError::Unavailable {
-                reason: format!("the progress thread could not start: {e}"),
-            })?;
-        let thread = join.thread().clone();
-        let engine = Arc::new(Engine {
+    /// The engine of the progress thread `thread` (which waits for it,
+    /// see `progress::start`), for the runtime `registry`.
+    pub(super) fn new(registry: Arc<Registry>, thread: Thread) -> Arc<Engine> {
+        Arc::new(Engine {
             queue: Mutex::new(Some(Vec::new())),
             state: Mutex::new(State {
                 comm: None,
@@ -171,21 +158,7 @@ impl Engine {
             last_round: AtomicU64::new(0),
             epoch: Instant::now(),
             registry,
-        });
-        let _ = tx.send(Arc::clone(&engine));
-        match started_rx.recv() {
-            Ok(Ok(started)) => Ok((engine, started, join)),
-            Ok(Err(e)) => {
-                let _ = join.join();
-                Err(e)
-            }
-            Err(_) => {
-                let _ = join.join();
-                Err(MpiError::Unavailable {
-                    reason: "the progress thread ended while starting MPI".into(),
-                })
-            }
-        }
+        })
     }
 
     /// MPI started on the progress thread with `comm`; `shared_calls`:
@@ -345,7 +318,7 @@ impl Engine {
                 Command::Stop(finalized) => {
                     state.stopping = Some(Stopping {
                         since: Instant::now(),
-                        next_notice: super::progress::FIRST_NOTICE,
+                        next_notice: FIRST_NOTICE,
                         finalized,
                     });
                     cancel_receives(state);

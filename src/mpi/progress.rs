@@ -33,13 +33,9 @@ use super::calls;
 use super::engine::{Command, Engine, InFlight};
 use super::op::Started;
 use super::MpiError;
-use crate::core::registry::fire_signal;
+use crate::core::registry::{fire_signal, Registry};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
-
-/// How long a stop waits for operations MPI cannot cancel before it says
-/// so; then again each time the wait doubled.
-pub(super) const FIRST_NOTICE: Duration = Duration::from_secs(1);
 
 /// How long the progress thread waits between its tests while operations
 /// are in flight, where others test too (or after a millisecond without
@@ -55,8 +51,45 @@ const OWN_ROUND_AT_LEAST: Duration = Duration::from_millis(10);
 /// (`MPI_THREAD_FUNNELED`), as with a library that gives no more.
 const FUNNELED_VAR: &str = "SELVEDGE_MPI_FUNNELED";
 
+/// Starts MPI on a thread of its own, the progress thread; returns once it
+/// started (or failed to).
+pub(super) fn start(
+    registry: Arc<Registry>,
+) -> Result<(Arc<Engine>, Started, std::thread::JoinHandle<()>), MpiError> {
+    let (tx, rx) = mpsc::channel();
+    let (started_tx, started_rx) = mpsc::channel();
+    let join = std::thread::Builder::new()
+        .name("selvedge-mpi".into())
+        .spawn(move || {
+            let engine: Arc<Engine> = match rx.recv() {
+                Ok(engine) => engine,
+                Err(_) => return,
+            };
+            run(&engine, started_tx);
+        })
+        .map_err(|e| MpiError::Unavailable {
+            reason: format!("the progress thread could not start: {e}"),
+        })?;
+    let thread = join.thread().clone();
+    let engine = Engine::new(registry, thread);
+    let _ = tx.send(Arc::clone(&engine));
+    match started_rx.recv() {
+        Ok(Ok(started)) => Ok((engine, started, join)),
+        Ok(Err(e)) => {
+            let _ = join.join();
+            Err(e)
+        }
+        Err(_) => {
+            let _ = join.join();
+            Err(MpiError::Unavailable {
+                reason: "the progress thread ended while starting MPI".into(),
+            })
+        }
+    }
+}
+
 /// The progress thread's body.
-pub(super) fn run(engine: &Arc<Engine>, started: mpsc::Sender<Result<Started, MpiError>>) {
+fn run(engine: &Arc<Engine>, started: mpsc::Sender<Result<Started, MpiError>>) {
     let serialized = std::env::var_os(FUNNELED_VAR).is_none();
     let (comm, rank) = match calls::init(serialized) {
         Ok((comm, info, shared_calls)) => {

@@ -1,12 +1,6 @@
-//! A part queued as a task, and what a cancelled part reports: the loop
-//! panics naming every cancelled iteration.
+//! What a cancelled part reports: the loop panics naming every cancelled
+//! iteration.
 
-use super::body::Body;
-use super::job::{deposit, LoopJob};
-use super::part::run_part;
-use crate::core::task::{self, TaskRef};
-use crate::core::worker::Worker;
-use crate::loops::merge::Out;
 use std::ops::Range;
 
 /// Why a loop part is cancelled (the part cannot tell which).
@@ -78,70 +72,4 @@ pub(super) fn cancelled_message(
         ("iterations", "were")
     };
     format!("selvedge: parallel loop {noun} {list}{step} {verb} cancelled: {CANCELLED_WHY}")
-}
-
-/// A part queued as a task (split off, parked, or a spawned loop's first).
-/// Dropped unrun (its promise broken, or its runtime shut down), it still
-/// counts itself finished and reports the cancellation as the loop's panic.
-pub(super) struct Part<B: Body> {
-    pub(super) job: *const LoopJob<B>,
-    pub(super) from: usize,
-    pub(super) to: usize,
-    pub(super) out: Out<B::Acc>,
-    pub(super) ran: bool,
-}
-
-// SAFETY: a part only reaches its job through `&LoopJob<B>`, which is Sync.
-unsafe impl<B: Body> Send for Part<B> {}
-
-impl<B: Body> Part<B> {
-    pub(super) fn new(job: *const LoopJob<B>, from: usize, to: usize, out: Out<B::Acc>) -> Self {
-        Self {
-            job,
-            from,
-            to,
-            out,
-            ran: false,
-        }
-    }
-
-    pub(super) fn into_task(self) -> TaskRef {
-        #[cfg(feature = "trace")]
-        // SAFETY: an unfinished part keeps its job alive.
-        let name = unsafe { &*self.job }.name;
-        let task = task::new_detached(move || {
-            let mut part = self;
-            part.ran = true;
-            let w = Worker::current().expect("selvedge: loop parts run on workers");
-            // SAFETY: the job lives until every part has finished, and this
-            // one finishes only below.
-            let job = unsafe { &*part.job };
-            run_part(job, w, part.from, part.to, part.out);
-            // SAFETY: this part is finished, once.
-            unsafe { LoopJob::finish_part(part.job) };
-        });
-        #[cfg(feature = "trace")]
-        task.set_trace_name(name);
-        task
-    }
-}
-
-impl<B: Body> Drop for Part<B> {
-    fn drop(&mut self) {
-        if self.ran {
-            return;
-        }
-        // SAFETY: an unfinished part keeps its job alive.
-        let job = unsafe { &*self.job };
-        if self.from == self.to {
-            job.record_panic(Box::new(format!(
-                "selvedge: an empty parallel loop was cancelled: {CANCELLED_WHY}"
-            )));
-        } else {
-            job.record_cancelled(self.from..self.to);
-        }
-        deposit(job, self.out, None);
-        // SAFETY: this part is finished, once.
-        unsafe { LoopJob::finish_part(self.job) };
-    }
 }
