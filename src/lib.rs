@@ -154,6 +154,36 @@ pub use crate::structured::scope::{scope, Scope};
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+/// The guide's examples (`docs/guide/`), compiled and run as doc tests, one
+/// module per page. The pages of a feature are tested with that feature
+/// only; their examples that need hardware are compiled, not run.
+#[cfg(doctest)]
+pub mod guide {
+    #[doc = include_str!("../docs/guide/getting-started.md")]
+    pub mod getting_started {}
+    #[doc = include_str!("../docs/guide/tasks.md")]
+    pub mod tasks {}
+    #[doc = include_str!("../docs/guide/dataflow.md")]
+    pub mod dataflow {}
+    #[doc = include_str!("../docs/guide/data.md")]
+    pub mod data {}
+    #[doc = include_str!("../docs/guide/graphs.md")]
+    pub mod graphs {}
+    #[doc = include_str!("../docs/guide/loops.md")]
+    pub mod loops {}
+    #[cfg(feature = "cuda")]
+    #[doc = include_str!("../docs/guide/gpu.md")]
+    pub mod gpu {}
+    #[cfg(feature = "mpi")]
+    #[doc = include_str!("../docs/guide/mpi.md")]
+    pub mod mpi {}
+    #[cfg(feature = "trace")]
+    #[doc = include_str!("../docs/guide/traces.md")]
+    pub mod traces {}
+    #[doc = include_str!("../docs/guide/tuning.md")]
+    pub mod tuning {}
+}
+
 /// The concurrent protocols, exposed for the loom models in `loom-tests/`
 /// (built with `--cfg loom`). Not part of the public API.
 #[cfg(loom)]
