@@ -8,7 +8,7 @@
 //!   GEMMs issued straight to cuBLAS on one stream, then stage 2 with rayon.
 //! - `gpu_gemm/<version>/<type>/<batch>x<size>`: one strided-batched GEMM
 //!   (f32, and bf16 with f32 accumulation) as a selvedge GPU task, spawned
-//!   and joined (`dev.spawn(|s| s.gemm(..)).join()`), against the same
+//!   and joined (`dev.spawn(|s| gemm(s.blas(), ..)).join()`), against the same
 //!   cuBLAS call on a stream of one's own followed by a stream
 //!   synchronize: what a GPU task adds to a GEMM.
 //! - `gpu_round_trip`: an empty GPU task, from `spawn` to a dependent CPU
@@ -55,7 +55,7 @@ use selvedge::gpu::cudarc::cublas::{CudaBlas, Gemm};
 use selvedge::gpu::cudarc::driver::{sys, DevicePtr};
 use selvedge::gpu::cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use selvedge::gpu::half::bf16;
-use selvedge::gpu::{BatchedGemm, Device, GemmElement, GpuError, GpuHandle};
+use selvedge::gpu::{gemm, BatchedGemm, Device, GemmElement, GpuError, GpuHandle};
 use selvedge::{Graph, GraphError, Runtime};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -232,13 +232,13 @@ fn gemm_pair<T: Element>(
         // the last (no `keep_alive` needed).
         let (a, b, c) = (a.clone(), b.clone(), c.clone());
         dev.spawn(move |s| {
-            s.gemm(g, &*a, &*b, &mut *c.lock().unwrap())?;
+            gemm(s.blas(), g, &*a, &*b, &mut *c.lock().unwrap())?;
             Ok(())
         })
         .join()
     };
     let direct = || -> Result<(), GpuError> {
-        selvedge::gpu::gemm(blas, g, &*a, &*b, &mut *c.lock().unwrap())?;
+        gemm(blas, g, &*a, &*b, &mut *c.lock().unwrap())?;
         stream.synchronize()?;
         Ok(())
     };
@@ -322,7 +322,7 @@ fn round_trip(c: &mut Criterion) {
         let h = dev.spawn(|_| Ok(()));
         // On the device's runtime: the global one would add a second
         // runtime's injection to the figure.
-        let started = rt.submit_delayed([h.dep()], Instant::now).join();
+        let started = rt.spawn_delayed([h.dep()], Instant::now).join();
         or_exit(h.join(), "an empty GPU task");
         started - start
     };

@@ -1290,7 +1290,7 @@ fn fine_wavefront_table(
              work. *spawn_delayed (inside rt.run)*: every tile spawned up front from the \
              root task with `selvedge::spawn_delayed` on its two neighbours' iterations of a \
              `LoopPromise`, the bottom-right tile's handle joined; *submit_delayed (from the \
-             main thread)*: the same tasks queued with `Runtime::submit_delayed` from the \
+             main thread)*: the same tasks queued with `Runtime::spawn_delayed` from the \
              calling thread, which is no worker; *a maker task per row*: the same tasks, \
              each row's made by a task of its own, the rows' makers running in parallel; \
              *made up front, 8 rows ahead*: as the first, but before each row the making \

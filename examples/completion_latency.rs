@@ -106,7 +106,7 @@ fn measure(rt: &Runtime, path: Path, gap: Duration, busy: bool, n: usize) -> Vec
         let workers = rt.num_threads();
         // Rounds of short tasks: between two rounds the workers take the
         // tasks queued from outside (the test's promise is made in one).
-        rt.submit(move || {
+        rt.spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 selvedge::scope(|sc| {
                     for _ in 0..workers * 16 {
@@ -127,7 +127,7 @@ fn measure(rt: &Runtime, path: Path, gap: Duration, busy: bool, n: usize) -> Vec
         // When the waiting task started, in ns since `origin` (0: not yet).
         let started = Arc::new(AtomicU64::new(0));
         let s = Arc::clone(&started);
-        rt.submit_delayed([promise.dep()], move || {
+        rt.spawn_delayed([promise.dep()], move || {
             s.store(origin.elapsed().as_nanos() as u64, Ordering::Release);
         })
         .detach();

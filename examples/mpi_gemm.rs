@@ -79,8 +79,8 @@ fn main() {
         });
         // Back on rank 0 (a message from the owner, where it is not 0).
         let back = g.node_named(format!("gathered {i}"), 0, |inputs| inputs[0].to_vec());
-        g.edge(make, multiply);
-        g.edge(multiply, back);
+        g.precede(make, multiply);
+        g.precede(multiply, back);
         gathered.push(back);
     }
     let (mut distributed, mut serial) = (Vec::new(), Vec::new());

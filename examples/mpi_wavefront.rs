@@ -174,10 +174,10 @@ fn main() {
                 compute_tile(run, tile, i, j, top, left)
             });
             if i > 0 {
-                g.edge(nodes[i - 1][j], node);
+                g.precede(nodes[i - 1][j], node);
             }
             if j > 0 {
-                g.edge(row[j - 1], node);
+                g.precede(row[j - 1], node);
             }
             row.push(node);
         }

@@ -30,7 +30,7 @@
 //! ## The pieces
 //!
 //! - [`Runtime`] and [`Builder`]: worker threads; [`Runtime::run`] runs a root
-//!   task and blocks, [`Runtime::submit`] queues work from any thread without
+//!   task and blocks, [`Runtime::spawn`] queues work from any thread without
 //!   blocking, [`Runtime::sync_root`] waits until everything finished, and
 //!   [`Runtime::stats`] reads per-worker counters. Dropping a runtime
 //!   finishes its queued work and joins its threads (dropped inside one of
@@ -45,14 +45,14 @@
 //! - [`scope`] lets tasks borrow from the stack and waits for all of them;
 //!   [`join`] is fork-join for two closures.
 //! - Dataflow: a [`Promise`] is a one-shot event any thread can fulfill;
-//!   [`spawn_delayed`] (and [`Runtime::submit_delayed`],
+//!   [`spawn_delayed`] (and [`Runtime::spawn_delayed`],
 //!   [`Scope::spawn_delayed`]) runs a task once every [`Dep`] it names is
 //!   fulfilled, with no thread blocked meanwhile; a [`LoopPromise`] has one
 //!   promise per iteration, so loops pipeline without barriers. A promise
 //!   dropped unfulfilled cancels its waiters: [`JoinHandle::try_join`]
 //!   returns a [`JoinError`] saying so.
 //! - Declared data access: a [`Data`] handle holds a value that tasks reach
-//!   only by declaring it: [`spawn_with`] (and [`Runtime::submit_with`],
+//!   only by declaring it: [`spawn_with`] (and [`Runtime::spawn_with`],
 //!   [`Scope::spawn_with`]) hands the closure `&T` for each
 //!   [`Data::read`] and `&mut T` for each [`Data::write`], ordering the
 //!   tasks of each handle in submission order (a write after the previous
@@ -111,7 +111,7 @@ mod structured;
 #[cfg(not(loom))]
 pub use crate::api::builder::Builder;
 #[cfg(not(loom))]
-pub use crate::api::tasks::{current_num_threads, named, spawn, spawn_named, sync_root};
+pub use crate::api::tasks::{current_num_threads, named, spawn};
 #[cfg(not(loom))]
 pub use crate::core::blocking::block_in_place;
 #[cfg(not(loom))]

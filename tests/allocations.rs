@@ -176,7 +176,7 @@ fn tasks_submitted_from_outside_the_workers_reuse_the_blocks_the_workers_free() 
         let go = selvedge::Promise::new();
         for i in 0..TASKS as u64 {
             let sum = std::sync::Arc::clone(&sum);
-            drop(rt.submit_delayed([go.dep()], move || {
+            drop(rt.spawn_delayed([go.dep()], move || {
                 sum.fetch_add(i, std::sync::atomic::Ordering::Relaxed);
             }));
             if i == 0 {
@@ -216,7 +216,7 @@ fn a_thread_outside_the_workers_that_joins_each_task_reuses_its_block() {
     // back.
     let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
     let submit_and_join = |i: u64| {
-        let h = rt.submit(move || i);
+        let h = rt.spawn(move || i);
         while !h.is_finished() {
             std::thread::yield_now();
         }

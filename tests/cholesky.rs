@@ -73,11 +73,11 @@ fn a_failing_kernel_cancels_what_depends_on_it() {
         .map(|(i, m)| Data::named(format!("tile {i}"), m))
         .collect();
     let at = |i: usize, j: usize| &data[cholesky::index(nt, i, j)];
-    let potrf = rt.submit_with(at(0, 0).write(), cholesky::potrf);
-    let trsm = rt.submit_with((at(0, 0).read(), at(1, 0).write()), |(l, b)| {
+    let potrf = rt.spawn_with(at(0, 0).write(), cholesky::potrf);
+    let trsm = rt.spawn_with((at(0, 0).read(), at(1, 0).write()), |(l, b)| {
         cholesky::trsm(l, b)
     });
-    let syrk = rt.submit_with((at(1, 0).read(), at(1, 1).write()), |(a, c)| {
+    let syrk = rt.spawn_with((at(1, 0).read(), at(1, 1).write()), |(a, c)| {
         cholesky::syrk(a, c)
     });
     assert!(potrf.try_join().unwrap_err().is_panic());

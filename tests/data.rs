@@ -21,7 +21,7 @@ fn writes_run_one_at_a_time_in_submission_order() {
     let rt = runtime(4);
     let d = Data::new(Vec::new());
     for i in 0..200 {
-        rt.submit_with(d.write(), move |v: &mut Vec<i32>| {
+        rt.spawn_with(d.write(), move |v: &mut Vec<i32>| {
             if i % 50 == 0 {
                 std::thread::sleep(Duration::from_millis(2));
             }
@@ -41,7 +41,7 @@ fn reads_of_one_version_run_together() {
     let readers: Vec<_> = (0..4)
         .map(|_| {
             let (running, most) = (running.clone(), most.clone());
-            rt.submit_with(d.read(), move |v| {
+            rt.spawn_with(d.read(), move |v| {
                 let now = running.fetch_add(1, Ordering::SeqCst) + 1;
                 most.fetch_max(now, Ordering::SeqCst);
                 std::thread::sleep(Duration::from_millis(100));
@@ -64,19 +64,19 @@ fn a_write_waits_for_the_reads_before_it_and_reads_after_it_see_it() {
     let mut hs = Vec::new();
     for i in 0..3 {
         let log = log.clone();
-        hs.push(rt.submit_with(d.read(), move |v| {
+        hs.push(rt.spawn_with(d.read(), move |v| {
             std::thread::sleep(Duration::from_millis(20 * (3 - i)));
             log.lock().unwrap().push("read");
             *v
         }));
     }
     let l = log.clone();
-    rt.submit_with(d.write(), move |v| {
+    rt.spawn_with(d.write(), move |v| {
         l.lock().unwrap().push("write");
         *v = 2
     })
     .detach();
-    let after = rt.submit_with(d.read(), |v| *v);
+    let after = rt.spawn_with(d.read(), |v| *v);
     assert_eq!(after.join(), 2);
     for h in hs {
         assert_eq!(h.join(), 1, "a read submitted before the write saw it");
@@ -116,7 +116,7 @@ fn random_tasks_see_the_versions_of_their_submission_order() {
             }
         }
         let spin = rng.random_range(0..200u32);
-        tasks.push(rt.submit_with((reads, ws), move |(reads, ws)| {
+        tasks.push(rt.spawn_with((reads, ws), move |(reads, ws)| {
             for (v, e) in reads.iter().zip(&expect_r) {
                 assert_eq!(**v, *e, "a read saw the wrong version");
             }
@@ -151,12 +151,12 @@ fn concurrent_submitters_in_opposite_orders_finish() {
                 let hs: Vec<_> = (0..500)
                     .map(|_| {
                         if t % 2 == 0 {
-                            rt.submit_with((a.write(), b.write()), |(a, b)| {
+                            rt.spawn_with((a.write(), b.write()), |(a, b)| {
                                 *a += 1;
                                 *b += 1
                             })
                         } else {
-                            rt.submit_with((b.write(), a.write()), |(b, a)| {
+                            rt.spawn_with((b.write(), a.write()), |(b, a)| {
                                 *a += 1;
                                 *b += 1
                             })
@@ -194,15 +194,15 @@ fn a_handle_declared_twice_for_reading_is_one_read() {
     let rt = runtime(2);
     let a = Data::named("A[0][0]", vec![1.0f64, 2.0, 3.0]);
     let c = Data::new(0.0f64);
-    rt.submit_with(a.write(), |a| a[0] = 2.0).detach();
+    rt.spawn_with(a.write(), |a| a[0] = 2.0).detach();
     // Both roles of the same tile, and in a Vec too.
-    let dot = rt.submit_with((a.read(), a.read(), c.write()), |(x, y, c)| {
+    let dot = rt.spawn_with((a.read(), a.read(), c.write()), |(x, y, c)| {
         assert!(std::ptr::eq(x, y), "two references to the same value");
         *c = x.iter().zip(y).map(|(p, q)| p * q).sum();
         *c
     });
-    let both = rt.submit_with(vec![a.read(), a.read()], |v| v[0][0] + v[1][0]);
-    rt.submit_with(a.write(), |a| a[0] = 10.0).detach();
+    let both = rt.spawn_with(vec![a.read(), a.read()], |v| v[0][0] + v[1][0]);
+    rt.spawn_with(a.write(), |a| a[0] = 10.0).detach();
     assert_eq!(dot.join(), 4.0 + 4.0 + 9.0);
     assert_eq!(both.join(), 4.0, "ordered before the later write");
     let mut g = Graph::new();
@@ -226,11 +226,11 @@ fn a_panicking_writer_poisons_and_later_accesses_are_cancelled_naming_it() {
     let rt = runtime(2);
     let a = Data::named("a", 1);
     let b = Data::named("b", 1);
-    let bad = rt.submit_with(a.write(), |_: &mut i32| -> () { panic!("bad update") });
+    let bad = rt.spawn_with(a.write(), |_: &mut i32| -> () { panic!("bad update") });
     // Reads `a` (poisoned): cancelled, and `b`, which it writes, is
     // poisoned in turn.
-    let copy = rt.submit_with((a.read(), b.write()), |(a, b)| *b = *a);
-    let read_b = rt.submit_with(b.read(), |b| *b);
+    let copy = rt.spawn_with((a.read(), b.write()), |(a, b)| *b = *a);
+    let read_b = rt.spawn_with(b.read(), |b| *b);
     assert!(bad.try_join().unwrap_err().is_panic());
     let e = copy.try_join().unwrap_err();
     assert!(e.is_cancelled(), "{e}");
@@ -248,15 +248,15 @@ fn a_panicking_writer_poisons_and_later_accesses_are_cancelled_naming_it() {
     assert!(e.to_string().contains("bad update"), "{e}");
     // A new access after the fact is cancelled too: no hang.
     assert!(rt
-        .submit_with(a.read(), |a| *a)
+        .spawn_with(a.read(), |a| *a)
         .try_join()
         .unwrap_err()
         .is_cancelled());
     assert!(a.read_now().unwrap_err().is_cancelled());
     // Recovery: a recover access repairs the value and clears the poison.
-    rt.submit_with(a.recover(), |a| *a = 10).detach();
-    assert_eq!(rt.submit_with(a.read(), |a| *a).join(), 10);
-    rt.submit_with((a.read(), b.recover()), |(a, b)| *b = *a + 1)
+    rt.spawn_with(a.recover(), |a| *a = 10).detach();
+    assert_eq!(rt.spawn_with(a.read(), |a| *a).join(), 10);
+    rt.spawn_with((a.read(), b.recover()), |(a, b)| *b = *a + 1)
         .detach();
     assert_eq!(b.into_inner(), 11);
     assert_eq!(a.into_inner(), 10);
@@ -266,9 +266,9 @@ fn a_panicking_writer_poisons_and_later_accesses_are_cancelled_naming_it() {
 fn a_panicking_reader_poisons_nothing() {
     let rt = runtime(2);
     let a = Data::new(3);
-    let r = rt.submit_with(a.read(), |_| -> () { panic!("reader failed") });
+    let r = rt.spawn_with(a.read(), |_| -> () { panic!("reader failed") });
     assert!(r.try_join().unwrap_err().is_panic());
-    rt.submit_with(a.write(), |a| *a += 1).detach();
+    rt.spawn_with(a.write(), |a| *a += 1).detach();
     assert_eq!(a.into_inner(), 4);
 }
 
@@ -283,7 +283,7 @@ fn try_into_inner_hands_back_what_it_cannot_give() {
     };
     drop(other);
     let _ = rt
-        .submit_with(d.write(), |v: &mut Vec<i32>| {
+        .spawn_with(d.write(), |v: &mut Vec<i32>| {
             v.push(2);
             panic!("half done")
         })
@@ -302,7 +302,7 @@ fn into_inner_waits_for_every_access() {
     let rt = runtime(2);
     let d = Data::new(0);
     let gate = Promise::new();
-    rt.submit_with((d.write(), gate.dep()), |(d, ())| *d = 5)
+    rt.spawn_with((d.write(), gate.dep()), |(d, ())| *d = 5)
         .detach();
     let g = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(50));
@@ -316,14 +316,14 @@ fn into_inner_waits_for_every_access() {
 fn read_now_waits_for_writes_and_holds_later_ones() {
     let rt = runtime(2);
     let d = Data::new(1);
-    rt.submit_with(d.write(), |d| {
+    rt.spawn_with(d.write(), |d| {
         std::thread::sleep(Duration::from_millis(30));
         *d = 2
     })
     .detach();
     let guard = d.read_now().unwrap();
     assert_eq!(*guard, 2);
-    let w = rt.submit_with(d.write(), |d| *d = 3);
+    let w = rt.spawn_with(d.write(), |d| *d = 3);
     std::thread::sleep(Duration::from_millis(30));
     assert!(
         !w.is_finished(),
@@ -378,7 +378,7 @@ fn a_task_declaring_more_handles_than_fit_on_the_stack_is_ordered_and_lets_them_
     let out = Data::new(0);
     for round in 1..=3u64 {
         let reads: Vec<_> = xs[..11].iter().map(Data::read).collect();
-        rt.submit_with(
+        rt.spawn_with(
             (reads, xs[11].write(), out.write()),
             move |(r, last, out)| {
                 *out = r.iter().copied().sum::<u64>() + *last;
@@ -387,14 +387,14 @@ fn a_task_declaring_more_handles_than_fit_on_the_stack_is_ordered_and_lets_them_
         )
         .detach();
         let writes: Vec<_> = xs.iter().map(Data::write).collect();
-        rt.submit_with(writes, |xs| xs.into_iter().for_each(|x| *x *= 2))
+        rt.spawn_with(writes, |xs| xs.into_iter().for_each(|x| *x *= 2))
             .detach();
         // 1..=12 doubled `round - 1` times, plus what each round's first
         // task added to the last before the doubling.
         let last_added: u64 = (1..round).map(|r| 1 << (round - r)).sum();
         let want = ((1..=12).sum::<u64>() << (round - 1)) + last_added;
         assert_eq!(
-            rt.submit_with(out.read(), |o| *o).join(),
+            rt.spawn_with(out.read(), |o| *o).join(),
             want,
             "round {round}"
         );
@@ -406,12 +406,12 @@ fn arrays_and_single_accesses() {
     let rt = runtime(2);
     let xs: Vec<Data<i32>> = (0..3).map(Data::new).collect();
     let out = Data::new(0);
-    rt.submit_with(
+    rt.spawn_with(
         ([xs[0].read(), xs[1].read(), xs[2].read()], out.write()),
         |([a, b, c], out)| *out = a + b + c,
     )
     .detach();
-    assert_eq!(rt.submit_with(out.read(), |o| *o).join(), 3);
+    assert_eq!(rt.spawn_with(out.read(), |o| *o).join(), 3);
 }
 
 #[test]
@@ -422,7 +422,7 @@ fn waiting_on_a_handle_inside_a_task_that_declared_it_panics_instead_of_hanging(
     let rt = runtime(2);
     let d = Data::named("self", 1);
     let inner = d.clone();
-    let h = rt.submit_with(d.write(), move |v| {
+    let h = rt.spawn_with(d.write(), move |v| {
         *v += 1;
         let _ = inner.read_now();
     });
@@ -436,7 +436,7 @@ fn waiting_on_a_handle_inside_a_task_that_declared_it_panics_instead_of_hanging(
     let other = Data::new(0);
     // A handle the task did not declare may be waited for.
     let o = other.clone();
-    let ok = rt.submit_with(d.recover(), move |_| *o.read_now().unwrap());
+    let ok = rt.spawn_with(d.recover(), move |_| *o.read_now().unwrap());
     assert_eq!(ok.join(), 0);
     drop(done);
 }

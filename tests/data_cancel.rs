@@ -25,19 +25,19 @@ fn a_cancelled_write_leaves_the_value_and_the_order_intact() {
     let rt = runtime(2);
     let d = Data::named("v", vec![1, 2, 3]);
     let p = Promise::new();
-    let h = rt.submit_with((d.write(), p.dep()), |(v, ()): (&mut Vec<i32>, ())| {
+    let h = rt.spawn_with((d.write(), p.dep()), |(v, ()): (&mut Vec<i32>, ())| {
         v.push(4)
     });
     drop(p);
     let err = h.try_join().unwrap_err();
     assert!(err.is_cancelled(), "{err}");
 
-    let read = rt.submit_with(d.read(), |v: &Vec<i32>| v.clone());
+    let read = rt.spawn_with(d.read(), |v: &Vec<i32>| v.clone());
     assert_eq!(read.try_join().unwrap(), [1, 2, 3]);
-    rt.submit_with(d.write(), |v: &mut Vec<i32>| v.push(5))
+    rt.spawn_with(d.write(), |v: &mut Vec<i32>| v.push(5))
         .try_join()
         .unwrap();
-    rt.submit_with(d.recover(), |v: &mut Vec<i32>| v.push(6))
+    rt.spawn_with(d.recover(), |v: &mut Vec<i32>| v.push(6))
         .try_join()
         .unwrap();
     assert_eq!(*d.read_now().unwrap(), [1, 2, 3, 5, 6]);
@@ -60,19 +60,18 @@ fn a_cancelled_access_passes_its_turn_only_after_the_accesses_before_it() {
         let gate = Promise::new();
         let started = Promise::new();
         let s = started.clone();
-        let slow = rt.submit_with(d.write(), move |v: &mut u32| {
+        let slow = rt.spawn_with(d.write(), move |v: &mut u32| {
             w.store(true, Ordering::SeqCst);
             s.fulfill();
             std::thread::sleep(Duration::from_millis(20));
             *v = 1;
             w.store(false, Ordering::SeqCst);
         });
-        let cancelled = rt.submit_with((d.write(), gate.dep()), |(v, ())| *v = 99);
+        let cancelled = rt.spawn_with((d.write(), gate.dep()), |(v, ())| *v = 99);
         let w = writing.clone();
-        let after = rt.submit_with(d.read(), move |v: &u32| (*v, w.load(Ordering::SeqCst)));
+        let after = rt.spawn_with(d.read(), move |v: &u32| (*v, w.load(Ordering::SeqCst)));
         // The slow write is running when the middle one is cancelled.
-        rt.submit_delayed([started.dep()], move || drop(gate))
-            .join();
+        rt.spawn_delayed([started.dep()], move || drop(gate)).join();
         assert!(cancelled.try_join().unwrap_err().is_cancelled());
         assert_eq!(after.join(), (1, false), "the read overlapped the write");
         slow.join();
@@ -95,7 +94,7 @@ fn a_cancelled_write_waits_for_every_read_before_it() {
         let reads: Vec<_> = (0..readers)
             .map(|_| {
                 let finished = finished.clone();
-                rt.submit_with((d.read(), open.dep()), move |(v, ()): (&u32, ())| {
+                rt.spawn_with((d.read(), open.dep()), move |(v, ()): (&u32, ())| {
                     std::thread::sleep(Duration::from_millis(2));
                     finished.fetch_add(1, Ordering::SeqCst);
                     *v
@@ -104,13 +103,13 @@ fn a_cancelled_write_waits_for_every_read_before_it() {
             .collect();
         let cancelled = {
             let doomed = runtime(1);
-            let h = doomed.submit_with(d.write(), |v: &mut u32| *v = 99);
+            let h = doomed.spawn_with(d.write(), |v: &mut u32| *v = 99);
             drop(doomed);
             h
         };
         assert!(cancelled.try_join().unwrap_err().is_cancelled());
         let seen = finished.clone();
-        let after = rt.submit_with(d.write(), move |v: &mut u32| {
+        let after = rt.spawn_with(d.write(), move |v: &mut u32| {
             *v = 1;
             seen.load(Ordering::SeqCst)
         });
@@ -136,8 +135,8 @@ fn accesses_cancelled_by_a_shutdown_leave_the_handle_usable() {
     let never = Promise::new();
     let (first, second) = {
         let rt = runtime(2);
-        let first = rt.submit_with((d.write(), never.dep()), |(v, ())| *v += 1);
-        let second = rt.submit_with(d.write(), |v| *v += 100);
+        let first = rt.spawn_with((d.write(), never.dep()), |(v, ())| *v += 1);
+        let second = rt.spawn_with(d.write(), |v| *v += 100);
         drop(rt);
         (first, second)
     };
@@ -145,7 +144,7 @@ fn accesses_cancelled_by_a_shutdown_leave_the_handle_usable() {
     assert!(err.to_string().contains("runtime shut down"), "{err}");
     assert!(second.try_join().unwrap_err().is_cancelled());
     let rt = runtime(2);
-    rt.submit_with(d.write(), |v| *v *= 2).try_join().unwrap();
+    rt.spawn_with(d.write(), |v| *v *= 2).try_join().unwrap();
     drop(never);
     assert_eq!(d.into_inner(), 20);
 }
@@ -159,13 +158,13 @@ fn a_long_chain_of_cancelled_accesses_passes_the_turn_down() {
     let d = Data::new(0u64);
     let gate = Promise::new();
     // Held back by the gate, so every cancelled one waits on the one before.
-    let first = rt.submit_with((d.write(), gate.dep()), |(v, ())| *v += 1);
+    let first = rt.spawn_with((d.write(), gate.dep()), |(v, ())| *v += 1);
     let p = Promise::new();
     let cancelled: Vec<_> = (0..100_000)
-        .map(|_| rt.submit_with((d.write(), p.dep()), |(v, ())| *v += 1000))
+        .map(|_| rt.spawn_with((d.write(), p.dep()), |(v, ())| *v += 1000))
         .collect();
     drop(p); // all cancelled, their turns relayed behind `first`
-    let last = rt.submit_with(d.read(), |v| *v);
+    let last = rt.spawn_with(d.read(), |v| *v);
     assert!(!last.is_finished());
     gate.fulfill();
     first.join();
@@ -185,7 +184,7 @@ fn a_graph_runs_after_a_cancelled_access_to_its_data() {
     let mut g = Graph::new();
     g.node_with(d.write(), |v| *v += 1);
     let never = Promise::new();
-    let cancelled = rt.submit_with((d.write(), never.dep()), |(v, ())| *v = 99);
+    let cancelled = rt.spawn_with((d.write(), never.dep()), |(v, ())| *v = 99);
     drop(never);
     assert!(cancelled.try_join().unwrap_err().is_cancelled());
     rt.run_graph(&mut g).unwrap();

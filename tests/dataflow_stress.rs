@@ -583,17 +583,17 @@ fn run_with_handles(seed: u64, threads: usize, drop_p: f64) {
             for (i, spec) in outside.into_iter().enumerate() {
                 let id = spec.id;
                 let (deps, f) = task(spec, &state);
-                handles.push((id, rt.submit_delayed(deps, f)));
+                handles.push((id, rt.spawn_delayed(deps, f)));
                 if i % 8 == 0 {
                     if let Some(b) = batches.next() {
                         let state = state.clone();
-                        drop(rt.submit(move || state.perform(b))); // detached
+                        drop(rt.spawn(move || state.perform(b))); // detached
                     }
                 }
             }
             for b in batches {
                 let state = state.clone();
-                drop(rt.submit(move || state.perform(b)));
+                drop(rt.spawn(move || state.perform(b)));
             }
             handles
                 .into_iter()

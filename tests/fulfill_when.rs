@@ -20,7 +20,7 @@ fn tested_promise(
         let ended = Arc::clone(&ended);
         promise.fulfill_when(move || ended.load(Ordering::Acquire));
     });
-    drop(rt.submit_delayed([promise.dep()], then));
+    drop(rt.spawn_delayed([promise.dep()], then));
     (promise, ended)
 }
 
@@ -117,7 +117,7 @@ fn a_panicking_test_is_reported_and_its_promise_breaks() {
     let rt = Runtime::builder().num_threads(2).build().unwrap();
     let tests = Arc::new(AtomicUsize::new(0));
     let promise = Promise::new();
-    let waiting = rt.submit_delayed([promise.dep()], || ());
+    let waiting = rt.spawn_delayed([promise.dep()], || ());
     rt.run(|| {
         let tests = Arc::clone(&tests);
         promise.fulfill_when(move || {
@@ -199,7 +199,7 @@ fn workers_parked_while_quiescence_is_awaited_still_test() {
         )
     });
     let l = Arc::clone(&long_done);
-    drop(rt.submit(move || {
+    drop(rt.spawn(move || {
         std::thread::sleep(Duration::from_millis(500));
         l.store(true, Ordering::SeqCst);
     }));
@@ -272,7 +272,7 @@ fn a_test_whose_drop_panics_is_reported() {
             true
         })
     });
-    let after = rt.submit_delayed([promise.dep()], || "ran");
+    let after = rt.spawn_delayed([promise.dep()], || "ran");
     assert_eq!(after.join(), "ran");
     assert_eq!(rt.run(|| selvedge::join(|| 1, || 2)), (1, 2));
 }

@@ -10,7 +10,7 @@ mod gpu_support;
 use gpu_support::{device, fill, one_at_a_time, Alternate, Deadline, Kernels, RawPinned};
 use selvedge::gpu::cudarc::driver::{sys, DevicePtr, DevicePtrMut};
 use selvedge::gpu::half::bf16;
-use selvedge::gpu::{BatchedGemm, Device, GpuDep, GpuError, GpuHandle, PinnedBuffer};
+use selvedge::gpu::{gemm, BatchedGemm, Device, GpuDep, GpuError, GpuHandle, PinnedBuffer};
 use selvedge::{parallel_for, scope, spawn_delayed, LoopPromise, Promise, Runtime};
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -96,7 +96,7 @@ fn batched_sgemm_and_bf16_gemm_match_the_cpu() {
                 let a = s.stream().clone_htod(&a2)?;
                 let b = s.stream().clone_htod(&b2)?;
                 let mut c = s.stream().alloc_zeros::<f32>(g.c_len())?;
-                s.gemm(g, &a, &b, &mut c)?;
+                gemm(s.blas(), g, &a, &b, &mut c)?;
                 s.download(&c)
             })
             .join()
@@ -119,7 +119,7 @@ fn batched_sgemm_and_bf16_gemm_match_the_cpu() {
                 let a = s.stream().clone_htod(&ah)?;
                 let b = s.stream().clone_htod(&bh)?;
                 let mut c = s.stream().alloc_zeros::<bf16>(g.c_len())?;
-                s.gemm(g, &a, &b, &mut c)?;
+                gemm(s.blas(), g, &a, &b, &mut c)?;
                 s.download(&c)
             })
             .join()
@@ -487,7 +487,7 @@ fn a_cpu_dependent_runs_only_once_the_tasks_device_work_is_complete() {
         s.keep_alive(src);
         Ok(())
     });
-    let reader = rt.submit_delayed([h.dep()], move || {
+    let reader = rt.spawn_delayed([h.dep()], move || {
         let waited = start.elapsed();
         // SAFETY: the memory lives until this task is joined.
         let wrong: Vec<(usize, u32)> = (0..n)
@@ -669,7 +669,7 @@ fn a_shared_buffer_dropped_at_once_outlives_its_readers_on_other_streams() {
             Ok(())
         }
     });
-    rt.submit_delayed([enqueued.dep()], || ()).join();
+    rt.spawn_delayed([enqueued.dep()], || ()).join();
     drop(shared);
     // What would take the buffer's memory if it were freed now.
     let refills: Vec<_> = (0..4)
@@ -811,7 +811,7 @@ fn dropping_the_device_with_work_in_flight_lets_the_work_complete() {
                     kernels.spin(s.stream(), Duration::from_millis(100))?;
                     s.download(&x)
                 });
-                let cpu = rt.submit_delayed([h.dep()], move || i);
+                let cpu = rt.spawn_delayed([h.dep()], move || i);
                 (h, cpu)
             })
             .collect();
@@ -827,7 +827,7 @@ fn dropping_the_device_with_work_in_flight_lets_the_work_complete() {
                     Ok(())
                 }
             });
-            rt.submit_delayed([enqueued.dep()], || ()).join();
+            rt.spawn_delayed([enqueued.dep()], || ()).join();
             std::thread::sleep(Duration::from_millis(10));
             let t = Instant::now();
             drop(dev);
@@ -1047,7 +1047,7 @@ fn declared_gpu_accesses_keep_their_order_on_the_device() {
         // same callback, which may run after this one: its `dep`, fulfilled
         // in the callback before the data turns pass on, says when the
         // device finished.)
-        let check = rt.submit_with(y.read(), |_y| ());
+        let check = rt.spawn_with(y.read(), |_y| ());
         check.join();
         assert!(
             copy.dep().is_fulfilled(),

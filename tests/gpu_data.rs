@@ -41,7 +41,7 @@ fn gpu_tasks_refuse_poison_and_recover_clears_it() {
     };
     let _deadline = Deadline::new("gpu poison", Duration::from_secs(60));
     let d = buffer(&dev, 1.0);
-    let bad = rt.submit_with(d.write(), |_: &mut CudaSlice<f32>| panic!("cpu broke it"));
+    let bad = rt.spawn_with(d.write(), |_: &mut CudaSlice<f32>| panic!("cpu broke it"));
     assert!(bad.try_join().unwrap_err().is_panic());
     let refused = dev.spawn_with(d.read(), |s, x| Ok(s.stream().clone_dtoh(x)?[0]));
     let err = refused.try_join().unwrap_err();
@@ -83,7 +83,7 @@ fn a_failing_gpu_task_poisons_what_it_writes() {
         err.to_string().contains("failed while it held a write"),
         "{err}"
     );
-    rt.submit_with(d.recover(), |_x| ()).join();
+    rt.spawn_with(d.recover(), |_x| ()).join();
     assert_eq!(first(&dev, &d), 1.0);
     assert!(d.try_into_inner().is_ok());
 }

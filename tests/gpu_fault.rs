@@ -42,7 +42,7 @@ fn a_sticky_device_error_breaks_pending_promises() {
         kernels.fault(s.stream())?;
         Ok(())
     });
-    let dependent = rt.submit_delayed([faulting.dep()], || ());
+    let dependent = rt.spawn_delayed([faulting.dep()], || ());
     let behind = dev.spawn_delayed([faulting.gpu_dep()], move |s| {
         kernels.spin(s.stream(), Duration::from_millis(1))?;
         Ok(())

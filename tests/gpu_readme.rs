@@ -8,7 +8,7 @@
 
 mod gpu_support;
 
-use selvedge::gpu::{BatchedGemm, Device, GpuError};
+use selvedge::gpu::{gemm, BatchedGemm, Device, GpuError};
 
 /// The README's example: its `main`, renamed, with checks added (marked
 /// "added"); every other line is the README's, in its order (rustfmt
@@ -24,7 +24,7 @@ fn readme_example() -> Result<(), GpuError> {
         let a = s.stream().clone_htod(&a)?;
         let b = s.stream().clone_htod(&b)?;
         let mut c = s.stream().alloc_zeros::<f32>(g.c_len())?;
-        s.gemm(g, &a, &b, &mut c)?; // row-major strided-batched SGEMM
+        gemm(s.blas(), g, &a, &b, &mut c)?; // row-major strided-batched SGEMM
         Ok(c)
     });
     // A GPU task behind it: its stream waits on the device, not the host.

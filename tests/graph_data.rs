@@ -140,9 +140,9 @@ fn a_run_is_ordered_with_the_tasks_outside_the_graph() {
     }
     // Submitted before the run, slow: the run's node must see its write.
     let gate = Promise::new();
-    rt.submit_with((d.write(), gate.dep()), |v: (&mut u64, ())| *v.0 = 7)
+    rt.spawn_with((d.write(), gate.dep()), |v: (&mut u64, ())| *v.0 = 7)
         .detach();
-    let handle = rt.submit_graph(g);
+    let handle = rt.spawn_graph(g);
     std::thread::sleep(Duration::from_millis(20));
     assert!(
         !handle.is_finished(),
@@ -151,7 +151,7 @@ fn a_run_is_ordered_with_the_tasks_outside_the_graph() {
     gate.fulfill();
     started_rx.recv().unwrap();
     // Submitted while the node runs: it must see the run's last value.
-    let read = rt.submit_with(d.read(), |v| *v);
+    let read = rt.spawn_with(d.read(), |v| *v);
     assert_eq!(
         read.join(),
         2,
@@ -187,7 +187,7 @@ fn later_runs_stay_ordered_with_the_tasks_outside_the_graph() {
         *v = before + *i;
     });
     let run = |g: Graph<'static>| {
-        let (g, result) = rt.submit_graph(g).join();
+        let (g, result) = rt.spawn_graph(g).join();
         result.unwrap();
         (g, seen_rx.recv().unwrap())
     };
@@ -201,9 +201,9 @@ fn later_runs_stay_ordered_with_the_tasks_outside_the_graph() {
     // back until then).
     let after_slow_write = |g: Graph<'static>, h: &Data<u64>, value: u64, what: &str| {
         let gate = Promise::new();
-        rt.submit_with((h.write(), gate.dep()), move |(v, ())| *v = value)
+        rt.spawn_with((h.write(), gate.dep()), move |(v, ())| *v = value)
             .detach();
-        let handle = rt.submit_graph(g);
+        let handle = rt.spawn_graph(g);
         std::thread::sleep(Duration::from_millis(80));
         assert!(!handle.is_finished(), "a run started before {what}");
         gate.fulfill();
@@ -221,9 +221,9 @@ fn later_runs_stay_ordered_with_the_tasks_outside_the_graph() {
     // its last value, never the value half way.
     let (g, seen) = run(g);
     assert_eq!(seen, (106, 5));
-    let handle = rt.submit_graph(g);
+    let handle = rt.spawn_graph(g);
     assert_eq!(seen_rx.recv().unwrap(), (111, 5));
-    let read = rt.submit_with(d.read(), |v| *v);
+    let read = rt.spawn_with(d.read(), |v| *v);
     assert_eq!(
         read.join(),
         116,
@@ -253,10 +253,10 @@ fn a_run_waits_for_outside_tasks_on_few_or_many_of_its_handles() {
         // Slow writes from outside, held back until the run was submitted.
         let gate = Promise::new();
         for t in tiles.iter().take(touched) {
-            rt.submit_with((t.write(), gate.dep()), |(v, ())| *v *= 10)
+            rt.spawn_with((t.write(), gate.dep()), |(v, ())| *v *= 10)
                 .detach();
         }
-        let handle = rt.submit_graph(g);
+        let handle = rt.spawn_graph(g);
         std::thread::sleep(Duration::from_millis(20));
         gate.fulfill();
         let result;
@@ -303,9 +303,9 @@ fn a_run_whose_entry_was_swept_from_a_log_records_it_again() {
     for _ in 0..20 {
         assert_eq!(h.read_now().unwrap().load(Ordering::Relaxed), 1);
     }
-    let handle = rt.submit_graph(g);
+    let handle = rt.spawn_graph(g);
     started_rx.recv().unwrap();
-    let write = rt.submit_with(h.write(), |v| *v = AtomicU64::new(2));
+    let write = rt.spawn_with(h.write(), |v| *v = AtomicU64::new(2));
     write.join();
     let (g, result) = handle.join();
     result.unwrap();
@@ -338,9 +338,9 @@ fn a_graph_changed_after_runs_registers_its_new_handles() {
         });
     }
     let gate = Promise::new();
-    rt.submit_with((b.write(), gate.dep()), |(v, ())| *v = 10)
+    rt.spawn_with((b.write(), gate.dep()), |(v, ())| *v = 10)
         .detach();
-    let handle = rt.submit_graph(g);
+    let handle = rt.spawn_graph(g);
     std::thread::sleep(Duration::from_millis(20));
     gate.fulfill();
     let (g, result) = handle.join();
@@ -387,13 +387,13 @@ fn poison_is_kept_by_nodes_as_by_tasks() {
         other => panic!("{other:?}"),
     }
     // Outside the graph, both handles are poisoned, with the causes named.
-    let err = rt.submit_with(a.read(), |v| *v).try_join().unwrap_err();
+    let err = rt.spawn_with(a.read(), |v| *v).try_join().unwrap_err();
     assert!(
         err.to_string()
             .contains("graph node 'make a' panicked while it held a write to it: bad input"),
         "{err}"
     );
-    let err = rt.submit_with(b.read(), |v| *v).try_join().unwrap_err();
+    let err = rt.spawn_with(b.read(), |v| *v).try_join().unwrap_err();
     assert!(
         err.to_string().contains("graph node 'make b' was skipped"),
         "{err}"
@@ -418,7 +418,7 @@ fn poison_is_kept_by_nodes_as_by_tasks() {
     });
     rt.run_graph(&mut repair).unwrap();
     rt.run_graph(&mut g).unwrap();
-    assert_eq!(rt.submit_with(b.read(), |v| *v).join(), 2);
+    assert_eq!(rt.spawn_with(b.read(), |v| *v).join(), 2);
 }
 
 /// A node that fails once: without `recover` every later run fails the
@@ -470,7 +470,7 @@ fn a_graph_recovers_from_a_failed_run() {
         assert_eq!(*z.read_now().unwrap(), (run + 100) * 2);
     }
     // Poison from outside on a handle the graph only reads stays.
-    rt.submit_with(input.write(), |_| panic!("bad input"))
+    rt.spawn_with(input.write(), |_| panic!("bad input"))
         .try_join()
         .unwrap_err();
     g.recover();
@@ -479,7 +479,7 @@ fn a_graph_recovers_from_a_failed_run() {
         err.to_string().contains("Data \"input\" is poisoned"),
         "{err}"
     );
-    rt.submit_with(input.recover(), |i| *i = 5).join();
+    rt.spawn_with(input.recover(), |i| *i = 5).join();
     g.recover();
     rt.run_graph(&mut g).unwrap();
     assert_eq!(*x.read_now().unwrap(), 3 + 5);
@@ -522,7 +522,7 @@ fn a_run_inside_a_task_holding_its_data_is_refused() {
     g.node_with(d.write(), |v| *v += 1);
     let g = std::sync::Mutex::new(g);
     let err = rt
-        .submit_with(d.read(), move |_| g.lock().unwrap().run())
+        .spawn_with(d.read(), move |_| g.lock().unwrap().run())
         .try_join()
         .unwrap_err();
     assert!(
@@ -618,7 +618,7 @@ fn a_task_run_while_a_run_waits_to_start_cannot_wait_for_its_data() {
     let rt = runtime(1);
     let d = Data::named("pending", 0u32);
     let gate = Promise::new();
-    rt.submit_with((d.write(), gate.dep()), |(v, ())| *v = 5)
+    rt.spawn_with((d.write(), gate.dep()), |(v, ())| *v = 5)
         .detach();
     let mut g = Graph::new();
     g.node_with(d.write(), |v| *v += 1);

@@ -329,7 +329,7 @@ fn graphs_run_from_many_threads_and_tasks_at_once() {
                     if t % 2 == 0 {
                         rt.run_graph(&mut g).unwrap();
                     } else {
-                        let (back, result) = rt.submit_graph(g).join();
+                        let (back, result) = rt.spawn_graph(g).join();
                         result.unwrap();
                         g = back;
                     }

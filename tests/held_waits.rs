@@ -21,7 +21,7 @@ fn a_join_behind_a_write_the_joiner_holds_panics() {
     let d = Data::named("d", 0u64);
     let d2 = d.clone();
     let err = rt
-        .submit_with(d.write(), move |x: &mut u64| {
+        .spawn_with(d.write(), move |x: &mut u64| {
             *x += 1;
             spawn_with(d2.read(), |x: &u64| *x).join()
         })
@@ -36,7 +36,7 @@ fn a_join_behind_a_write_the_joiner_holds_panics() {
     );
     // The holder panicked while it held the write: the handle is poisoned,
     // and recovers as usual.
-    rt.submit_with(d.recover(), |x| *x = 7).join();
+    rt.spawn_with(d.recover(), |x| *x = 7).join();
     assert_eq!(d.into_inner(), 7);
 }
 
@@ -50,7 +50,7 @@ fn a_try_join_behind_a_held_access_panics_too() {
     let d2 = d.clone();
     // A read held, a write awaited: the write waits for the read.
     let err = rt
-        .submit_with(d.read(), move |_: &u64| {
+        .spawn_with(d.read(), move |_: &u64| {
             let _ = spawn_with(d2.write(), |x: &mut u64| *x = 1).try_join();
         })
         .try_join()
@@ -76,10 +76,10 @@ fn a_read_behind_a_write_behind_the_held_read_is_refused() {
     let writer = std::thread::spawn(move || {
         go_rx.recv().unwrap();
         // From outside the pool, while the read below holds `x`.
-        selvedge::global_runtime().submit_with(x3.write(), |x: &mut u64| *x += 1)
+        selvedge::global_runtime().spawn_with(x3.write(), |x: &mut u64| *x += 1)
     });
     let err = rt
-        .submit_with(x.read(), move |_: &u64| {
+        .spawn_with(x.read(), move |_: &u64| {
             go_tx.send(()).unwrap();
             let write = writer.join().unwrap();
             // This read comes after that write, which waits for this task.
@@ -111,7 +111,7 @@ fn a_scope_spawn_behind_an_access_its_maker_holds_panics_at_submission() {
     let d = Data::named("s", 0u64);
     let d3 = d.clone();
     let err = rt
-        .submit_with(d.write(), move |_x: &mut u64| {
+        .spawn_with(d.write(), move |_x: &mut u64| {
             scope(|s| {
                 s.spawn_with(d3.read(), |_, x: &u64| {
                     let _ = *x;
@@ -126,7 +126,7 @@ fn a_scope_spawn_behind_an_access_its_maker_holds_panics_at_submission() {
         "{message}"
     );
     // Nothing was submitted: the only access after the holder is this one.
-    rt.submit_with(d.recover(), |x| *x = 3).join();
+    rt.spawn_with(d.recover(), |x| *x = 3).join();
     assert_eq!(d.into_inner(), 3);
 }
 
@@ -139,7 +139,7 @@ fn a_scope_spawn_from_a_nested_task_is_refused_as_well() {
     let d = Data::named("n", 0u64);
     let d3 = d.clone();
     let err = rt
-        .submit_with(d.write(), move |_x: &mut u64| {
+        .spawn_with(d.write(), move |_x: &mut u64| {
             scope(|s| {
                 s.spawn(|s| {
                     std::thread::sleep(Duration::from_millis(5));
@@ -188,7 +188,7 @@ fn waits_that_can_end_are_left_alone() {
     let (d2, o2) = (d.clone(), other.clone());
     let (behind_tx, behind_rx) = std::sync::mpsc::channel();
     let sum = rt
-        .submit_with(d.read(), move |x: &u64| {
+        .spawn_with(d.read(), move |x: &u64| {
             // A read under a read: ordered after nothing held.
             let again = spawn_with(d2.read(), |x: &u64| *x).join();
             // Another handle altogether.

@@ -164,7 +164,7 @@ fn concurrent_fulfils_fire_each_bucket_once_after_all_its_iterations() {
         let handles: Vec<_> = (0..64)
             .map(|b| {
                 let (lp2, fired) = (lp.clone(), fired.clone());
-                rt.submit_delayed([lp.at(b * 64)], move || {
+                rt.spawn_delayed([lp.at(b * 64)], move || {
                     // Every iteration of the bucket was fulfilled first.
                     for i in b * 64..(b + 1) * 64 {
                         assert!(

@@ -671,7 +671,7 @@ fn spawned_loop_runs_every_index_once_even_when_detached() {
         drop(parallel_for(0..n).stride(2).spawn(move |i| {
             c[i].fetch_add(1, Relaxed);
         }));
-        drop(rt.submit(move || {}));
+        drop(rt.spawn(move || {}));
         // From inside the runtime, so the loop belongs to `rt`.
         let c = counts.clone();
         drop(rt.run(move || {
@@ -681,7 +681,7 @@ fn spawned_loop_runs_every_index_once_even_when_detached() {
         }));
         rt.sync_root();
         // The even half ran on the global runtime: wait for it too.
-        selvedge::sync_root();
+        selvedge::global_runtime().sync_root();
         assert_counts(&counts, |_| 2, "detached");
     }
 }

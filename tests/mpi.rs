@@ -10,7 +10,7 @@
 mod support;
 
 use selvedge::mpi::{Cluster, MpiError, RankGraph, RankNode, Reduce};
-use selvedge::{spawn_delayed, sync_root, GraphError, Promise, Runtime};
+use selvedge::{global_runtime, spawn_delayed, GraphError, Promise, Runtime};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -131,10 +131,14 @@ fn wait_for_a_rank(what: &str, why: &str) {
 /// Whether MPI was finalized in this process (callable from any thread,
 /// before and after MPI).
 fn mpi_finalized() -> bool {
+    // The MPI library selvedge links (its raw bindings are not API).
+    extern "C" {
+        fn MPI_Finalized(flag: *mut std::ffi::c_int) -> std::ffi::c_int;
+    }
     let mut flag = 0;
     // SAFETY: MPI_Finalized may be called at any time, from any thread;
     // `flag` is a valid out-pointer.
-    unsafe { selvedge::mpi::mpi_sys::MPI_Finalized(&mut flag) };
+    unsafe { MPI_Finalized(&mut flag) };
     flag != 0
 }
 
@@ -253,7 +257,7 @@ fn sync_root_waits_for_messages_in_flight() {
                 flag.store(true, Ordering::SeqCst)
             }));
             let start = Instant::now();
-            sync_root();
+            global_runtime().sync_root();
             assert!(
                 ran.load(Ordering::SeqCst),
                 "sync_root returned after {:?} with the task behind the receive not run",
@@ -326,7 +330,7 @@ fn dropping_the_cluster_abandons_what_is_in_flight() {
                 behind.try_join().is_err(),
                 "the task behind it is cancelled"
             );
-            sync_root();
+            global_runtime().sync_root();
             let again = Cluster::start().err().expect("MPI starts once per process");
             assert!(again.to_string().contains("once per process"), "{again}");
         },
@@ -502,7 +506,7 @@ fn a_graph_split_by_rank_matches_a_serial_run() {
             })
             .collect();
         for &(from, to) in &edges {
-            g.edge(nodes[from], nodes[to]);
+            g.precede(nodes[from], nodes[to]);
         }
         for r in 0..5u64 {
             run.store(r, Ordering::SeqCst);
@@ -548,8 +552,8 @@ fn a_failure_on_one_rank_skips_what_depends_on_it_everywhere() {
             });
             let double = g.node_named("double", 0, |inputs| vec![2 * inputs[0][0]]);
             let after = g.node_named("after", 0, |inputs| vec![inputs[0][0] + 1]);
-            g.edge(source, double);
-            g.edge(double, after);
+            g.precede(source, double);
+            g.precede(double, after);
             match g.run() {
                 Err(GraphError::Failed {
                     panicked,
@@ -639,12 +643,12 @@ fn inputs_taken_twice_or_in_opposite_orders_do_not_deadlock() {
                 std::thread::sleep(Duration::from_millis(1));
                 vec![10 * inputs[0][0] + inputs[1][0]]
             });
-            g.edge(a, twice);
-            g.edge(a, twice);
-            g.edge(a, ab);
-            g.edge(b, ab);
-            g.edge(b, ba);
-            g.edge(a, ba);
+            g.precede(a, twice);
+            g.precede(a, twice);
+            g.precede(a, ab);
+            g.precede(b, ab);
+            g.precede(b, ba);
+            g.precede(a, ba);
             for _ in 0..20 {
                 g.run().unwrap();
             }

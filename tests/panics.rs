@@ -83,7 +83,7 @@ fn a_detached_result_whose_drop_panics_does_not_kill_a_worker() {
         let (go, wait) = gate();
         for _ in 0..32 {
             let wait = wait.clone();
-            drop(rt.submit(move || {
+            drop(rt.spawn(move || {
                 wait();
                 PanicOnDrop
             }));
@@ -92,7 +92,7 @@ fn a_detached_result_whose_drop_panics_does_not_kill_a_worker() {
         rt.sync_root();
         // The runner goes first: the handle's drop drops the result, the
         // same way (reported, not raised), here and on a worker.
-        let h = rt.submit(|| PanicOnDrop);
+        let h = rt.spawn(|| PanicOnDrop);
         while !h.is_finished() {
             std::thread::yield_now();
         }
@@ -112,7 +112,7 @@ fn a_panic_payload_whose_drop_panics_does_not_kill_a_worker() {
         let (go, wait) = gate();
         for _ in 0..32 {
             let wait = wait.clone();
-            drop(rt.submit(move || {
+            drop(rt.spawn(move || {
                 wait();
                 panic_any(BadPayload)
             }));
@@ -137,7 +137,7 @@ fn a_panic_payload_whose_drop_panics_does_not_kill_a_worker() {
             let handles: Vec<_> = (0..8)
                 .map(|_| {
                     let guard = DropPanicsWithBadPayload;
-                    rt.submit_delayed([p.dep()], move || drop(guard))
+                    rt.spawn_delayed([p.dep()], move || drop(guard))
                 })
                 .collect();
             if on_worker {
@@ -191,7 +191,7 @@ fn a_waker_that_panics_does_not_kill_a_worker() {
         let mut handles: Vec<_> = (0..16)
             .map(|i| {
                 let wait = wait.clone();
-                rt.submit(move || {
+                rt.spawn(move || {
                     wait();
                     i
                 })
@@ -218,7 +218,7 @@ fn a_waker_that_panics_does_not_kill_a_worker() {
         let (go, wait) = gate();
         for _ in 0..16 {
             let wait = wait.clone();
-            let mut h = rt.submit(wait);
+            let mut h = rt.spawn(wait);
             let waker = Waker::from(Arc::new(BadWaker {
                 panic_on_wake: false,
                 woken: AtomicUsize::new(0),

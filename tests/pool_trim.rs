@@ -81,7 +81,7 @@ fn blocks_taken_for_a_thread_outside_the_workers_are_given_back_once_idle() {
         let go = selvedge::Promise::new();
         for i in 0..tasks {
             let sum = Arc::clone(&sum);
-            drop(rt.submit_delayed([go.dep()], move || {
+            drop(rt.spawn_delayed([go.dep()], move || {
                 sum.fetch_add(i, Relaxed);
             }));
         }

@@ -43,11 +43,11 @@ fn cycle(rt: &Runtime) -> [JoinHandle<()>; 2] {
     let (p1, p2) = (Promise::new(), Promise::new());
     let a = {
         let p1 = p1.clone();
-        rt.submit_delayed([p2.dep()], move || {
+        rt.spawn_delayed([p2.dep()], move || {
             p1.fulfill();
         })
     };
-    let b = rt.submit_delayed([p1.dep()], move || {
+    let b = rt.spawn_delayed([p1.dep()], move || {
         p2.fulfill();
     });
     [a, b]
@@ -113,7 +113,7 @@ fn stats_count_parked_tasks_exactly_when_quiescent() {
     // Parked from a foreign thread and from workers (several at once).
     let mut handles: Vec<_> = ps[..500]
         .iter()
-        .map(|p| rt.submit_delayed([p.dep()], || 1))
+        .map(|p| rt.spawn_delayed([p.dep()], || 1))
         .collect();
     let deps: Vec<_> = ps[500..].iter().map(Promise::dep).collect();
     handles.extend(rt.run(move || {
@@ -161,7 +161,7 @@ fn settled_delayed_tasks_do_not_stay_registered() {
     // Warm up the workers (a few tasks only).
     let warm = Promise::new();
     let hs: Vec<_> = (0..64)
-        .map(|_| rt.submit_delayed([warm.dep()], || ()))
+        .map(|_| rt.spawn_delayed([warm.dep()], || ()))
         .collect();
     warm.fulfill();
     hs.into_iter().for_each(JoinHandle::join);
@@ -169,7 +169,7 @@ fn settled_delayed_tasks_do_not_stay_registered() {
     let before = LIVE_BYTES.load(Ordering::SeqCst);
     let gate = Promise::new();
     let hs: Vec<_> = (0..TASKS)
-        .map(|_| rt.submit_delayed([gate.dep()], || ()))
+        .map(|_| rt.spawn_delayed([gate.dep()], || ()))
         .collect();
     gate.fulfill();
     hs.into_iter().for_each(JoinHandle::join);
@@ -207,7 +207,7 @@ fn tasks_fulfilled_on_another_runtimes_workers_after_their_shutdown_settle_once(
             .iter()
             .map(|p| {
                 let ran = ran.clone();
-                rt.submit_delayed([p.dep()], move || {
+                rt.spawn_delayed([p.dep()], move || {
                     ran.fetch_add(1, Ordering::Relaxed);
                 })
             })
@@ -215,7 +215,7 @@ fn tasks_fulfilled_on_another_runtimes_workers_after_their_shutdown_settle_once(
         let mut first = promises;
         let second = first.split_off(TASKS / 2);
         let fulfill_on_other = |half: Vec<Promise>| {
-            other.submit(move || {
+            other.spawn(move || {
                 for p in half {
                     p.fulfill();
                 }
@@ -255,7 +255,7 @@ fn a_promise_fulfilled_after_its_tasks_runtime_was_dropped_settles_nothing_twice
         let first = Runtime::builder().num_threads(2).build().unwrap();
         let p = Promise::new();
         let handles: Vec<JoinHandle<u32>> = (0..8)
-            .map(|i| first.submit_delayed([p.dep()], move || i))
+            .map(|i| first.spawn_delayed([p.dep()], move || i))
             .collect();
         drop(first);
         for h in handles {

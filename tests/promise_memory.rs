@@ -43,7 +43,7 @@ fn round(rt: &Runtime) {
                 lp.at(i),
                 buckets.at(i),
             ];
-            rt.submit_delayed(deps, move || i)
+            rt.spawn_delayed(deps, move || i)
         })
         .collect();
     let fulfiller = {

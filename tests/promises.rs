@@ -14,7 +14,7 @@ fn runtime(n: usize) -> Runtime {
 fn waits_for_every_dependency() {
     let rt = runtime(4);
     let ps: Vec<Promise> = (0..4).map(|_| Promise::new()).collect();
-    let h = rt.submit_delayed(ps.iter().map(Promise::dep), || 7);
+    let h = rt.spawn_delayed(ps.iter().map(Promise::dep), || 7);
     for p in &ps[..3] {
         p.fulfill();
         std::thread::sleep(Duration::from_millis(5));
@@ -27,10 +27,10 @@ fn waits_for_every_dependency() {
 #[test]
 fn empty_and_fulfilled_dependencies_run_at_once() {
     let rt = runtime(2);
-    assert_eq!(rt.submit_delayed([], || 1).join(), 1);
+    assert_eq!(rt.spawn_delayed([], || 1).join(), 1);
     let p = Promise::new();
     p.fulfill();
-    assert_eq!(rt.submit_delayed([p.dep(), p.dep()], || 2).join(), 2);
+    assert_eq!(rt.spawn_delayed([p.dep(), p.dep()], || 2).join(), 2);
     assert_eq!(rt.run(|| spawn_delayed([p.dep()], || 3).join()), 3);
 }
 
@@ -40,7 +40,7 @@ fn duplicate_dependencies_wait_once() {
     let p = Promise::new();
     let q = Promise::new();
     let deps = [p.dep(), q.dep(), p.dep(), q.dep(), p.dep(), p.dep()];
-    let h = rt.submit_delayed(deps, || 5);
+    let h = rt.spawn_delayed(deps, || 5);
     p.fulfill();
     q.fulfill();
     assert_eq!(h.join(), 5);
@@ -50,7 +50,7 @@ fn duplicate_dependencies_wait_once() {
 fn many_dependencies_spill_past_the_inline_list() {
     let rt = runtime(4);
     let lp = LoopPromise::new(0..100);
-    let h = rt.submit_delayed((0..100).rev().map(|i| lp.at(i)), || "all");
+    let h = rt.spawn_delayed((0..100).rev().map(|i| lp.at(i)), || "all");
     for i in 0..99 {
         lp.fulfill(i);
     }
@@ -81,7 +81,7 @@ fn fulfilled_by_foreign_threads() {
     let rt = runtime(4);
     let ps: Vec<Promise> = (0..64).map(|_| Promise::new()).collect();
     let handles: Vec<_> = (0..64)
-        .map(|i| rt.submit_delayed([ps[i].dep(), ps[(i + 1) % 64].dep()], move || i))
+        .map(|i| rt.spawn_delayed([ps[i].dep(), ps[(i + 1) % 64].dep()], move || i))
         .collect();
     let threads: Vec<_> = ps
         .chunks(16)
@@ -156,8 +156,8 @@ fn broken_promise_cancels_with_a_clear_error() {
     let p = Promise::new();
     let q = Promise::new();
     q.fulfill();
-    let h = rt.submit_delayed([q.dep(), p.dep()], || 1);
-    let h2 = rt.submit_delayed([p.dep()], || 2);
+    let h = rt.spawn_delayed([q.dep(), p.dep()], || 1);
+    let h2 = rt.spawn_delayed([p.dep()], || 2);
     drop(p);
     let err = h.try_join().unwrap_err();
     assert!(err.is_cancelled() && !err.is_panic());
@@ -180,7 +180,7 @@ fn spawning_on_a_broken_promise_cancels_at_once() {
     drop(p);
     assert!(!d.is_fulfilled());
     assert!(rt
-        .submit_delayed([d], || ())
+        .spawn_delayed([d], || ())
         .try_join()
         .unwrap_err()
         .is_cancelled());
@@ -191,7 +191,7 @@ fn broken_loop_promise_cancels_only_unfulfilled_iterations() {
     let rt = runtime(2);
     let lp = LoopPromise::new(0..4);
     let hs: Vec<_> = (0..4)
-        .map(|i| rt.submit_delayed([lp.at(i)], move || i))
+        .map(|i| rt.spawn_delayed([lp.at(i)], move || i))
         .collect();
     lp.fulfill(1);
     lp.fulfill(2);
@@ -204,7 +204,7 @@ fn broken_loop_promise_cancels_only_unfulfilled_iterations() {
 fn a_clone_keeps_the_promise_alive() {
     let rt = runtime(2);
     let p = Promise::new();
-    let h = rt.submit_delayed([p.dep()], || 9);
+    let h = rt.spawn_delayed([p.dep()], || 9);
     let keeper = p.clone();
     drop(p);
     std::thread::sleep(Duration::from_millis(5));
@@ -225,7 +225,7 @@ fn long_chain_of_broken_promises_does_not_recurse() {
     for _ in 0..n {
         let next = Promise::new();
         let hold = next.clone();
-        handles.push(rt.submit_delayed([prev.dep()], move || drop(hold)));
+        handles.push(rt.spawn_delayed([prev.dep()], move || drop(hold)));
         prev = next;
     }
     drop(prev);
@@ -302,7 +302,7 @@ fn closures_and_promises_are_freed_exactly_once() {
     for i in 0..n {
         let p = Promise::new();
         let c = Counted(drops.clone());
-        handles.push(rt.submit_delayed([p.dep()], move || drop(c)));
+        handles.push(rt.spawn_delayed([p.dep()], move || drop(c)));
         if i % 2 == 0 {
             kept.push(p);
         } // odd ones are dropped: broken
@@ -326,7 +326,7 @@ fn closures_and_promises_are_freed_exactly_once() {
 fn delayed_task_ready_after_shutdown_is_cancelled() {
     let rt = runtime(2);
     let p = Promise::new();
-    let h = rt.submit_delayed([p.dep()], || 1);
+    let h = rt.spawn_delayed([p.dep()], || 1);
     drop(rt);
     p.fulfill();
     let err = h.try_join().unwrap_err();
@@ -341,7 +341,7 @@ fn awaiting_a_delayed_task() {
     use std::task::{Context, Poll, Waker};
     let rt = runtime(2);
     let p = Promise::new();
-    let mut h = pin!(rt.submit_delayed([p.dep()], || 3));
+    let mut h = pin!(rt.spawn_delayed([p.dep()], || 3));
     let mut cx = Context::from_waker(Waker::noop());
     assert!(h.as_mut().poll(&mut cx).is_pending());
     p.fulfill();
@@ -389,7 +389,7 @@ fn fulfill_racing_runtime_drop_runs_or_cancels_never_strands() {
         for _ in 0..300 {
             let rt = runtime(2);
             let p = Promise::new();
-            let h = rt.submit_delayed([p.dep()], || {
+            let h = rt.spawn_delayed([p.dep()], || {
                 let kids: Vec<_> = (0..4u64).map(|i| selvedge::spawn(move || i)).collect();
                 kids.into_iter().map(|k| k.join()).sum::<u64>()
             });
@@ -464,7 +464,7 @@ fn tasks_parked_on_a_promise_kept_outside_are_cancelled_at_shutdown_and_a_later_
     let mut handles: Vec<_> = {
         let rt = runtime(2);
         let handles = (0..256u64)
-            .map(|i| rt.submit_delayed([p.dep()], move || i))
+            .map(|i| rt.spawn_delayed([p.dep()], move || i))
             .collect();
         drop(rt);
         handles
@@ -490,7 +490,7 @@ fn tasks_with_large_closures_parked_at_shutdown_are_cancelled_and_a_later_fulfil
     let mut handles: Vec<_> = {
         let rt = runtime(2);
         let handles = (0..64usize)
-            .map(|i| rt.submit_delayed([p.dep()], move || std::hint::black_box(big)[i % 16]))
+            .map(|i| rt.spawn_delayed([p.dep()], move || std::hint::black_box(big)[i % 16]))
             .collect();
         drop(rt);
         handles
@@ -514,11 +514,11 @@ fn a_cycle_of_tasks_with_large_closures_is_cancelled_at_shutdown() {
         let (p1, p2) = (Promise::new(), Promise::new());
         let pad = [1u64; 16];
         let q1 = p1.clone();
-        let a = rt.submit_delayed([p2.dep()], move || {
+        let a = rt.spawn_delayed([p2.dep()], move || {
             std::hint::black_box(pad);
             q1.fulfill();
         });
-        let b = rt.submit_delayed([p1.dep()], move || {
+        let b = rt.spawn_delayed([p1.dep()], move || {
             std::hint::black_box(pad);
             p2.fulfill();
         });

@@ -47,12 +47,12 @@ fn a_join_whose_second_closure_is_stolen() {
 fn handled_tasks_joined_elsewhere_and_cancelled() {
     let _watchdog = Watchdog::new("handled tasks", Duration::from_secs(60));
     let rt = Runtime::builder().num_threads(2).build().unwrap();
-    let handles: Vec<_> = (0..8u64).map(|i| rt.submit(move || [i; 40])).collect();
+    let handles: Vec<_> = (0..8u64).map(|i| rt.spawn(move || [i; 40])).collect();
     for (i, h) in handles.into_iter().enumerate() {
         assert_eq!(h.join(), [i as u64; 40]);
     }
     let p = Promise::new();
-    let h = rt.submit_delayed([p.dep()], || 1);
+    let h = rt.spawn_delayed([p.dep()], || 1);
     drop(p);
     assert!(h.try_join().unwrap_err().is_cancelled());
 }

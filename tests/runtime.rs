@@ -109,7 +109,7 @@ fn submissions_from_eight_foreign_threads_at_once() {
             std::thread::spawn(move || {
                 start.wait();
                 let hs: Vec<_> = (0..10_000u64)
-                    .map(|i| rt.submit(move || t * 10_000 + i))
+                    .map(|i| rt.spawn(move || t * 10_000 + i))
                     .collect();
                 hs.into_iter().map(|h| h.join()).sum::<u64>()
             })
@@ -134,14 +134,15 @@ fn sync_root_waits_for_every_descendant() {
             }
         }
         let c = count.clone();
-        drop(rt.submit(move || tree(7, c)));
+        drop(rt.spawn(move || tree(7, c)));
         rt.sync_root();
         assert_eq!(count.load(Ordering::Relaxed), (3usize.pow(8) - 1) / 2);
         // From the root task too.
         let c = count.clone();
+        let root_runtime = &rt;
         rt.run(move || {
             tree(5, c);
-            selvedge::sync_root();
+            root_runtime.sync_root();
         });
         assert_eq!(
             count.load(Ordering::Relaxed),
@@ -319,7 +320,7 @@ fn dropping_a_busy_runtime_finishes_queued_work() {
         let rt = Runtime::builder().num_threads(3).build().unwrap();
         for _ in 0..200 {
             let d = done.clone();
-            drop(rt.submit(move || {
+            drop(rt.spawn(move || {
                 let inner: Vec<_> = (0..10)
                     .map(|_| {
                         let d = d.clone();
@@ -380,7 +381,7 @@ fn a_runtime_dropped_inside_its_own_task_shuts_down_elsewhere() {
     let (tx, rx) = std::sync::mpsc::channel();
     *slot.lock().unwrap() = Some(rt);
     let s = slot.clone();
-    let h = slot.lock().unwrap().as_ref().unwrap().submit(move || {
+    let h = slot.lock().unwrap().as_ref().unwrap().spawn(move || {
         let rt = s.lock().unwrap().take().unwrap();
         drop(rt); // must not deadlock on ourselves
         tx.send(()).unwrap();
@@ -447,10 +448,11 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 /// stolen by another worker waited for the worker joining it to go idle).
 #[test]
 fn sync_root_inside_a_spawned_task_panics_every_time() {
-    let rt = Runtime::builder().num_threads(2).build().unwrap();
+    let rt = Arc::new(Runtime::builder().num_threads(2).build().unwrap());
     for run in 0..40 {
         let result = rt.run(|| {
-            let h = spawn(selvedge::sync_root);
+            let inner = Arc::clone(&rt);
+            let h = spawn(move || inner.sync_root());
             // Keep this worker busy for a moment, so the other one steals
             // the task some of the time.
             std::hint::black_box((0..20_000u64).sum::<u64>());
@@ -466,7 +468,7 @@ fn sync_root_inside_a_spawned_task_panics_every_time() {
     // The root task may still call it.
     rt.run(|| {
         drop(spawn(|| ()));
-        selvedge::sync_root();
+        rt.sync_root();
     });
 }
 
@@ -485,7 +487,7 @@ fn two_root_tasks_in_sync_root_at_once_do_not_wait_for_each_other() {
                     rt.run(|| {
                         // Both roots run at once, one on each worker.
                         both.wait();
-                        selvedge::sync_root();
+                        rt.sync_root();
                     })
                 }))
                 .map_err(|p| panic_message(&*p))

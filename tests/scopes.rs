@@ -163,7 +163,7 @@ fn a_scope_task_cancelled_by_shutdown_says_so() {
         let p = Promise::new();
         let dep = p.dep();
         let (tx, rx) = mpsc::channel();
-        drop(rt.submit(move || {
+        drop(rt.spawn(move || {
             let r = catch_unwind(AssertUnwindSafe(|| {
                 scope(|s| s.spawn_delayed([dep], |_| {}));
             }));

@@ -181,9 +181,9 @@ fn a_promise_cycle_is_reported() {
         let (pa, pb) = (Promise::new(), Promise::new());
         let a = {
             let pa = pa.clone();
-            rt.submit_delayed([pb.dep()], move || pa.fulfill())
+            rt.spawn_delayed([pb.dep()], move || pa.fulfill())
         };
-        let b = rt.submit_delayed([pa.dep()], move || pb.fulfill());
+        let b = rt.spawn_delayed([pa.dep()], move || pb.fulfill());
         drop(pa);
         a.join();
         b.join();
@@ -285,7 +285,7 @@ fn a_drop_waiting_on_a_stalled_scope_is_reported() {
         let rt = runtime("dropped");
         let p = Promise::new();
         let dep = p.dep();
-        let _scope = rt.submit(move || selvedge::scope(|s| s.spawn_delayed([dep], |_| ())));
+        let _scope = rt.spawn(move || selvedge::scope(|s| s.spawn_delayed([dep], |_| ())));
         drop(rt);
         p.fulfill();
         unreachable!("the drop returned");
@@ -413,8 +413,8 @@ fn a_long_task_is_not_a_stall() {
     if is_child(NAME) {
         let rt = runtime("busy");
         let p = Promise::new();
-        let waiting = rt.submit_delayed([p.dep()], || 7);
-        let long = rt.submit(move || {
+        let waiting = rt.spawn_delayed([p.dep()], || 7);
+        let long = rt.spawn(move || {
             std::thread::sleep(6 * DELAY);
             p.fulfill();
         });
@@ -442,7 +442,7 @@ fn no_warning_when_the_builder_turns_it_off() {
             .build()
             .unwrap();
         let p = Promise::new();
-        let stuck = rt.submit_delayed([p.dep()], || ());
+        let stuck = rt.spawn_delayed([p.dep()], || ());
         let releaser = std::thread::spawn(move || {
             std::thread::sleep(8 * DELAY);
             drop(p);

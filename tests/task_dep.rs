@@ -15,12 +15,12 @@ fn dependents_run_after_the_task_returns() {
     let rt = runtime(2);
     let order = Arc::new(AtomicUsize::new(0));
     let o = order.clone();
-    let first = rt.submit(move || {
+    let first = rt.spawn(move || {
         std::thread::sleep(std::time::Duration::from_millis(20));
         o.fetch_add(1, Ordering::SeqCst)
     });
     let o = order.clone();
-    let second = rt.submit_delayed([first.dep()], move || o.fetch_add(1, Ordering::SeqCst));
+    let second = rt.spawn_delayed([first.dep()], move || o.fetch_add(1, Ordering::SeqCst));
     assert_eq!(second.join(), 1, "the dependent ran before the task");
     assert_eq!(first.join(), 0);
 }
@@ -65,8 +65,8 @@ fn a_task_that_panics_breaks_its_dependency() {
 fn a_cancelled_task_breaks_its_dependency() {
     let rt = runtime(2);
     let p = Promise::new();
-    let never = rt.submit_delayed([p.dep()], || 1);
-    let after = rt.submit_delayed([never.dep()], || 2);
+    let never = rt.spawn_delayed([p.dep()], || 1);
+    let after = rt.spawn_delayed([never.dep()], || 2);
     drop(p);
     assert!(after.try_join().unwrap_err().is_cancelled());
     assert!(never.try_join().unwrap_err().is_cancelled());
@@ -75,13 +75,13 @@ fn a_cancelled_task_breaks_its_dependency() {
 #[test]
 fn dep_of_a_finished_task_is_already_closed() {
     let rt = runtime(2);
-    let ok = rt.submit(|| 1);
-    let failed = rt.submit(|| -> u8 { panic!("failed") });
+    let ok = rt.spawn(|| 1);
+    let failed = rt.spawn(|| -> u8 { panic!("failed") });
     rt.sync_root();
     assert!(ok.dep().is_fulfilled());
-    assert!(rt.submit_delayed([ok.dep()], || 3).join() == 3);
+    assert!(rt.spawn_delayed([ok.dep()], || 3).join() == 3);
     assert!(!failed.dep().is_fulfilled());
-    let after = rt.submit_delayed([failed.dep()], || 3);
+    let after = rt.spawn_delayed([failed.dep()], || 3);
     assert!(after.try_join().unwrap_err().is_cancelled());
     assert_eq!(ok.join(), 1);
 }
@@ -90,10 +90,10 @@ fn dep_of_a_finished_task_is_already_closed() {
 fn the_dependency_outlives_the_handle() {
     let rt = runtime(2);
     let gate = Promise::new();
-    let task = rt.submit_delayed([gate.dep()], || 1);
+    let task = rt.spawn_delayed([gate.dep()], || 1);
     let dep = task.dep();
     drop(task); // detached: the dependency still fires
-    let after = rt.submit_delayed([dep], || 2);
+    let after = rt.spawn_delayed([dep], || 2);
     gate.fulfill();
     assert_eq!(after.join(), 2);
 }
@@ -105,7 +105,7 @@ fn dep_races_completion() {
     let rt = runtime(3);
     for round in 0..300 {
         let ran = Arc::new(AtomicUsize::new(0));
-        let task = rt.submit(move || round);
+        let task = rt.spawn(move || round);
         let deps: Vec<_> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..3).map(|_| s.spawn(|| task.dep())).collect();
             hs.into_iter().map(|h| h.join().unwrap()).collect()
@@ -114,7 +114,7 @@ fn dep_races_completion() {
             .into_iter()
             .map(|d| {
                 let ran = ran.clone();
-                rt.submit_delayed([d], move || ran.fetch_add(1, Ordering::SeqCst))
+                rt.spawn_delayed([d], move || ran.fetch_add(1, Ordering::SeqCst))
             })
             .collect();
         for d in dependents {

@@ -248,7 +248,7 @@ fn is_finished_reports_completion() {
     let gate = Arc::new(Mutex::new(()));
     let guard = gate.lock().unwrap();
     let g = gate.clone();
-    let h = rt.submit(move || {
+    let h = rt.spawn(move || {
         drop(g.lock().unwrap());
         9
     });
@@ -299,7 +299,7 @@ fn block_on_counting<F: Future>(mut fut: F) -> (F::Output, usize, usize) {
 #[test]
 fn join_handle_is_a_future_that_wakes_its_caller() {
     let rt = Runtime::builder().num_threads(2).build().unwrap();
-    let h = rt.submit(|| {
+    let h = rt.spawn(|| {
         std::thread::sleep(Duration::from_millis(30));
         "value"
     });
@@ -311,7 +311,7 @@ fn join_handle_is_a_future_that_wakes_its_caller() {
     );
     assert_eq!(wakes, polls - 1);
     // A finished task is ready on first poll.
-    let h = rt.submit(|| 1);
+    let h = rt.spawn(|| 1);
     rt.sync_root();
     assert_eq!(block_on_counting(h), (1, 1, 0));
 }
@@ -322,7 +322,7 @@ fn future_changing_wakers_is_woken_on_the_last_one() {
     let gate = Arc::new(Mutex::new(()));
     let guard = gate.lock().unwrap();
     let g = gate.clone();
-    let mut h = rt.submit(move || {
+    let mut h = rt.spawn(move || {
         drop(g.lock().unwrap());
         5
     });
@@ -344,7 +344,7 @@ fn future_changing_wakers_is_woken_on_the_last_one() {
 #[test]
 fn a_future_panic_is_resumed_from_poll() {
     let rt = Runtime::builder().num_threads(1).build().unwrap();
-    let h = rt.submit(|| -> u8 { panic!("in a future") });
+    let h = rt.spawn(|| -> u8 { panic!("in a future") });
     let r = catch_unwind(AssertUnwindSafe(|| block_on_counting(h)));
     assert_eq!(r.unwrap_err().downcast_ref::<&str>(), Some(&"in a future"));
 }
@@ -362,7 +362,7 @@ fn foreign_threads_spawn_onto_the_global_runtime() {
 fn try_join_async_reports_a_cancelled_task_after_waking_its_caller() {
     let rt = Runtime::builder().num_threads(2).build().unwrap();
     let p = selvedge::Promise::new();
-    let h = rt.submit_delayed([p.dep()], || 7);
+    let h = rt.spawn_delayed([p.dep()], || 7);
     let mut fut = h.try_join_async();
     let cw = Arc::new(CountingWaker {
         wakes: AtomicUsize::new(0),
@@ -389,7 +389,7 @@ fn try_join_async_reports_a_cancelled_task_after_waking_its_caller() {
 fn try_join_async_reports_a_panicked_task_with_its_payload() {
     let rt = Runtime::builder().num_threads(2).build().unwrap();
     let (go, wait) = std::sync::mpsc::channel::<()>();
-    let h = rt.submit(move || -> u8 {
+    let h = rt.spawn(move || -> u8 {
         let _ = wait.recv();
         panic!("in a try future")
     });
@@ -411,7 +411,7 @@ fn try_join_async_reports_a_panicked_task_with_its_payload() {
     assert_eq!(payload.downcast_ref::<&str>(), Some(&"in a try future"));
     // And a value comes through as Ok.
     assert_eq!(
-        block_on_counting(rt.submit(|| 3).try_join_async())
+        block_on_counting(rt.spawn(|| 3).try_join_async())
             .0
             .unwrap(),
         3

@@ -7,7 +7,7 @@
 //! loop-split events as many as the runtime's own counters say.
 #![cfg(feature = "trace")]
 
-use selvedge::{named, parallel_for, spawn_delayed, spawn_named, Promise, Runtime};
+use selvedge::{named, parallel_for, spawn, spawn_delayed, Promise, Runtime};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -43,16 +43,18 @@ fn pipeline() -> u64 {
         .zip(firsts)
         .enumerate()
         .map(|(i, (p, out))| {
-            spawn_named("stage 1", move || {
-                let s = named("stage 1 loop", || {
-                    parallel_for(0..LOOP).reduce(
-                        || 0u64,
-                        |acc, k| acc + (k * i) as u64 % 7,
-                        |a, b| a + b,
-                    )
-                });
-                out.store(s, std::sync::atomic::Ordering::Release);
-                p.fulfill();
+            named("stage 1", || {
+                spawn(move || {
+                    let s = named("stage 1 loop", || {
+                        parallel_for(0..LOOP).reduce(
+                            || 0u64,
+                            |acc, k| acc + (k * i) as u64 % 7,
+                            |a, b| a + b,
+                        )
+                    });
+                    out.store(s, std::sync::atomic::Ordering::Release);
+                    p.fulfill();
+                })
             })
         })
         .collect();
@@ -317,7 +319,7 @@ fn flush_writes_the_trace_so_far_and_the_drop_writes_it_again() {
         .trace_to(&path)
         .build()
         .unwrap();
-    rt.run(|| spawn_named("first", || 1).join());
+    rt.run(|| named("first", || spawn(|| 1)).join());
     rt.flush_trace().unwrap();
     let first: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert!(first["traceEvents"].as_array().unwrap().len() > 2);
@@ -364,7 +366,7 @@ fn tasks_take_the_innermost_name_given_else_their_closures_type() {
             drop(selvedge::spawn(|| ()));
         });
         // From outside the workers too.
-        named("submitted", || rt.submit(|| ()).join());
+        named("submitted", || rt.spawn(|| ()).join());
     });
     let mut names = task_names(&json);
     names.sort();

@@ -357,7 +357,7 @@ pub fn factor_promises(rt: &selvedge::Runtime, tiles: &mut Tiles) {
             .chain(&t.reads)
             .map(Promise::dep)
             .collect();
-        rt.submit_delayed(deps, || ()).join();
+        rt.spawn_delayed(deps, || ()).join();
     }
     tiles.tiles = tracked
         .into_iter()

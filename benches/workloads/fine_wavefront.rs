@@ -32,7 +32,7 @@
 //!   bottom-right tile depends on every other, so joining its handle waits
 //!   for all (the other handles are dropped, detaching their tasks).
 //! - `selvedge submit_delayed (from the main thread)`: the same tasks
-//!   queued with `Runtime::submit_delayed` from the calling thread, which
+//!   queued with `Runtime::spawn_delayed` from the calling thread, which
 //!   is not one of the runtime's workers, then the last handle joined from
 //!   there: both workers run tiles while the caller submits.
 //! - `selvedge spawn_delayed (a maker task per row)`: the same tasks, each
@@ -354,7 +354,7 @@ pub fn successors_delayed<const G: usize, const R: u32>() -> u64 {
 /// From the calling thread (not a worker): every tile `submit_delayed`.
 pub fn submitted<const G: usize, const R: u32>(rt: &selvedge::Runtime) -> u64 {
     made_up_front::<G>(|shared, idx| {
-        rt.submit_delayed(tile_deps::<G>(&shared.done, idx), shared.tile::<G, R>(idx))
+        rt.spawn_delayed(tile_deps::<G>(&shared.done, idx), shared.tile::<G, R>(idx))
     })
 }
 

@@ -284,7 +284,7 @@ pub fn selvedge(
             stage1 = dev.parallel_for(0..groups, &groups_done, |s, g| {
                 let group = &d.groups[g];
                 let mut c = group.c.lock().unwrap();
-                s.gemm(shape(n, group.len), &group.a, &group.b, &mut *c)?;
+                gemm(s.blas(), shape(n, group.len), &group.a, &group.b, &mut *c)?;
                 s.stream()
                     .memcpy_dtoh(&*c, &mut *group.host.lock().unwrap())?;
                 if let Some(t) = timeline {

@@ -140,7 +140,7 @@ impl Builder {
     /// writes `name-2.json` beside it, and so on), else no trace.
     ///
     /// Each worker has a track: the tasks it ran (slices named by
-    /// [`spawn_named`](crate::spawn_named) or [`named`](crate::named), else
+    /// [`named`](crate::named), else
     /// by their closure's type), the time it spent parked, the steal
     /// requests it sent, answered and declined, the loops it split and
     /// the tasks its fulfills made ready, with arrows from a fulfill, a
@@ -152,7 +152,7 @@ impl Builder {
     /// ```
     /// let path = std::env::temp_dir().join("selvedge-doc-trace.json");
     /// let rt = selvedge::Runtime::builder().num_threads(2).trace_to(&path).build()?;
-    /// rt.run(|| selvedge::spawn_named("leaf", || 1).join());
+    /// rt.run(|| selvedge::named("leaf", || selvedge::spawn(|| 1)).join());
     /// drop(rt); // writes the trace
     /// let json = std::fs::read_to_string(&path).unwrap();
     /// assert!(json.contains("\"traceEvents\""));

@@ -32,7 +32,7 @@
 //! assert_eq!(count, 1);
 //! ```
 //!
-//! `spawn` and `Runtime::submit` take `'static` closures: their tasks may
+//! `spawn` and `Runtime::spawn` take `'static` closures: their tasks may
 //! outlive the caller's frame.
 //!
 //! ```compile_fail
@@ -44,7 +44,7 @@
 //! ```compile_fail
 //! let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
 //! let data = vec![1, 2, 3];
-//! let h = rt.submit(|| data.len());
+//! let h = rt.spawn(|| data.len());
 //! h.join();
 //! ```
 //!

@@ -151,18 +151,18 @@ impl Runtime {
     /// let counter = Arc::clone(&runs);
     /// g.node(move || { counter.fetch_add(1, Ordering::Relaxed); });
     /// for _ in 0..2 {
-    ///     let (graph, result) = rt.submit_graph(g).join();
+    ///     let (graph, result) = rt.spawn_graph(g).join();
     ///     result?;
     ///     g = graph;
     /// }
     /// assert_eq!(runs.load(Ordering::Relaxed), 2);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn submit_graph(
+    pub fn spawn_graph(
         &self,
         mut graph: Graph<'static>,
     ) -> JoinHandle<(Graph<'static>, Result<(), GraphError>)> {
-        self.submit(move || {
+        self.spawn(move || {
             let result = graph.run();
             (graph, result)
         })
@@ -172,11 +172,11 @@ impl Runtime {
     ///
     /// ```
     /// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
-    /// let handles: Vec<_> = (0..4).map(|i| rt.submit(move || i * 10)).collect();
+    /// let handles: Vec<_> = (0..4).map(|i| rt.spawn(move || i * 10)).collect();
     /// let out: Vec<i32> = handles.into_iter().map(|h| h.join()).collect();
     /// assert_eq!(out, [0, 10, 20, 30]);
     /// ```
-    pub fn submit<F, T>(&self, f: F) -> JoinHandle<T>
+    pub fn spawn<F, T>(&self, f: F) -> JoinHandle<T>
     where
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
@@ -204,12 +204,12 @@ impl Runtime {
     ///
     /// let rt = Runtime::builder().num_threads(2).build()?;
     /// let input = Promise::new();
-    /// let h = rt.submit_delayed([input.dep()], || 6 * 7);
+    /// let h = rt.spawn_delayed([input.dep()], || 6 * 7);
     /// std::thread::spawn(move || input.fulfill()); // any thread may fulfill
     /// assert_eq!(h.join(), 42);
     /// # Ok::<(), selvedge::BuildError>(())
     /// ```
-    pub fn submit_delayed<D, F, T>(&self, deps: D, f: F) -> JoinHandle<T>
+    pub fn spawn_delayed<D, F, T>(&self, deps: D, f: F) -> JoinHandle<T>
     where
         D: IntoIterator<Item = Dep>,
         F: FnOnce() -> T + Send + 'static,
@@ -229,12 +229,12 @@ impl Runtime {
     /// let rt = Runtime::builder().num_threads(2).build()?;
     /// let total = Data::new(0u64);
     /// for i in 1..=100 {
-    ///     rt.submit_with(total.write(), move |t| *t += i).detach();
+    ///     rt.spawn_with(total.write(), move |t| *t += i).detach();
     /// }
-    /// assert_eq!(rt.submit_with(total.read(), |t| *t).join(), 5050);
+    /// assert_eq!(rt.spawn_with(total.read(), |t| *t).join(), 5050);
     /// # Ok::<(), selvedge::BuildError>(())
     /// ```
-    pub fn submit_with<A, F, R>(&self, accesses: A, f: F) -> JoinHandle<R>
+    pub fn spawn_with<A, F, R>(&self, accesses: A, f: F) -> JoinHandle<R>
     where
         A: Accesses + 'static,
         F: for<'a> FnOnce(A::Refs<'a>) -> R + Send + 'static,
@@ -260,7 +260,7 @@ impl Runtime {
     /// static DONE: AtomicUsize = AtomicUsize::new(0);
     /// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
     /// for _ in 0..10 {
-    ///     drop(rt.submit(|| DONE.fetch_add(1, Ordering::Relaxed)));
+    ///     drop(rt.spawn(|| DONE.fetch_add(1, Ordering::Relaxed)));
     /// }
     /// rt.sync_root();
     /// assert_eq!(DONE.load(Ordering::Relaxed), 10);

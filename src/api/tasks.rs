@@ -37,26 +37,8 @@ where
             let pos = w.push(task);
             handle.spawned_at(pos)
         }
-        None => global_runtime().submit(f),
+        None => global_runtime().spawn(f),
     }
-}
-
-/// [`spawn`], naming the task `name` in the runtime's trace (feature
-/// `trace`; without it this is `spawn`). Unnamed tasks show their
-/// closure's type name, such as `app::main::{{closure}}`.
-///
-/// ```
-/// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
-/// let sum = rt.run(|| selvedge::spawn_named("sum", || (1..=10).sum::<u32>()).join());
-/// assert_eq!(sum, 55);
-/// ```
-#[inline]
-pub fn spawn_named<F, T>(name: &'static str, f: F) -> JoinHandle<T>
-where
-    F: FnOnce() -> T + Send + 'static,
-    T: Send + 'static,
-{
-    names::named(name, || spawn(f))
 }
 
 /// Runs `f`; every task that `f` makes on this thread (spawned, delayed,
@@ -81,20 +63,6 @@ where
 #[inline]
 pub fn named<R>(name: &'static str, f: impl FnOnce() -> R) -> R {
     names::named(name, f)
-}
-
-/// Waits until the runtime of the calling worker (or the global runtime,
-/// from any other thread) is quiescent. See [`Runtime::sync_root`](crate::Runtime::sync_root) for
-/// where it may be called: inside a task other than a root task it panics.
-///
-/// ```
-/// selvedge::sync_root();
-/// ```
-pub fn sync_root() {
-    match Worker::current() {
-        Some(w) => w.sync_root(),
-        None => global_runtime().sync_root(),
-    }
 }
 
 /// The number of worker threads of the current runtime (the global one from

@@ -325,11 +325,11 @@ mod tests {
         let registry = Arc::clone(rt.registry());
         let (fake, dep) = one_operation_in_flight(&registry);
         let (ran_tx, ran) = mpsc::channel();
-        drop(rt.submit_delayed([dep], move || ran_tx.send(()).unwrap()));
+        drop(rt.spawn_delayed([dep], move || ran_tx.send(()).unwrap()));
         // Ended by a task: the worker that ran it goes idle next (a real
         // source's own thread would find it too; this one has none).
         let f = Arc::clone(&fake);
-        drop(rt.submit(move || f.ended.store(true, Ordering::Release)));
+        drop(rt.spawn(move || f.ended.store(true, Ordering::Release)));
         let found = ran.recv_timeout(Duration::from_secs(10));
         registry.completions.remove(Arc::as_ptr(&fake).cast());
         if found.is_err() {
@@ -357,7 +357,7 @@ mod tests {
         let done = Arc::new(AtomicUsize::new(0));
         let seen = Arc::new(AtomicUsize::new(usize::MAX));
         let (d, s) = (Arc::clone(&done), Arc::clone(&seen));
-        drop(rt.submit_delayed([dep], move || {
+        drop(rt.spawn_delayed([dep], move || {
             s.store(d.load(Ordering::Relaxed), Ordering::Relaxed);
         }));
         rt.run(|| {

@@ -188,7 +188,7 @@ impl fmt::Debug for CancelReason {
 /// ```
 /// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
 /// let p = selvedge::Promise::new();
-/// let h = rt.submit_delayed([p.dep()], || 1);
+/// let h = rt.spawn_delayed([p.dep()], || 1);
 /// drop(p); // nobody can fulfill it any more: the task is cancelled
 /// let err = h.try_join().unwrap_err();
 /// assert!(err.is_cancelled());
@@ -220,7 +220,7 @@ impl JoinError {
     ///
     /// ```
     /// let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
-    /// let err = rt.submit(|| panic!("no")).try_join().unwrap_err();
+    /// let err = rt.spawn(|| panic!("no")).try_join().unwrap_err();
     /// assert!(err.is_panic() && !err.is_cancelled());
     /// ```
     pub fn is_panic(&self) -> bool {
@@ -243,7 +243,7 @@ impl JoinError {
     ///
     /// ```
     /// let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
-    /// let err = rt.submit(|| panic!("no")).try_join().unwrap_err();
+    /// let err = rt.spawn(|| panic!("no")).try_join().unwrap_err();
     /// let payload = err.try_into_panic().ok().unwrap();
     /// assert_eq!(payload.downcast_ref::<&str>(), Some(&"no"));
     /// ```

@@ -24,7 +24,7 @@ use std::task::{Context, Poll, Waker};
 ///
 /// ```
 /// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
-/// let h = rt.submit(|| "done");
+/// let h = rt.spawn(|| "done");
 /// assert_eq!(h.join(), "done");
 /// ```
 #[must_use = "dropping a JoinHandle detaches the task: join it to get the result, or call .detach() to say that nobody will"]
@@ -102,7 +102,7 @@ impl<T> JoinHandle<T> {
     ///
     /// ```
     /// let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
-    /// let h = rt.submit(|| 1);
+    /// let h = rt.spawn(|| 1);
     /// rt.sync_root();
     /// assert!(h.is_finished());
     /// ```
@@ -183,10 +183,10 @@ impl<T> JoinHandle<T> {
     ///
     /// ```
     /// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
-    /// assert_eq!(rt.submit(|| 7).try_join().unwrap(), 7);
+    /// assert_eq!(rt.spawn(|| 7).try_join().unwrap(), 7);
     ///
     /// let p = selvedge::Promise::new();
-    /// let h = rt.submit_delayed([p.dep()], || 7);
+    /// let h = rt.spawn_delayed([p.dep()], || 7);
     /// drop(p); // broken promise: the delayed task can never run
     /// assert!(h.try_join().unwrap_err().is_cancelled());
     /// ```
@@ -362,10 +362,10 @@ impl<T> JoinHandle<T> {
     /// }
     ///
     /// let rt = selvedge::Runtime::builder().num_threads(2).build().unwrap();
-    /// assert_eq!(block_on(rt.submit(|| 7).try_join_async()).unwrap(), 7);
+    /// assert_eq!(block_on(rt.spawn(|| 7).try_join_async()).unwrap(), 7);
     ///
     /// let p = selvedge::Promise::new();
-    /// let h = rt.submit_delayed([p.dep()], || 7);
+    /// let h = rt.spawn_delayed([p.dep()], || 7);
     /// drop(p); // broken promise: the delayed task can never run
     /// let err = block_on(h.try_join_async()).unwrap_err();
     /// assert!(err.is_cancelled(), "{err}");
@@ -401,7 +401,7 @@ impl<T> Unpin for JoinHandle<T> {}
 ///
 /// ```
 /// let rt = selvedge::Runtime::builder().num_threads(1).build().unwrap();
-/// let h = rt.submit(|| panic!("no"));
+/// let h = rt.spawn(|| panic!("no"));
 /// rt.sync_root();
 /// assert!(h.is_finished());
 /// // Finished: the first poll is ready (no executor needed).

@@ -192,13 +192,13 @@ mod tests {
             matches!(ender, Ender::TimerWhileIdle),
         );
         let (ran_tx, ran) = mpsc::channel();
-        drop(rt.submit_delayed([dep], move || ran_tx.send(()).unwrap()));
+        drop(rt.spawn_delayed([dep], move || ran_tx.send(()).unwrap()));
         let stop = Arc::new(AtomicBool::new(false));
         // Rounds of short tasks on every worker; the task that waits runs
         // in one of the rounds once it is ready.
         let stream = matches!(ender, Ender::TimerWhileBusy).then(|| {
             let stop = Arc::clone(&stop);
-            rt.submit(move || {
+            rt.spawn(move || {
                 while !stop.load(Ordering::Relaxed) {
                     crate::scope(|sc| {
                         for _ in 0..workers * 8 {
@@ -226,7 +226,7 @@ mod tests {
         let by_callback = match ender {
             Ender::Task => {
                 let ended = Arc::clone(&ended);
-                drop(rt.submit(move || ended.store(true, Ordering::Release)));
+                drop(rt.spawn(move || ended.store(true, Ordering::Release)));
                 callback(Duration::from_secs(10))
             }
             Ender::TimerWhileBusy => {
@@ -342,7 +342,7 @@ mod tests {
         let (ran_tx, ran) = mpsc::channel();
         let (claim, ended, _) =
             watched_flag(&rt, Box::new(move || ran_tx.send(()).unwrap()), false);
-        drop(rt.submit(move || ended.store(true, Ordering::Release)));
+        drop(rt.spawn(move || ended.store(true, Ordering::Release)));
         ran.recv_timeout(Duration::from_secs(10))
             .expect("no worker fired it");
         // Later than a worker keeps testing without activity.

@@ -427,7 +427,7 @@ mod tests {
         let (made_tx, made_rx) = mpsc::channel();
         let flag = Arc::clone(&ran);
         let in_task = Arc::clone(&registry);
-        drop(rt.submit(move || {
+        drop(rt.spawn(move || {
             // Until the drop (on the main thread) shut the gate.
             while !in_task.ready_gate.is_closed() {
                 std::thread::yield_now();

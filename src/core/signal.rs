@@ -330,7 +330,7 @@ mod tests {
                 .map(|i| {
                     let p = Promise::new();
                     let ran = ran.clone();
-                    let h = rt.submit_delayed([p.dep()], move || {
+                    let h = rt.spawn_delayed([p.dep()], move || {
                         ran[i].fetch_add(1, Relaxed);
                     });
                     tx.send(rt.registry().signal(Box::new(move || {
@@ -499,7 +499,7 @@ mod tests {
         for _ in 0..100 {
             let p = Promise::new();
             let done = done.clone();
-            drop(rt.submit_delayed([p.dep()], move || {
+            drop(rt.spawn_delayed([p.dep()], move || {
                 done.fetch_add(1, Relaxed);
             }));
             signals.push(rt.registry().signal(Box::new(move || {
@@ -519,7 +519,7 @@ mod tests {
         });
         // An unfired signal dropped by its abandoner breaks its promise.
         let p = Promise::new();
-        let h = rt.submit_delayed([p.dep()], || ());
+        let h = rt.spawn_delayed([p.dep()], || ());
         let signal = rt.registry().signal(Box::new(move || {
             p.fulfill();
         }));

@@ -66,6 +66,7 @@ pub(crate) type Counters = Box<[CachePadded<WorkerCounters>]>;
 /// assert!(stats.total().tasks_run >= 101);
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WorkerStats {
     /// Tasks this worker ran: those it took from a queue (its deque, the
     /// injector or a theft), and those a join took back from its own deque
@@ -162,6 +163,7 @@ impl WorkerStats {
 /// assert_eq!(rt.stats().workers.len(), 3);
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RuntimeStats {
     /// One entry per worker, by index.
     pub workers: Vec<WorkerStats>,
@@ -183,7 +185,7 @@ pub struct RuntimeStats {
     ///
     /// let rt = Runtime::builder().num_threads(2).build()?;
     /// let p = Promise::new();
-    /// let h = rt.submit_delayed([p.dep()], || 1);
+    /// let h = rt.spawn_delayed([p.dep()], || 1);
     /// rt.sync_root();
     /// assert_eq!(rt.stats().tasks_waiting_on_dependencies, 1);
     /// p.fulfill();

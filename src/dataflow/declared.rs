@@ -485,7 +485,7 @@ impl<A> Drop for Submission<A> {
 /// `accesses` (one access, a tuple, a `Vec` or an array).
 ///
 /// On a worker the task belongs to that worker's runtime; elsewhere to the
-/// global runtime ([`Runtime::submit_with`](crate::Runtime::submit_with)
+/// global runtime ([`Runtime::spawn_with`](crate::Runtime::spawn_with)
 /// chooses). Submission takes a short lock on each declared handle's
 /// ordering state; reaching the value takes none.
 ///
@@ -516,7 +516,7 @@ where
     submit_with(current_registry(), accesses, f)
 }
 
-/// [`spawn_with`] on `runtime`: what it, `Runtime::submit_with` and the
+/// [`spawn_with`] on `runtime`: what it, `Runtime::spawn_with` and the
 /// GPU tasks share.
 pub(crate) fn submit_with<A, F, R>(runtime: &Arc<Registry>, accesses: A, f: F) -> JoinHandle<R>
 where

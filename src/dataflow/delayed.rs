@@ -485,7 +485,7 @@ fn cancel_now(w: NonNull<Waiter>) {
 /// Spawns `f` to run once every dependency in `deps` is fulfilled, and
 /// returns its handle. On a worker the task belongs to that worker's
 /// runtime; elsewhere to the global runtime (see
-/// [`crate::Runtime::submit_delayed`] to choose).
+/// [`crate::Runtime::spawn_delayed`] to choose).
 ///
 /// `deps` may mix [`Promise::dep`](crate::Promise::dep)s and [`LoopPromise::at`](crate::LoopPromise::at)s, in any order,
 /// with duplicates; an empty list spawns the task at once, like
@@ -530,8 +530,8 @@ fn cancel_now(w: NonNull<Waiter>) {
 /// // Each task holds the promise the other one waits on.
 /// let (p1, p2) = (Promise::new(), Promise::new());
 /// let q1 = p1.clone();
-/// let a = rt.submit_delayed([p2.dep()], move || { q1.fulfill(); });
-/// let b = rt.submit_delayed([p1.dep()], move || { p2.fulfill(); });
+/// let a = rt.spawn_delayed([p2.dep()], move || { q1.fulfill(); });
+/// let b = rt.spawn_delayed([p1.dep()], move || { p2.fulfill(); });
 /// drop(p1);
 /// rt.sync_root();
 /// assert_eq!(rt.stats().tasks_waiting_on_dependencies, 2); // stuck
@@ -561,7 +561,7 @@ where
 }
 
 /// A handled delayed task of `runtime`: what `spawn_delayed` and
-/// `Runtime::submit_delayed` share. When the task is ready at once and
+/// `Runtime::spawn_delayed` share. When the task is ready at once and
 /// lands on the calling worker's deque, the handle records where, so
 /// `join` can take it back.
 pub(crate) fn submit_delayed<D, F, T>(runtime: &Arc<Registry>, deps: D, f: F) -> JoinHandle<T>

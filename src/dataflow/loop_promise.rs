@@ -44,7 +44,7 @@ use std::sync::Arc;
 /// let rt = Runtime::builder().num_threads(2).build()?;
 /// let stage1 = LoopPromise::new(0..4);
 /// let stage2: Vec<_> = (0..4)
-///     .map(|i| rt.submit_delayed([stage1.at(i)], move || i * 10))
+///     .map(|i| rt.spawn_delayed([stage1.at(i)], move || i * 10))
 ///     .collect();
 /// for i in (0..4).rev() {
 ///     stage1.fulfill(i);
@@ -254,7 +254,7 @@ impl LoopPromise {
     ///
     /// let rt = Runtime::builder().num_threads(2).build()?;
     /// let produced = LoopPromise::new(0..2);
-    /// let consumer = rt.submit_delayed([produced.at(1)], || "ran");
+    /// let consumer = rt.spawn_delayed([produced.at(1)], || "ran");
     /// assert!(produced.break_iteration(1));
     /// assert!(!produced.fulfill(1)); // stays broken
     /// assert!(consumer.try_join().unwrap_err().is_cancelled());

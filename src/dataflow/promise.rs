@@ -29,7 +29,7 @@ use std::ptr::NonNull;
 ///
 /// let rt = Runtime::builder().num_threads(2).build()?;
 /// let ready = Promise::new();
-/// let consumer = rt.submit_delayed([ready.dep()], || "ran after fulfill");
+/// let consumer = rt.spawn_delayed([ready.dep()], || "ran after fulfill");
 /// assert!(!consumer.is_finished());
 /// ready.fulfill();
 /// assert_eq!(consumer.join(), "ran after fulfill");
@@ -143,7 +143,7 @@ impl Promise {
     ///     let ended = Arc::clone(&ended);
     ///     done.fulfill_when(move || ended.load(Ordering::Acquire));
     /// });
-    /// let after = rt.submit_delayed([done.dep()], || "ran after the operation");
+    /// let after = rt.spawn_delayed([done.dep()], || "ran after the operation");
     /// let device = std::thread::spawn(move || ended.store(true, Ordering::Release));
     /// assert_eq!(after.join(), "ran after the operation");
     /// device.join().unwrap();

@@ -82,13 +82,13 @@ impl<T> JoinHandle<T> {
     /// use selvedge::Runtime;
     ///
     /// let rt = Runtime::builder().num_threads(2).build()?;
-    /// let produce = rt.submit(|| 6);
-    /// let consume = rt.submit_delayed([produce.dep()], || "after produce");
+    /// let produce = rt.spawn(|| 6);
+    /// let consume = rt.spawn_delayed([produce.dep()], || "after produce");
     /// assert_eq!(consume.join(), "after produce");
     /// assert_eq!(produce.join(), 6);
     ///
-    /// let failing = rt.submit(|| -> u32 { panic!("no value") });
-    /// let after = rt.submit_delayed([failing.dep()], || ());
+    /// let failing = rt.spawn(|| -> u32 { panic!("no value") });
+    /// let after = rt.spawn_delayed([failing.dep()], || ());
     /// assert!(after.try_join().unwrap_err().is_cancelled());
     /// assert!(failing.try_join().unwrap_err().is_panic());
     /// # Ok::<(), selvedge::BuildError>(())

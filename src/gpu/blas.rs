@@ -2,7 +2,7 @@
 //! configuration by hand.
 
 use super::raw;
-use super::{GpuError, GpuStream};
+use super::GpuError;
 use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
 use cudarc::driver::{DevicePtr, DevicePtrMut};
@@ -13,7 +13,7 @@ use half::bf16;
 /// stored back to back.
 ///
 /// ```no_run
-/// use selvedge::gpu::{BatchedGemm, Device};
+/// use selvedge::gpu::{gemm, BatchedGemm, Device};
 /// # fn main() -> Result<(), selvedge::gpu::GpuError> {
 /// let dev = Device::open(0)?;
 /// let g = BatchedGemm { batch: 8, m: 64, n: 32, k: 16 };
@@ -22,7 +22,7 @@ use half::bf16;
 ///         let a = s.stream().clone_htod(&vec![1.0f32; g.a_len()])?;
 ///         let b = s.stream().clone_htod(&vec![2.0f32; g.b_len()])?;
 ///         let mut c = s.stream().alloc_zeros::<f32>(g.c_len())?;
-///         s.gemm(g, &a, &b, &mut c)?;
+///         gemm(s.blas(), g, &a, &b, &mut c)?;
 ///         s.download(&c)
 ///     })
 ///     .join()?;
@@ -82,7 +82,7 @@ impl BatchedGemm {
     }
 }
 
-/// The element types [`GpuStream::gemm`] multiplies: `f32`, and `bf16`
+/// The element types [`gemm`] multiplies: `f32`, and `bf16`
 /// with f32 accumulation (cuBLAS's).
 pub trait GemmElement: Copy + sealed::Sealed {
     /// 1 and 0 in this type, for alpha and beta.
@@ -108,27 +108,10 @@ fn dim(name: &str, value: usize) -> i32 {
     i32::try_from(value).unwrap_or_else(|_| panic!("gemm {name} = {value} exceeds i32::MAX"))
 }
 
-impl GpuStream {
-    /// Enqueues `c = a · b` for every product of the batch `g` (row-major)
-    /// on this stream, through cuBLAS: [`gemm`] with this stream's handle.
-    ///
-    /// Panics if a buffer is shorter than `g` needs, naming it and both
-    /// lengths.
-    pub fn gemm<T, A, B, C>(&self, g: BatchedGemm, a: &A, b: &B, c: &mut C) -> Result<(), GpuError>
-    where
-        T: GemmElement,
-        A: DevicePtr<T>,
-        B: DevicePtr<T>,
-        C: DevicePtrMut<T>,
-        CudaBlas: Gemm<T>,
-    {
-        gemm(self.blas(), g, a, b, c)
-    }
-}
-
 /// Enqueues `c = a · b` for every product of the batch `g` (row-major) on
-/// `blas`'s stream: one strided-batched cuBLAS call. For work outside GPU
-/// tasks (a cuBLAS handle of one's own); inside them, [`GpuStream::gemm`].
+/// `blas`'s stream: one strided-batched cuBLAS call. Inside a GPU task, pass
+/// the task's handle, [`GpuStream::blas`](crate::gpu::GpuStream::blas);
+/// outside them, a cuBLAS handle of one's own.
 ///
 /// Panics if a buffer is shorter than `g` needs, naming it and both
 /// lengths.

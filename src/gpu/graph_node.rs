@@ -69,7 +69,7 @@ impl<'g> Graph<'g> {
     /// opened for; on another, the chain fails, saying so.
     ///
     /// ```no_run
-    /// use selvedge::gpu::{BatchedGemm, Device, GpuError};
+    /// use selvedge::gpu::{gemm, BatchedGemm, Device, GpuError};
     /// use selvedge::Graph;
     ///
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -89,9 +89,9 @@ impl<'g> Graph<'g> {
     ///     })
     ///     .join()?;
     /// let mut step = Graph::new();
-    /// let gemm = step.gpu_node(&dev, move |s| s.gemm(g, &a, &b, &mut c));
+    /// let multiply = step.gpu_node(&dev, move |s| gemm(s.blas(), g, &a, &b, &mut c));
     /// let after = step.node(|| println!("the product is complete"));
-    /// step.precede(gemm, after);
+    /// step.precede(multiply, after);
     /// for _ in 0..10 {
     ///     step.run()?; // one graph launch each, after the first
     /// }

@@ -88,7 +88,7 @@
 //! example):
 //!
 //! ```no_run
-//! use selvedge::gpu::{BatchedGemm, Device, GpuError};
+//! use selvedge::gpu::{gemm, BatchedGemm, Device, GpuError};
 //!
 //! fn main() -> Result<(), GpuError> {
 //!     // Err(e) with e.is_unavailable() without a GPU: never a panic.
@@ -100,7 +100,7 @@
 //!         let a = s.stream().clone_htod(&a)?;
 //!         let b = s.stream().clone_htod(&b)?;
 //!         let mut c = s.stream().alloc_zeros::<f32>(g.c_len())?;
-//!         s.gemm(g, &a, &b, &mut c)?; // row-major strided-batched SGEMM
+//!         gemm(s.blas(), g, &a, &b, &mut c)?; // row-major strided-batched SGEMM
 //!         Ok(c)
 //!     });
 //!     // Another GPU task: enqueued behind it at once, its stream waiting on

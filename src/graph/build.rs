@@ -36,7 +36,7 @@ static NEXT_GRAPH_ID: AtomicU64 = AtomicU64::new(1);
 /// replayed with one launch a run.
 ///
 /// Run a graph with [`Runtime::run_graph`](crate::Runtime::run_graph),
-/// [`Runtime::submit_graph`](crate::Runtime::submit_graph) (from any
+/// [`Runtime::spawn_graph`](crate::Runtime::spawn_graph) (from any
 /// thread, returning a handle), or [`Graph::run`] (on the current
 /// runtime, in place when called from a task).
 ///
@@ -331,23 +331,6 @@ impl<'g> Graph<'g> {
         self.edges.push((from, to));
         self.check_edge_count();
         self.plan = None;
-    }
-
-    /// Says that `after` starts only once `before` finished: the same edge
-    /// as [`Graph::precede`]`(before, after)`, written from the other end.
-    ///
-    /// # Panics
-    /// If either node belongs to another graph.
-    ///
-    /// ```
-    /// let mut g = selvedge::Graph::new();
-    /// let a = g.node(|| {});
-    /// let b = g.node(|| {});
-    /// g.succeed(b, a); // b after a
-    /// assert_eq!(g.edge_count(), 1);
-    /// ```
-    pub fn succeed(&mut self, after: Node, before: Node) {
-        self.precede(before, after);
     }
 
     /// The number of nodes.

@@ -65,7 +65,9 @@ pub use element::Element;
 pub use error::MpiError;
 pub use message::Message;
 /// The raw MPI bindings this module is built on, for baselines that call
-/// MPI directly in a process without a cluster. Not part of the API.
+/// MPI directly in a process without a cluster (the `mpi_pingpong`
+/// example). Not part of the API: only with the `mpi-baseline` feature.
+#[cfg(feature = "mpi-baseline")]
 #[doc(hidden)]
 pub use mpi_sys;
 pub use rank_graph::{RankGraph, RankNode};

@@ -63,8 +63,8 @@ const FAILED: u64 = u64::MAX;
 /// let load = g.node(0, |_| vec![1.0, 2.0, 3.0]); // runs on rank 0
 /// let scale = g.node(1, |inputs| inputs[0].iter().map(|x| 10.0 * x).collect()); // rank 1
 /// let total = g.node(0, |inputs| vec![inputs[0].iter().sum()]); // back on rank 0
-/// g.edge(load, scale); // a message from rank 0 to rank 1
-/// g.edge(scale, total); // and back
+/// g.precede(load, scale); // a message from rank 0 to rank 1
+/// g.precede(scale, total); // and back
 /// for _ in 0..3 {
 ///     // Every rank runs every step, whatever the step returned here.
 ///     if let Err(e) = g.run() {
@@ -190,7 +190,8 @@ impl<'g, T: Element> RankGraph<'g, T> {
         RankNode(self.nodes.len() - 1)
     }
 
-    /// Says that `from` runs before `to`, which gets `from`'s value.
+    /// Says that `before` runs before `after`, which gets `before`'s value:
+    /// the same verb as [`Graph::precede`](crate::Graph::precede).
     ///
     /// # Panics
     /// If either node is not this graph's, or the graph already ran.
@@ -200,20 +201,20 @@ impl<'g, T: Element> RankGraph<'g, T> {
     /// let mut g = selvedge::mpi::RankGraph::<u8>::new(&cluster);
     /// let a = g.node(0, |_| vec![1]);
     /// let b = g.node(0, |inputs| inputs[0].to_vec());
-    /// g.edge(a, b);
+    /// g.precede(a, b);
     /// # Ok::<(), selvedge::mpi::MpiError>(())
     /// ```
-    pub fn edge(&mut self, from: RankNode, to: RankNode) {
-        self.check_unsplit("edge");
-        for node in [from, to] {
+    pub fn precede(&mut self, before: RankNode, after: RankNode) {
+        self.check_unsplit("precede");
+        for node in [before, after] {
             assert!(
                 node.0 < self.nodes.len(),
-                "selvedge::mpi: RankGraph::edge with node {}, but the graph has {} nodes",
+                "selvedge::mpi: RankGraph::precede with node {}, but the graph has {} nodes",
                 node.0,
                 self.nodes.len()
             );
         }
-        self.edges.push((from.0, to.0));
+        self.edges.push((before.0, after.0));
     }
 
     /// Runs the graph once on every rank: call it on every rank, in the

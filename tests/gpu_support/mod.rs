@@ -407,7 +407,7 @@ impl Blocker {
     fn start(rt: &Runtime) -> Blocker {
         let started = Arc::new(std::sync::Mutex::new(None));
         let release = Arc::new(AtomicBool::new(false));
-        let handle = rt.submit({
+        let handle = rt.spawn({
             let (started, release) = (started.clone(), release.clone());
             move || {
                 let me = std::thread::current().id();
