@@ -22,10 +22,16 @@
 //!     x.join() + y // runs fib(n-1) in place unless a thief took it
 //! }
 //!
-//! let rt = Runtime::builder().num_threads(4).build()?;
-//! assert_eq!(rt.run(|| fib(25)), 75025);
-//! # Ok::<(), selvedge::BuildError>(())
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let rt = Runtime::builder().num_threads(4).build()?;
+//!     assert_eq!(rt.run(|| fib(25)), 75025);
+//!     Ok(())
+//! }
 //! ```
+//!
+//! The repository's `README.md` gives an overview, and its guide
+//! (`docs/guide/`, starting with `getting-started.md`) a page per
+//! capability, with complete examples.
 //!
 //! ## The pieces
 //!
@@ -82,7 +88,13 @@
 //!   time: without a driver `Device::open` returns an error.
 //!   `gpu::Device::spawn_with` declares [`Data`] accesses for a GPU task,
 //!   ordered on the device between GPU tasks (events per handle).
-//! - Outside any runtime, [`spawn`], [`scope`], [`join`] and [`sync_root`] use
+//! - Graphs: a [`Graph`] is built once (nodes are closures, edges are
+//!   [`Graph::precede`], or follow from the [`Data`] its nodes declare) and
+//!   run many times ([`Graph::run`], [`Runtime::run_graph`],
+//!   [`Runtime::spawn_graph`]), each run only counting predecessors down.
+//! - [`named`] names the tasks a closure makes, for traces (feature
+//!   `trace`) and the stall warning.
+//! - Outside any runtime, [`spawn`], [`scope`], [`join`] and the loops use
 //!   a global runtime built on first use ([`global_runtime`]); its size comes
 //!   from `SELVEDGE_NUM_THREADS`, else the available parallelism.
 
