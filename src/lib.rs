@@ -22,10 +22,16 @@
 //!     x.join() + y // runs fib(n-1) in place unless a thief took it
 //! }
 //!
-//! let rt = Runtime::builder().num_threads(4).build()?;
-//! assert_eq!(rt.run(|| fib(25)), 75025);
-//! # Ok::<(), selvedge::BuildError>(())
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let rt = Runtime::builder().num_threads(4).build()?;
+//!     assert_eq!(rt.run(|| fib(25)), 75025);
+//!     Ok(())
+//! }
 //! ```
+//!
+//! The repository's `README.md` gives an overview, and its guide
+//! (`docs/guide/`, starting with `getting-started.md`) a page per
+//! capability, with complete examples.
 //!
 //! ## The pieces
 //!
@@ -82,7 +88,13 @@
 //!   time: without a driver `Device::open` returns an error.
 //!   `gpu::Device::spawn_with` declares [`Data`] accesses for a GPU task,
 //!   ordered on the device between GPU tasks (events per handle).
-//! - Outside any runtime, [`spawn`], [`scope`], [`join`] and [`sync_root`] use
+//! - Graphs: a [`Graph`] is built once (nodes are closures, edges are
+//!   [`Graph::precede`], or follow from the [`Data`] its nodes declare) and
+//!   run many times ([`Graph::run`], [`Runtime::run_graph`],
+//!   [`Runtime::spawn_graph`]), each run only counting predecessors down.
+//! - [`named`] names the tasks a closure makes, for traces (feature
+//!   `trace`) and the stall warning.
+//! - Outside any runtime, [`spawn`], [`scope`], [`join`] and the loops use
 //!   a global runtime built on first use ([`global_runtime`]); its size comes
 //!   from `SELVEDGE_NUM_THREADS`, else the available parallelism.
 
@@ -155,6 +167,36 @@ pub use crate::structured::scope::{scope, Scope};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guide's examples (`docs/guide/`), compiled and run as doc tests, one
+/// module per page. The pages of a feature are tested with that feature
+/// only; their examples that need hardware are compiled, not run.
+#[cfg(doctest)]
+pub mod guide {
+    #[doc = include_str!("../docs/guide/getting-started.md")]
+    pub mod getting_started {}
+    #[doc = include_str!("../docs/guide/tasks.md")]
+    pub mod tasks {}
+    #[doc = include_str!("../docs/guide/dataflow.md")]
+    pub mod dataflow {}
+    #[doc = include_str!("../docs/guide/data.md")]
+    pub mod data {}
+    #[doc = include_str!("../docs/guide/graphs.md")]
+    pub mod graphs {}
+    #[doc = include_str!("../docs/guide/loops.md")]
+    pub mod loops {}
+    #[cfg(feature = "cuda")]
+    #[doc = include_str!("../docs/guide/gpu.md")]
+    pub mod gpu {}
+    #[cfg(feature = "mpi")]
+    #[doc = include_str!("../docs/guide/mpi.md")]
+    pub mod mpi {}
+    #[cfg(feature = "trace")]
+    #[doc = include_str!("../docs/guide/traces.md")]
+    pub mod traces {}
+    #[doc = include_str!("../docs/guide/tuning.md")]
+    pub mod tuning {}
+}
 
 /// The concurrent protocols, exposed for the loom models in `loom-tests/`
 /// (built with `--cfg loom`). Not part of the public API.

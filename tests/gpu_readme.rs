@@ -1,17 +1,18 @@
-//! The README's GPU example ("GPU tasks (feature `cuda`)", also the last
-//! example of `selvedge::gpu`'s docs, which is `no_run`), run as a test
-//! with its values checked. Without a GPU it says it skipped and passes;
-//! with `SELVEDGE_REQUIRE_GPU=1` a missing GPU fails it. A second test,
-//! which runs everywhere, checks that this file still holds the README's
-//! example line for line, and that the module docs' copy is the same code.
+//! The GPU example that opens the guide's GPU page (`docs/guide/gpu.md`,
+//! also the last example of `selvedge::gpu`'s docs; both are `no_run`),
+//! run as a test with its values checked. Without a GPU it says it skipped
+//! and passes; with `SELVEDGE_REQUIRE_GPU=1` a missing GPU fails it. A
+//! second test, which runs everywhere, checks that this file still holds
+//! the guide's example line for line, and that the module docs' copy is
+//! the same code.
 #![cfg(feature = "cuda")]
 
 mod gpu_support;
 
 use selvedge::gpu::{gemm, BatchedGemm, Device, GpuError};
 
-/// The README's example: its `main`, renamed, with checks added (marked
-/// "added"); every other line is the README's, in its order (rustfmt
+/// The guide's example: its `main`, renamed, with checks added (marked
+/// "added"); every other line is the guide's, in its order (rustfmt
 /// would reformat some of them).
 #[rustfmt::skip]
 fn readme_example() -> Result<(), GpuError> {
@@ -58,26 +59,22 @@ fn the_readme_gpu_example_computes_its_product() {
         Ok(()) => {}
         Err(e) if e.is_unavailable() => {
             if gpu_support::gpu_required() {
-                panic!("README GPU example: SELVEDGE_REQUIRE_GPU=1 but {e}");
+                panic!("the guide's GPU example: SELVEDGE_REQUIRE_GPU=1 but {e}");
             }
-            eprintln!("README GPU example: skipped: {e}");
+            eprintln!("the guide's GPU example: skipped: {e}");
         }
-        Err(e) => panic!("the README's GPU example failed: {e}"),
+        Err(e) => panic!("the guide's GPU example failed: {e}"),
     }
 }
 
-/// The example's lines: the README block's, trimmed, blank lines left out.
+/// The example's lines: the guide block's, trimmed, blank lines left out.
 fn readme_block() -> Vec<&'static str> {
-    let readme = include_str!("../README.md");
-    let section = readme
-        .split("## GPU tasks (feature `cuda`)")
-        .nth(1)
-        .expect("README.md has a section \"GPU tasks (feature `cuda`)\"");
-    let block = section
-        .split("```rust,ignore\n")
+    let page = include_str!("../docs/guide/gpu.md");
+    let block = page
+        .split("```rust,no_run\n")
         .nth(1)
         .and_then(|b| b.split("\n```").next())
-        .expect("the README's GPU section starts with a ```rust,ignore block");
+        .expect("docs/guide/gpu.md has a ```rust,no_run block");
     block
         .lines()
         .map(str::trim)
@@ -90,9 +87,9 @@ fn this_file_holds_the_readme_gpu_example() {
     let block = readme_block();
     assert!(
         block.iter().any(|l| l.contains("Device::open(0)")),
-        "the README's GPU block is not the example: {block:?}"
+        "the guide's first GPU block is not the example: {block:?}"
     );
-    // Each README line, in order, among this file's lines (the added
+    // Each line of the guide's, in order, among this file's lines (the added
     // checks come in between).
     let this = include_str!("gpu_readme.rs");
     let mut mine = this.lines().map(str::trim);
@@ -104,7 +101,7 @@ fn this_file_holds_the_readme_gpu_example() {
         };
         assert!(
             mine.any(|m| m == wanted),
-            "the README's GPU example changed: its line {line:?} is not in tests/gpu_readme.rs (in order): copy the example here again"
+            "the guide's GPU example changed: its line {line:?} is not in tests/gpu_readme.rs (in order): copy the example here again"
         );
     }
     // The module docs' copy of the example is the same code (its comments
@@ -120,7 +117,7 @@ fn this_file_holds_the_readme_gpu_example() {
         .skip(1)
         .filter_map(|b| b.split("\n```").next())
         .find(|b| b.contains("BatchedGemm { batch: 64"))
-        .expect("selvedge::gpu's docs hold the README's example");
+        .expect("selvedge::gpu's docs hold the guide's example");
     let code = |lines: &mut dyn Iterator<Item = &str>| -> Vec<String> {
         lines
             .map(str::trim)
@@ -131,6 +128,6 @@ fn this_file_holds_the_readme_gpu_example() {
     assert_eq!(
         code(&mut block.iter().copied()),
         code(&mut doc_example.lines()),
-        "the README's GPU example and the one in src/gpu/mod.rs differ"
+        "the guide's GPU example and the one in src/gpu/mod.rs differ"
     );
 }

@@ -84,8 +84,8 @@
 //! # Ok::<(), GpuError>(())
 //! ```
 //!
-//! A GEMM, a GPU task behind it and a CPU task behind both (the README's
-//! example):
+//! A GEMM, a GPU task behind it and a CPU task behind both (the example
+//! of the guide's GPU page):
 //!
 //! ```no_run
 //! use selvedge::gpu::{gemm, BatchedGemm, Device, GpuError};
