@@ -1,9 +1,9 @@
 //! The free functions: spawning and waiting on the current runtime (the
 //! calling worker's, else the global one).
 
+use crate::core::closure_task;
 use crate::core::handle::JoinHandle;
 use crate::core::pool::{current_registry, global_runtime};
-use crate::core::task;
 use crate::core::trace::names;
 use crate::core::worker::Worker;
 
@@ -30,7 +30,7 @@ where
 {
     match Worker::current() {
         Some(w) => {
-            let task = task::new_handled_in(w.own_pool(), f);
+            let task = closure_task::new_handled_in(w.own_pool(), f);
             task.name_if_naming(w);
             // SAFETY: `F` and `T` are 'static.
             let handle = unsafe { JoinHandle::new(&task) };

@@ -7,9 +7,15 @@ pub(crate) mod address_order;
 #[cfg(not(loom))]
 pub(crate) mod affinity;
 #[cfg(not(loom))]
+pub(crate) mod block_alloc;
+#[cfg(not(loom))]
+pub(crate) mod block_pool;
+#[cfg(not(loom))]
 pub(crate) mod blocking;
 #[cfg(not(loom))]
 pub(crate) mod clock;
+#[cfg(not(loom))]
+pub(crate) mod closure_task;
 #[cfg(not(loom))]
 pub(crate) mod completions;
 #[cfg(not(loom))]
@@ -28,6 +34,8 @@ pub(crate) mod handle;
 pub(crate) mod injector;
 pub(crate) mod join_slot;
 pub(crate) mod latch;
+#[cfg(not(loom))]
+pub(crate) mod outside_pool;
 pub(crate) mod park;
 #[cfg(not(loom))]
 pub(crate) mod parked;
@@ -44,6 +52,8 @@ pub(crate) mod registry;
 pub(crate) mod rescue;
 #[cfg(not(loom))]
 pub(crate) mod rescuer;
+#[cfg(not(loom))]
+pub(crate) mod runtime_task;
 #[cfg(not(loom))]
 pub(crate) mod send_ptr;
 pub(crate) mod signal;
@@ -67,3 +77,5 @@ pub(crate) mod unwind;
 pub(crate) mod withdraw;
 #[cfg(not(loom))]
 pub(crate) mod worker;
+#[cfg(not(loom))]
+pub(crate) mod worker_address;

@@ -1,11 +1,13 @@
 //! A runtime's registry: what its workers share (deques, mailboxes, the
 //! injector, signals, parked tasks), and the ways a task gets in.
 
+use crate::core::block_pool::BlockExchange;
 use crate::core::completions::Completions;
 use crate::core::deque::Deque;
 use crate::core::error::Cancellation;
 use crate::core::gate::Gate;
 use crate::core::injector::Injector;
+use crate::core::outside_pool::OutsidePool;
 use crate::core::park::Sleep;
 use crate::core::parked::Parked;
 use crate::core::polled::Polled;
@@ -15,7 +17,7 @@ use crate::core::stall::WaitNotes;
 use crate::core::stats::{tasks_waiting, Counters, WorkerCounters};
 use crate::core::steal::{Mailbox, ReplySlot};
 use crate::core::sync::{AtomicBool, AtomicUsize, Ordering};
-use crate::core::task::{BlockExchange, Header, OutsidePool, TaskRef};
+use crate::core::task::{Header, TaskRef};
 use crate::core::unwind::drop_or_report;
 use crate::core::worker::Worker;
 use crossbeam_utils::CachePadded;

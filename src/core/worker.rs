@@ -7,6 +7,8 @@
 //! A worker waiting for a join or a scope runs the same loop (restricted to
 //! its own frame's children, then stealing) until the wait is over.
 
+use crate::core::block_alloc;
+use crate::core::block_pool;
 use crate::core::clock::ticks;
 use crate::core::deque::{Deque, Popped};
 use crate::core::join_slot::JoinSlot;
@@ -17,11 +19,12 @@ use crate::core::split::{self, LoopFrame};
 use crate::core::stats::WorkerCounters;
 use crate::core::steal::{Mailbox, Reply, StealPolicy, StealRequest, VictimSet};
 use crate::core::sync::Ordering;
-use crate::core::task::{self, Header, OwnPool, TaskRef};
+use crate::core::task::{Header, OwnPool, TaskRef};
 use crate::core::thread_waker::thread_waker;
 #[cfg(feature = "trace")]
 use crate::core::trace::record::{event, Kind, Track, NO_WORKER};
 use crate::core::unwind::AbortIfPanic;
+use crate::core::worker_address::WorkerAddress;
 use std::cell::Cell;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -54,31 +57,6 @@ pub(super) const RESCUE_AFTER: Duration = Duration::from_millis(1);
 
 thread_local! {
     static CURRENT: Cell<*const Worker> = const { Cell::new(std::ptr::null()) };
-}
-
-/// Which worker queued a task: the worker's address, never zero, so an
-/// `Option<WorkerAddress>` is one word, and a task block can store "no
-/// worker" (a task that went to the injector) as 0.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) struct WorkerAddress(std::num::NonZeroUsize);
-
-impl WorkerAddress {
-    #[inline(always)]
-    fn of(worker: &Worker) -> Self {
-        Self(std::ptr::NonNull::from(worker).addr())
-    }
-
-    /// The address stored as a word (see [`WorkerAddress::from_word`]).
-    #[inline(always)]
-    pub(crate) fn to_word(self) -> usize {
-        self.0.get()
-    }
-
-    /// The address stored by [`WorkerAddress::to_word`], or `None` for 0.
-    #[inline(always)]
-    pub(crate) fn from_word(word: usize) -> Option<Self> {
-        std::num::NonZeroUsize::new(word).map(Self)
-    }
 }
 
 /// What a worker waits for in [`Worker::wait_until`].
@@ -768,7 +746,11 @@ impl Worker {
                 if self.trace.is_some() {
                     let thief = req.thief as u64;
                     // SAFETY: the list is ours until the send below.
-                    unsafe { task::for_each_listed(list, |task| self.trace_given(task, thief)) };
+                    unsafe {
+                        crate::core::task::for_each_listed(list, |task| {
+                            self.trace_given(task, thief)
+                        })
+                    };
                 }
                 if !shared.replies[req.thief].send_work(list) {
                     // SAFETY: the thief refused the list: it is still ours.
@@ -1227,10 +1209,11 @@ impl Worker {
                 // A pool holding a busy spell's blocks is trimmed once the
                 // worker has stayed idle a while, not at once: the next
                 // round of an iterative program would need them again.
-                let trim = task::pool_over_idle_capacity() || shared.outside_blocks.has_surplus();
+                let trim =
+                    block_alloc::pool_over_idle_capacity() || shared.outside_blocks.has_surplus();
                 let timeout = match (trim, timeout) {
-                    (true, Some(t)) => Some(t.min(task::POOL_TRIM_AFTER)),
-                    (true, None) => Some(task::POOL_TRIM_AFTER),
+                    (true, Some(t)) => Some(t.min(block_pool::POOL_TRIM_AFTER)),
+                    (true, None) => Some(block_pool::POOL_TRIM_AFTER),
                     (false, t) => t,
                 };
                 let parked_at = Instant::now();
@@ -1248,12 +1231,12 @@ impl Worker {
                     },
                     timeout,
                 );
-                if trim && parked_at.elapsed() >= task::POOL_TRIM_AFTER {
+                if trim && parked_at.elapsed() >= block_pool::POOL_TRIM_AFTER {
                     // The exchange and the pool for threads outside the
                     // workers only when no other worker is busy: one that
                     // makes tasks takes its blocks back from there.
                     let everyone_idle = shared.sleep.quiescent_except(me, || true);
-                    task::trim_pool(everyone_idle);
+                    block_alloc::trim_pool(everyone_idle);
                     if everyone_idle {
                         shared.outside_blocks.trim();
                     }
@@ -1297,5 +1280,39 @@ fn take_for(d: &OwnerGuard<'_, Deque<TaskRef>>, half: bool) -> Option<(*mut Head
     } else {
         d.steal_one()
             .map(|t| (t.into_list(std::ptr::null_mut()), 1))
+    }
+}
+
+impl TaskRef {
+    /// [`name_after`](TaskRef::name_after) for a task made on `worker` (if
+    /// on one): unless the worker is inside `named`, the type's name is
+    /// taken without looking up the thread's `named` name (a scope's
+    /// spawn, a hot path, pays two stores).
+    #[inline(always)]
+    #[cfg_attr(not(feature = "trace"), allow(clippy::extra_unused_type_parameters))]
+    pub(crate) fn name_after_on<F>(&self, worker: Option<&Worker>) {
+        #[cfg(feature = "trace")]
+        match worker {
+            Some(w) if !w.naming_tasks() => self.set_trace_name(std::any::type_name::<F>()),
+            _ => self.name_after::<F>(),
+        }
+        #[cfg(not(feature = "trace"))]
+        let _ = worker;
+    }
+
+    /// The name `named` gives to tasks made on worker `w` now, if any: the
+    /// hot path of `spawn`, where only a flag of the worker's is read
+    /// unless it is inside `named` (a task unnamed shows its vtable's type
+    /// name). Nothing without the `trace` feature.
+    #[inline(always)]
+    pub(crate) fn name_if_naming(&self, w: &Worker) {
+        #[cfg(feature = "trace")]
+        if w.naming_tasks() {
+            if let Some(name) = crate::core::trace::names::pending() {
+                self.set_trace_name(name);
+            }
+        }
+        #[cfg(not(feature = "trace"))]
+        let _ = w;
     }
 }

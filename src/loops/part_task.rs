@@ -4,7 +4,8 @@
 use super::body::Body;
 use super::job::{deposit, LoopJob};
 use super::part::run_part;
-use crate::core::task::{self, TaskRef};
+use crate::core::closure_task;
+use crate::core::task::TaskRef;
 use crate::core::worker::Worker;
 use crate::loops::merge::Out;
 use std::ops::Range;
@@ -109,7 +110,7 @@ impl<B: Body> Part<B> {
         #[cfg(feature = "trace")]
         // SAFETY: an unfinished part keeps its job alive.
         let name = unsafe { &*self.job }.name;
-        let task = task::new_detached(move || {
+        let task = closure_task::new_detached(move || {
             let mut part = self;
             part.ran = true;
             let w = Worker::current().expect("selvedge: loop parts run on workers");
