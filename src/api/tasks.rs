@@ -4,7 +4,7 @@
 use crate::core::closure_task;
 use crate::core::handle::JoinHandle;
 use crate::core::pool::{current_registry, global_runtime};
-use crate::core::trace::names;
+use crate::core::trace::naming;
 use crate::core::worker::Worker;
 
 /// Spawns `f` as a task and returns its handle. On a worker the task goes on
@@ -56,7 +56,7 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    names::named(name, || spawn(f))
+    naming::named(name, || spawn(f))
 }
 
 /// Runs `f`; every task that `f` makes on this thread (spawned, delayed,
@@ -80,7 +80,7 @@ where
 /// ```
 #[inline]
 pub fn named<R>(name: &'static str, f: impl FnOnce() -> R) -> R {
-    names::named(name, f)
+    naming::named(name, f)
 }
 
 /// Waits until the runtime of the calling worker (or the global runtime,

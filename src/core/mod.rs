@@ -55,6 +55,8 @@ pub(crate) mod rescuer;
 #[cfg(not(loom))]
 pub(crate) mod runtime_task;
 #[cfg(not(loom))]
+pub(crate) mod schedule;
+#[cfg(not(loom))]
 pub(crate) mod send_ptr;
 pub(crate) mod signal;
 pub(crate) mod spare_blocks;
@@ -73,6 +75,8 @@ pub(crate) mod task;
 pub(crate) mod thread_waker;
 pub(crate) mod trace;
 pub(crate) mod unwind;
+#[cfg(not(loom))]
+pub(crate) mod wait_notes;
 #[cfg(not(loom))]
 pub(crate) mod withdraw;
 #[cfg(not(loom))]

@@ -4,7 +4,8 @@
 use crate::core::closure_task;
 use crate::core::latch::CountLatch;
 use crate::core::pool::on_worker;
-use crate::core::registry::{Arrival, Registry};
+use crate::core::registry::Registry;
+use crate::core::schedule::Arrival;
 use crate::core::send_ptr::SendPtr;
 use crate::core::unwind::{self, FirstPanic};
 use crate::core::worker::{Until, Worker};
