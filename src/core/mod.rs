@@ -40,6 +40,8 @@ pub(crate) mod park;
 #[cfg(not(loom))]
 pub(crate) mod parked;
 #[cfg(not(loom))]
+pub(crate) mod parked_here;
+#[cfg(not(loom))]
 pub(crate) mod polled;
 #[cfg(not(loom))]
 pub(crate) mod polled_signal;
