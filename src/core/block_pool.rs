@@ -19,7 +19,7 @@ use std::sync::Arc;
 /// next round from the same blocks, with no trip to the general allocator,
 /// which with that many blocks in its bins (and freed by other threads)
 /// costs more than the task. A worker idle for [`POOL_TRIM_AFTER`] gives
-/// back what the exchange holds (see [`trim_pool`]).
+/// back what the exchange holds (see [`trim_pool`](crate::core::block_alloc::trim_pool)).
 pub(super) const POOL_IDLE_CAPACITY: usize = 4096;
 /// How long a worker stays idle, while spare blocks are held beyond its
 /// pool, before it gives them back: longer than the pause

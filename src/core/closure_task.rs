@@ -153,7 +153,7 @@ impl<F: FnOnce() -> T, T> Typed<F, T> {
 /// hold on the block, and give that hold up later.
 pub(crate) struct KeepBlock {
     /// Drops the closure unrun and publishes the cancellation to the
-    /// handle (see [`JoinSlot::complete_held`]), leaving the block.
+    /// handle (see [`JoinSlot::complete_held`](crate::core::join_slot::JoinSlot::complete_held)), leaving the block.
     pub(crate) cancel: unsafe fn(NonNull<Header>, Cancellation),
     /// Gives up the runner's hold: frees the block if the handle is gone.
     pub(crate) release: unsafe fn(NonNull<Header>),

@@ -41,7 +41,7 @@ pub(crate) struct VTable {
     pub(crate) run_inline: Option<unsafe fn(NonNull<Header>, *mut ())>,
     /// Runs a handled task for its own joining handle, writing the `T` to
     /// `out`; the block is freed first, and a panic unwinds out as it is.
-    /// Only handled tasks have one (see [`run_for_value`]).
+    /// Only handled tasks have one (see [`run_for_value`](crate::core::closure_task::run_for_value)).
     pub(crate) run_value: Option<unsafe fn(NonNull<Header>, *mut (), OwnPool)>,
     /// Drops a queued task's closure without running it and publishes the
     /// cancellation as its result (or frees the block when detached).

@@ -59,7 +59,7 @@ pub(crate) fn intern(name: &str) -> &'static str {
 
 /// A task's name as a thread other than its maker's may read it: the
 /// type of the closure its maker was given and, with the `trace`
-/// feature, the name [`named`] gave it. Each part is one word, so a
+/// feature, the name [`named`](crate::core::trace::naming::named) gave it. Each part is one word, so a
 /// [`NameCell`] keeps it in atomics a reader loads whole.
 #[derive(Clone, Copy)]
 pub(crate) struct TaskName {
