@@ -80,8 +80,6 @@ pub(crate) mod unwind;
 #[cfg(not(loom))]
 pub(crate) mod wait_notes;
 #[cfg(not(loom))]
-pub(crate) mod withdraw;
-#[cfg(not(loom))]
 pub(crate) mod worker;
 #[cfg(not(loom))]
 pub(crate) mod worker_address;

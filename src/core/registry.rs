@@ -195,7 +195,7 @@ impl Registry {
 
     /// Queues the tasks of `list` and wakes a parked worker for each, up to
     /// one per worker: stolen work whose thief withdrew its request (see
-    /// `withdraw.rs`). Returns how many tasks it queued.
+    /// `worker/withdraw.rs`). Returns how many tasks it queued.
     ///
     /// # Safety
     /// `list` is a non-null list made by `TaskRef::into_list`, owned by the

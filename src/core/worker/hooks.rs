@@ -202,16 +202,15 @@ impl TaskRef {
 }
 
 impl Worker {
-    /// Records that the tasks of `list` leave this worker for worker
-    /// `thief` (see [`trace_given`](Worker::trace_given)).
+    /// Records that the tasks of `list` leave this worker for worker `to`
+    /// (`NO_WORKER`: the injector; see [`trace_given`](Worker::trace_given)).
     ///
     /// # Safety
     /// The caller owns the list until it sends it.
-    pub(super) unsafe fn trace_list_given(&self, list: *mut Header, thief: usize) {
+    pub(super) unsafe fn trace_list_given(&self, list: *mut Header, to: u64) {
         if self.trace.is_some() {
-            let thief = thief as u64;
             // SAFETY: the list is the caller's until it sends it.
-            unsafe { for_each_listed(list, |task| self.trace_given(task, thief)) };
+            unsafe { for_each_listed(list, |task| self.trace_given(task, to)) };
         }
     }
 

@@ -42,12 +42,12 @@ impl Worker {
     #[inline(always)]
     pub(super) fn trace_loop_split(&self, _part: &TaskRef, _to: u64, _iterations: u64) {}
 
-    /// Records nothing: the tasks of `list` leave for worker `thief`.
+    /// Records nothing: the tasks of `list` leave for worker `to`.
     ///
     /// # Safety
     /// None here; the traced twin's contract: the caller owns the list.
     #[inline(always)]
-    pub(super) unsafe fn trace_list_given(&self, _list: *mut Header, _thief: usize) {}
+    pub(super) unsafe fn trace_list_given(&self, _list: *mut Header, _to: u64) {}
 
     /// Records nothing: this worker answered `req` with `n` tasks.
     #[inline(always)]

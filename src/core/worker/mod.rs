@@ -13,8 +13,8 @@
 //! thief side (`thieves.rs`: choosing a victim, sending requests, taking
 //! replies), parking (`parking.rs`), and what it records in a trace
 //! (`hooks.rs`, or its no-op twin `hooks_off.rs` without the feature).
-//! Rescue, polling and withdrawing a request are in `core/rescuer.rs`,
-//! `core/polling.rs` and `core/withdraw.rs`.
+//! A thief withdrawing its request is in `withdraw.rs`; rescue and
+//! polling are in `core/rescuer.rs` and `core/polling.rs`.
 
 #[cfg(feature = "trace")]
 mod hooks;
@@ -25,6 +25,7 @@ mod parking;
 mod run_loop;
 mod thieves;
 mod victims;
+mod withdraw;
 
 use crate::core::clock::ticks;
 use crate::core::deque::Deque;

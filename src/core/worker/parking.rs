@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 const SYNC_ROOT_POLL: Duration = Duration::from_micros(500);
 
 impl Worker {
+    /// Parks until what it waits for (`until`) may hold or work may have
+    /// come, after a rescue scan, for at most the time something stranded
+    /// or in flight, or a pool to trim, gives it.
     #[cold]
     pub(super) fn park_untraced(&self, until: &Until<'_>) {
         let shared = &*self.shared;

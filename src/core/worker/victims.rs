@@ -53,12 +53,12 @@ impl Worker {
     /// puts it in the injector and wakes a sleeper for it; `false` if no
     /// loop had any to give.
     fn give_sleeper_a_share(&self, frame: &LoopFrame) -> bool {
-        let Some((task, _iterations)) = split::split_for_sleeper(frame) else {
+        let Some((task, iterations)) = split::split_for_sleeper(frame) else {
             return false;
         };
         self.last_demand.set(ticks());
         self.own_counters.loop_splits.bump();
-        self.trace_loop_split(&task, NO_WORKER, _iterations as u64);
+        self.trace_loop_split(&task, NO_WORKER, iterations as u64);
         self.shared.injector.push(task);
         self.shared.sleep.wake_any();
         true
@@ -133,7 +133,7 @@ impl Worker {
         match work {
             Some((list, n)) => {
                 // SAFETY: the list is ours until the send below.
-                unsafe { self.trace_list_given(list, req.thief) };
+                unsafe { self.trace_list_given(list, req.thief as u64) };
                 if !shared.replies[req.thief].send_work(list) {
                     // SAFETY: the thief refused the list: it is still ours.
                     unsafe { self.requeue_refused(req.thief, list) };
