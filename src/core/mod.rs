@@ -53,8 +53,6 @@ pub(crate) mod pool;
 pub(crate) mod registry;
 pub(crate) mod rescue;
 #[cfg(not(loom))]
-pub(crate) mod rescuer;
-#[cfg(not(loom))]
 pub(crate) mod runtime_task;
 #[cfg(not(loom))]
 pub(crate) mod schedule;

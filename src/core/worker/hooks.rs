@@ -77,7 +77,7 @@ impl Worker {
     /// Records that `task` leaves this worker for worker `to` (`NO_WORKER`:
     /// the injector): the arrow to its run starts here, or passes through
     /// when a fulfill or a split started it.
-    pub(in crate::core) fn trace_given(&self, task: &TaskRef, to: u64) {
+    pub(super) fn trace_given(&self, task: &TaskRef, to: u64) {
         if let Some(t) = self.trace {
             let mut flow = task.trace_flow();
             let starts = flow == 0;

@@ -30,7 +30,7 @@ impl Worker {
 
     /// Records nothing: `task` leaves this worker for worker `to`.
     #[inline(always)]
-    pub(in crate::core) fn trace_given(&self, _task: &TaskRef, _to: u64) {}
+    pub(super) fn trace_given(&self, _task: &TaskRef, _to: u64) {}
 
     /// Parks (see `park_untraced`).
     #[cold]

@@ -11,10 +11,11 @@
 //! roles are in the files beside it: the loop (`run_loop.rs`), the victim
 //! side (`victims.rs`: answering steal requests, sharing, hand-off), the
 //! thief side (`thieves.rs`: choosing a victim, sending requests, taking
-//! replies), parking (`parking.rs`), and what it records in a trace
-//! (`hooks.rs`, or its no-op twin `hooks_off.rs` without the feature).
-//! A thief withdrawing its request is in `withdraw.rs`; rescue and
-//! polling are in `core/rescuer.rs` and `core/polling.rs`.
+//! replies; `withdraw.rs`: withdrawing a request), rescue (`rescuer.rs`:
+//! acting for a worker stuck in user code), parking (`parking.rs`), and
+//! what it records in a trace (`hooks.rs`, or its no-op twin
+//! `hooks_off.rs` without the feature). Testing operations in flight
+//! between tasks is `core/polling.rs`'s.
 
 #[cfg(feature = "trace")]
 mod hooks;
@@ -22,6 +23,7 @@ mod hooks;
 #[path = "hooks_off.rs"]
 mod hooks;
 mod parking;
+mod rescuer;
 mod run_loop;
 mod thieves;
 mod victims;
@@ -58,7 +60,7 @@ const THIEVES_LATELY_TICKS: u64 = 1 << 18;
 /// How long a worker must stay out of its scheduler code, with tasks
 /// queued or requests waiting, before an idle worker rescues them; also how
 /// long an idle worker parks while it sees such a worker.
-pub(super) const RESCUE_AFTER: Duration = Duration::from_millis(1);
+const RESCUE_AFTER: Duration = Duration::from_millis(1);
 
 thread_local! {
     static CURRENT: Cell<*const Worker> = const { Cell::new(std::ptr::null()) };

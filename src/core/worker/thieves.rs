@@ -87,7 +87,7 @@ impl Worker {
         }
     }
 
-    pub(in crate::core) fn post_request(&self, v: usize, tried: VictimSet) {
+    pub(super) fn post_request(&self, v: usize, tried: VictimSet) {
         self.in_flight.set(true);
         let half = self.policy.get().steal_half();
         self.own_counters.requests_sent.bump();

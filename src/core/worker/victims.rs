@@ -122,7 +122,7 @@ impl Worker {
 
     /// Sends `work` to the thief of `req`, or, without work, forwards the
     /// request on behalf of `victim` (this worker, or the one it rescues).
-    pub(in crate::core) fn reply(
+    pub(super) fn reply(
         &self,
         req: StealRequest,
         work: Option<(*mut Header, usize)>,
