@@ -18,8 +18,8 @@ impl Worker {
     pub(crate) fn traced<R>(&self, task: TaskRef, run: impl FnOnce(TaskRef) -> R) -> R {
         // A task run while a `named` waits on this thread is not made
         // by that `named`'s closure: what it makes keeps its own names.
-        let _outside = (self.naming.get() != 0).then(|| self.suspend_naming());
-        if let Some(t) = self.trace {
+        let _outside = (self.trace.naming.get() != 0).then(|| self.suspend_naming());
+        if let Some(t) = self.trace.track {
             let (name, flow, t0) = (task.trace_name(), task.trace_flow(), ticks());
             if flow != 0 {
                 // Its arrow ends here. (A graph node's header serves
@@ -52,19 +52,19 @@ impl Worker {
         struct Resume<'w>(&'w Worker, u32, Option<&'static str>);
         impl Drop for Resume<'_> {
             fn drop(&mut self) {
-                self.0.naming.set(self.1);
+                self.0.trace.naming.set(self.1);
                 crate::core::trace::names::set_pending(self.2);
             }
         }
         let outer = crate::core::trace::names::set_pending(None);
-        Resume(self, self.naming.replace(0), outer)
+        Resume(self, self.trace.naming.replace(0), outer)
     }
 
     /// Runs `f`, code that is not a task of its own (the share of a loop its
     /// caller runs), as a slice named `name` in the trace, when traced.
     #[inline(always)]
     pub(crate) fn traced_span<R>(&self, name: &'static str, f: impl FnOnce() -> R) -> R {
-        if let Some(t) = self.trace {
+        if let Some(t) = self.trace.track {
             let t0 = ticks();
             let r = f();
             let name = crate::core::trace::record::name_words(name);
@@ -78,7 +78,7 @@ impl Worker {
     /// the injector): the arrow to its run starts here, or passes through
     /// when a fulfill or a split started it.
     pub(super) fn trace_given(&self, task: &TaskRef, to: u64) {
-        if let Some(t) = self.trace {
+        if let Some(t) = self.trace.track {
             let mut flow = task.trace_flow();
             let starts = flow == 0;
             if starts {
@@ -100,7 +100,7 @@ impl Worker {
     /// come: returns the flow that the completion ends (0: not traced).
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // GPU tasks only
     pub(crate) fn trace_device_enqueued(&self) -> u64 {
-        self.trace.map_or(0, |t| {
+        self.trace.track.map_or(0, |t| {
             let flow = t.new_flow();
             let name = crate::core::trace::record::name_words("device work");
             t.record(event(Kind::DeviceEnqueued, 0, ticks(), 0, flow, name));
@@ -112,7 +112,7 @@ impl Worker {
     /// enqueued with `flow`, whose callback fired at `fired_at`.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // GPU tasks only
     pub(crate) fn trace_device_done(&self, flow: u64, fired_at: u64) {
-        if let (Some(t), true) = (self.trace, flow != 0) {
+        if let (Some(t), true) = (self.trace.track, flow != 0) {
             t.record(event(Kind::DeviceDone, 0, fired_at, ticks(), flow, (0, 0)));
         }
     }
@@ -120,22 +120,22 @@ impl Worker {
     /// Whether a `named` runs on this thread now.
     #[inline(always)]
     pub(crate) fn naming_tasks(&self) -> bool {
-        self.naming.get() != 0
+        self.trace.naming.get() != 0
     }
 
     /// A `named` starts on this thread.
     pub(crate) fn enter_naming(&self) {
-        self.naming.set(self.naming.get() + 1);
+        self.trace.naming.set(self.trace.naming.get() + 1);
     }
 
     /// A `named` ends on this thread.
     pub(crate) fn leave_naming(&self) {
-        self.naming.set(self.naming.get() - 1);
+        self.trace.naming.set(self.trace.naming.get() - 1);
     }
 
     /// Records that a fulfill on this worker made `task` ready.
     pub(crate) fn trace_ready(&self, task: &TaskRef) {
-        if let Some(t) = self.trace {
+        if let Some(t) = self.trace.track {
             let flow = t.new_flow();
             task.set_trace_flow(flow);
             t.record(event(Kind::Ready, 0, ticks(), 0, flow, task.trace_name()));
@@ -145,7 +145,7 @@ impl Worker {
     /// Parks (see `park_untraced`), as a slice of the trace when traced.
     #[cold]
     pub(super) fn park(&self, until: &Until<'_>) {
-        if let Some(t) = self.trace {
+        if let Some(t) = self.trace.track {
             let (parks, t0) = (self.own_counters.parks.load(), ticks());
             self.park_untraced(until);
             if self.own_counters.parks.load() != parks {
@@ -159,7 +159,7 @@ impl Worker {
     /// Records a loop split that gave `part`, `iterations` iterations, to
     /// worker `to` (`NO_WORKER`: the injector).
     pub(super) fn trace_loop_split(&self, part: &TaskRef, to: u64, iterations: u64) {
-        if let Some(t) = self.trace {
+        if let Some(t) = self.trace.track {
             let flow = t.new_flow();
             part.set_trace_flow(flow);
             t.record(event(
@@ -208,7 +208,7 @@ impl Worker {
     /// # Safety
     /// The caller owns the list until it sends it.
     pub(super) unsafe fn trace_list_given(&self, list: *mut Header, to: u64) {
-        if self.trace.is_some() {
+        if self.trace.track.is_some() {
             // SAFETY: the list is the caller's until it sends it.
             unsafe { for_each_listed(list, |task| self.trace_given(task, to)) };
         }
@@ -216,7 +216,7 @@ impl Worker {
 
     /// Records that this worker answered `req` with `n` tasks.
     pub(super) fn trace_steal_answered(&self, req: &StealRequest, n: usize) {
-        if let Some(t) = self.trace {
+        if let Some(t) = self.trace.track {
             let (thief, flow) = (req.thief as u64, req.flow);
             t.record(event(
                 Kind::StealAnswered,
@@ -232,7 +232,7 @@ impl Worker {
     /// Records that this worker declined `req`, forwarded to `next` (none:
     /// back to the thief).
     pub(super) fn trace_steal_declined(&self, req: &StealRequest, next: Option<usize>) {
-        if let Some(t) = self.trace {
+        if let Some(t) = self.trace.track {
             let to = next.map_or(0, |v| v as u64 + 1);
             let thief = req.thief as u64;
             t.record(event(
@@ -249,7 +249,7 @@ impl Worker {
     /// This worker's steal request to worker `v`, its sending recorded
     /// (the arrow of the request starts here).
     pub(super) fn steal_request(&self, v: usize, tried: VictimSet, half: bool) -> StealRequest {
-        let flow = self.trace.map_or(0, |t| {
+        let flow = self.trace.track.map_or(0, |t| {
             let flow = t.new_flow();
             t.record(event(Kind::StealSent, v as u64, ticks(), 0, flow, (0, 0)));
             flow

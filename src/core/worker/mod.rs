@@ -14,7 +14,8 @@
 //! replies; `withdraw.rs`: withdrawing a request), rescue (`rescuer.rs`:
 //! acting for a worker stuck in user code), parking (`parking.rs`), and
 //! what it records in a trace (`hooks.rs`, or its no-op twin
-//! `hooks_off.rs` without the feature). Testing operations in flight
+//! `hooks_off.rs` without the feature; the state it keeps for that is in
+//! `trace_state.rs`, or `trace_state_off.rs`). Testing operations in flight
 //! between tasks is `core/polling.rs`'s.
 
 #[cfg(feature = "trace")]
@@ -26,6 +27,11 @@ mod parking;
 mod rescuer;
 mod run_loop;
 mod thieves;
+#[cfg(feature = "trace")]
+mod trace_state;
+#[cfg(not(feature = "trace"))]
+#[path = "trace_state_off.rs"]
+mod trace_state;
 mod victims;
 mod withdraw;
 
@@ -40,14 +46,13 @@ use crate::core::stats::WorkerCounters;
 use crate::core::steal::{Mailbox, StealPolicy};
 use crate::core::task::{Header, OwnPool, TaskRef};
 use crate::core::thread_waker::thread_waker;
-#[cfg(feature = "trace")]
-use crate::core::trace::record::Track;
 use crate::core::worker_address::WorkerAddress;
 use std::cell::Cell;
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
+use trace_state::TraceState;
 
 /// How many tasks must already be queued on a worker's deque before a
 /// `join` on it stops offering its second closure (see
@@ -130,13 +135,10 @@ pub(crate) struct Worker {
     /// For rescue: each worker's count of tasks run and of tasks queued as
     /// this one last saw them, and since when they read so.
     pub(super) seen: Box<[Cell<(u64, usize, Instant)>]>,
-    /// This worker's track of the runtime's trace, when it is traced.
-    #[cfg(feature = "trace")]
-    trace: Option<&'static Track>,
-    /// How many `named` calls are running on this thread: while any is,
-    /// `spawn` looks up the name (see `TaskRef::name_if_naming`).
-    #[cfg(feature = "trace")]
-    naming: Cell<u32>,
+    /// What it keeps for the trace (nothing without the `trace` feature,
+    /// when no hook reads it).
+    #[allow(dead_code)]
+    trace: TraceState,
 }
 
 impl Worker {
@@ -165,12 +167,6 @@ impl Worker {
         let own_counters: *const WorkerCounters = &*shared.counters[index];
         // SAFETY: as for the mailbox.
         let own_counters: &'static WorkerCounters = unsafe { &*own_counters };
-        #[cfg(feature = "trace")]
-        let trace = shared.tracer.as_ref().map(|t| {
-            let track: *const Track = &*t.tracks[index];
-            // SAFETY: as for the mailbox: `shared` owns the tracer.
-            unsafe { &*track }
-        });
         let now = Instant::now();
         let worker = Worker {
             index,
@@ -194,10 +190,7 @@ impl Worker {
                 .iter()
                 .map(|_| Cell::new((0, 0, now)))
                 .collect(),
-            #[cfg(feature = "trace")]
-            trace,
-            #[cfg(feature = "trace")]
-            naming: Cell::new(0),
+            trace: TraceState::new(&shared, index),
             shared,
         };
         /// Clears `CURRENT` when the worker's frame ends, however it ends.
