@@ -1858,8 +1858,8 @@ fn depends_on_delays_blocking_loops() {
     assert_eq!(got, serial(0..100, 1));
 }
 
-/// Regression test for a hang, fixed since (src/park.rs `Sleep::wake_any` / `join_park`, src/worker.rs
-/// `Worker::park`; not specific to loops): on a runtime with one worker, a
+/// Regression test for a hang, fixed since (src/core/park.rs `Sleep::wake_any` / `join_park`,
+/// src/core/worker/parking.rs, a worker's park; not specific to loops): on a runtime with one worker, a
 /// caller blocked in `for_each` / `reduce` (or in `join` on a
 /// `spawn_delayed` task) whose dependency is fulfilled by a foreign thread
 /// after the worker parked never wakes. The ready part goes to the

@@ -1,5 +1,5 @@
 //! A steal request whose thief stops waiting before the answer comes
-//! (`src/core/withdraw.rs`, `ReplySlot` in `src/core/steal.rs`).
+//! (`src/core/worker/withdraw.rs`, `ReplySlot` in `src/core/steal.rs`).
 //!
 //! The thief (worker 1) has a request in the victim's mailbox when it
 //! finds other work, as a worker picks the root task of `Runtime::run`

@@ -5,8 +5,8 @@ use crate::api::builder::Builder;
 use crate::core::error::BuildError;
 use crate::core::handle::JoinHandle;
 use crate::core::pool::Runtime;
+use crate::core::runtime_task;
 use crate::core::stats::RuntimeStats;
-use crate::core::task;
 use crate::core::worker::Worker;
 use crate::dataflow::access::Accesses;
 use crate::dataflow::declared;
@@ -181,7 +181,7 @@ impl Runtime {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        let task = task::new_handled_for(self.registry(), f);
+        let task = runtime_task::new_handled_for(self.registry(), f);
         task.name_after::<F>();
         // SAFETY: `F` and `T` are 'static.
         let handle = unsafe { JoinHandle::new(&task) };

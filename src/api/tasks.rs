@@ -1,10 +1,10 @@
 //! The free functions: spawning and waiting on the current runtime (the
 //! calling worker's, else the global one).
 
+use crate::core::closure_task;
 use crate::core::handle::JoinHandle;
 use crate::core::pool::{current_registry, global_runtime};
-use crate::core::task;
-use crate::core::trace::names;
+use crate::core::trace::naming;
 use crate::core::worker::Worker;
 
 /// Spawns `f` as a task and returns its handle. On a worker the task goes on
@@ -30,7 +30,7 @@ where
 {
     match Worker::current() {
         Some(w) => {
-            let task = task::new_handled_in(w.own_pool(), f);
+            let task = closure_task::new_handled_in(w.own_pool(), f);
             task.name_if_naming(w);
             // SAFETY: `F` and `T` are 'static.
             let handle = unsafe { JoinHandle::new(&task) };
@@ -62,7 +62,7 @@ where
 /// ```
 #[inline]
 pub fn named<R>(name: &'static str, f: impl FnOnce() -> R) -> R {
-    names::named(name, f)
+    naming::named(name, f)
 }
 
 /// The number of worker threads of the current runtime (the global one from

@@ -1,11 +1,13 @@
 //! `JoinHandle`: the owned result slot of a spawned task.
 
+use crate::core::closure_task;
 use crate::core::endless;
 use crate::core::error::JoinError;
 use crate::core::join_slot::JoinSlot;
-use crate::core::stall::{self, Awaited};
+use crate::core::stall;
 use crate::core::task::{self, Header, TaskRef};
 use crate::core::thread_waker::thread_waker;
+use crate::core::wait_notes::Awaited;
 use crate::core::worker::{Until, Worker};
 use std::future::Future;
 use std::marker::PhantomData;
@@ -66,7 +68,7 @@ impl<T> JoinHandle<T> {
     /// A handle for `task`, which must be a handled task returning `T`.
     ///
     /// # Safety
-    /// `task` must come from `task::new_handled` with result type `T`, and if
+    /// `task` must come from `closure_task::new_handled` with result type `T`, and if
     /// its closure or `T` is not `'static`, the handle must be joined before
     /// those borrows end.
     pub(crate) unsafe fn new(task: &TaskRef) -> Self {
@@ -166,7 +168,9 @@ impl<T> JoinHandle<T> {
                     // T, ours (taken back), with no hook; the handle is
                     // forgotten, so nothing else touches the block; the
                     // pool is this worker's, on its own thread.
-                    return w.nested(|| unsafe { task::run_for_value::<T>(task, w.own_pool()) });
+                    return w.nested(|| unsafe {
+                        closure_task::run_for_value::<T>(task, w.own_pool())
+                    });
                 }
             }
             let block = self.block.take().expect("JoinHandle used after completion");
@@ -206,7 +210,8 @@ impl<T> JoinHandle<T> {
                 w.count_task_run();
                 // SAFETY: the task is ours (taken back from `w`'s deque),
                 // of result type T, with no hook.
-                let run = |task| w.nested(|| unsafe { task::run_inline_for_handle::<T>(task) });
+                let run =
+                    |task| w.nested(|| unsafe { closure_task::run_inline_for_handle::<T>(task) });
                 // A delayed task made ready here, run in place: its own
                 // slice in a trace, where the arrow from its fulfill ends.
                 return w.traced_in_place(task, run);
@@ -258,7 +263,7 @@ impl<T> JoinHandle<T> {
                 // release it is freed by whichever side is last.
                 unsafe {
                     let release = task::join_slot(block).release_handle(false);
-                    task::finish_release::<T>(block, release);
+                    closure_task::finish_release::<T>(block, release);
                 }
                 panic!("{why}");
             }
@@ -291,12 +296,12 @@ impl<T> JoinHandle<T> {
     /// The block's completion must be complete and the result not taken.
     unsafe fn take_and_release(block: NonNull<Header>) -> std::thread::Result<T> {
         // SAFETY: complete and untaken (caller), of the handle's type `T`.
-        let result = unsafe { task::take_result::<T>(block) };
+        let result = unsafe { closure_task::take_result::<T>(block) };
         // SAFETY: the handle still holds the block until it releases it.
         let release = unsafe { task::join_slot(block) }.release_handle(true);
         // SAFETY: `release` was returned to this handle for `block`, whose
         // result type is `T`.
-        unsafe { task::finish_release::<T>(block, release) };
+        unsafe { closure_task::finish_release::<T>(block, release) };
         result
     }
 }
@@ -308,7 +313,7 @@ impl<T> Drop for JoinHandle<T> {
             // freed by whichever side is last.
             unsafe {
                 let release = task::join_slot(block).release_handle(false);
-                task::finish_release::<T>(block, release);
+                closure_task::finish_release::<T>(block, release);
             }
         }
     }

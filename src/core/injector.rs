@@ -83,13 +83,13 @@ impl std::fmt::Debug for Injector {
 #[cfg(test)]
 mod tests {
     use super::{Injector, BOUNDED};
-    use crate::core::task;
+    use crate::core::closure_task;
     use std::sync::{Arc, Mutex};
 
     /// A task that notes `i` in `order` when it runs.
-    fn noting(order: &Arc<Mutex<Vec<usize>>>, i: usize) -> task::TaskRef {
+    fn noting(order: &Arc<Mutex<Vec<usize>>>, i: usize) -> super::TaskRef {
         let order = Arc::clone(order);
-        task::new_detached(move || order.lock().unwrap().push(i))
+        closure_task::new_detached(move || order.lock().unwrap().push(i))
     }
 
     #[test]

@@ -7,9 +7,15 @@ pub(crate) mod address_order;
 #[cfg(not(loom))]
 pub(crate) mod affinity;
 #[cfg(not(loom))]
+pub(crate) mod block_alloc;
+#[cfg(not(loom))]
+pub(crate) mod block_pool;
+#[cfg(not(loom))]
 pub(crate) mod blocking;
 #[cfg(not(loom))]
 pub(crate) mod clock;
+#[cfg(not(loom))]
+pub(crate) mod closure_task;
 #[cfg(not(loom))]
 pub(crate) mod completions;
 #[cfg(not(loom))]
@@ -28,9 +34,13 @@ pub(crate) mod handle;
 pub(crate) mod injector;
 pub(crate) mod join_slot;
 pub(crate) mod latch;
+#[cfg(not(loom))]
+pub(crate) mod outside_pool;
 pub(crate) mod park;
 #[cfg(not(loom))]
 pub(crate) mod parked;
+#[cfg(not(loom))]
+pub(crate) mod parked_here;
 #[cfg(not(loom))]
 pub(crate) mod polled;
 #[cfg(not(loom))]
@@ -43,7 +53,9 @@ pub(crate) mod pool;
 pub(crate) mod registry;
 pub(crate) mod rescue;
 #[cfg(not(loom))]
-pub(crate) mod rescuer;
+pub(crate) mod runtime_task;
+#[cfg(not(loom))]
+pub(crate) mod schedule;
 #[cfg(not(loom))]
 pub(crate) mod send_ptr;
 pub(crate) mod signal;
@@ -64,6 +76,8 @@ pub(crate) mod thread_waker;
 pub(crate) mod trace;
 pub(crate) mod unwind;
 #[cfg(not(loom))]
-pub(crate) mod withdraw;
+pub(crate) mod wait_notes;
 #[cfg(not(loom))]
 pub(crate) mod worker;
+#[cfg(not(loom))]
+pub(crate) mod worker_address;

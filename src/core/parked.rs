@@ -8,11 +8,9 @@
 //! warning can say which tasks wait (see [`Parked::census`]).
 
 use crate::core::error::Cancellation;
-use crate::core::registry::Registry;
 use crate::core::sync::{lock, AtomicPtr, AtomicU64, Mutex, Ordering};
 use crate::core::task::TaskRef;
 use crate::core::trace::names::{NameCell, TaskName};
-use crate::core::worker::Worker;
 use crossbeam_utils::CachePadded;
 use std::cell::UnsafeCell;
 use std::ptr::{self, NonNull};
@@ -53,16 +51,25 @@ pub(crate) type ReclaimNode = unsafe fn(NonNull<ParkedNode>) -> Option<Reclaimed
 /// cancellation drops user closures).
 pub(crate) enum Reclaimed {
     /// A task taken from its node, whole.
-    Task(TaskRef, Arc<Registry>),
+    Task(TaskRef, Arc<dyn ParkedRuntime>),
     /// A node whose task lives in the same block as the node, which its
     /// protocol side may still read: `cancel` cancels the task while the
     /// block stays, then gives up the reclaim's reference on the node (the
     /// last reference gives the block back).
     InPlace {
         node: NonNull<ParkedNode>,
-        runtime: Arc<Registry>,
+        runtime: Arc<dyn ParkedRuntime>,
         cancel: unsafe fn(NonNull<ParkedNode>, Cancellation),
     },
+}
+
+/// The runtime of a task [`Parked::reclaim`] cancels, as this registry
+/// sees it: the runtime's registry (implemented in `parked_here.rs`, which
+/// knows it), here only the count it keeps of its parked tasks.
+pub(crate) trait ParkedRuntime: Send + Sync {
+    /// Counts a parked task of this runtime released on the calling
+    /// thread (see `Parked::count`).
+    fn count_released(&self);
 }
 
 /// A runtime's delayed tasks that wait on promises: the counts behind
@@ -93,13 +100,13 @@ pub(crate) struct Parked {
     /// One shard per worker, whose free slots only that worker's thread
     /// touches while the workers run (see [`Shard`]): parking a task takes
     /// no lock.
-    own: Box<[CachePadded<Shard>]>,
+    pub(super) own: Box<[CachePadded<Shard>]>,
     /// The shard of every other thread; the lock makes one of them at a
     /// time its user.
-    others: CachePadded<(Mutex<()>, Shard)>,
+    pub(super) others: CachePadded<(Mutex<()>, Shard)>,
     /// Parks minus releases counted on threads that are not workers of the
     /// runtime (wrapping). Workers count in their own counters.
-    foreign: AtomicU64,
+    pub(super) foreign: AtomicU64,
 }
 
 /// A shard of the registry: slots in chunks that never move (a node keeps
@@ -114,7 +121,7 @@ pub(crate) struct Parked {
 /// registry's drop, a census while the workers run): a reader never sees
 /// the list of chunks move. What other threads do with a node's slot (take
 /// it back on settling) goes through the slot's atomics.
-struct Shard {
+pub(super) struct Shard {
     user: UnsafeCell<ShardUser>,
     chunks: Mutex<Vec<Box<[ParkedSlot]>>>,
 }
@@ -155,7 +162,7 @@ impl Shard {
     /// # Safety
     /// The caller is the shard's user (see [`Shard`]).
     #[inline]
-    unsafe fn insert(
+    pub(super) unsafe fn insert(
         &self,
         node: NonNull<ParkedNode>,
         name: TaskName,
@@ -262,74 +269,6 @@ impl Parked {
     /// as a signed number).
     pub(crate) fn foreign_balance(&self) -> u64 {
         self.foreign.load(Ordering::Relaxed)
-    }
-
-    /// The index of the calling thread's worker if it is one of
-    /// `runtime`'s. The runtime is known by its address, which is compared,
-    /// never read (a settling node's runtime may be gone).
-    pub(crate) fn worker_here(runtime: *const Registry) -> Option<usize> {
-        Worker::current()
-            .filter(|w| ptr::eq(&*w.shared, runtime))
-            .map(|w| w.index)
-    }
-
-    /// Counts a task parking (`+1`) or released (`-1`) on the calling
-    /// thread: in the worker's own counters on a worker of `runtime`, else
-    /// in the shared count.
-    pub(crate) fn count(runtime: &Registry, parked: bool) {
-        Self::count_at(runtime, Self::worker_here(runtime), parked);
-    }
-
-    /// `count`, with `worker_here` already known.
-    pub(crate) fn count_at(runtime: &Registry, here: Option<usize>, parked: bool) {
-        match here {
-            Some(index) => {
-                let c = &runtime.counters[index];
-                if parked {
-                    c.dependency_parks.bump();
-                } else {
-                    c.dependency_releases.bump();
-                }
-            }
-            None => {
-                let delta = if parked { 1 } else { u64::MAX };
-                runtime.parked.foreign.fetch_add(delta, Ordering::Relaxed);
-            }
-        }
-    }
-
-    /// Puts `node` (whose registry reference the slot takes), named `name`,
-    /// in the shard of worker `here`, or the shard of other threads;
-    /// returns its slot. `reclaim` is what [`Parked::reclaim`] will do with
-    /// the node.
-    ///
-    /// # Safety
-    /// `here` is [`Parked::worker_here`] of the calling thread for this
-    /// registry's runtime: a worker's shard is that worker's alone.
-    pub(crate) unsafe fn register(
-        &self,
-        here: Option<usize>,
-        node: NonNull<ParkedNode>,
-        name: TaskName,
-        reclaim: ReclaimNode,
-    ) -> *const ParkedSlot {
-        let Some(index) = here else {
-            let (others, shard) = &*self.others;
-            let _user = lock(others);
-            // SAFETY: the lock makes us the shard's user.
-            return unsafe { shard.insert(node, name, reclaim) };
-        };
-        debug_assert_eq!(
-            Worker::current()
-                .filter(|w| ptr::eq(&w.shared.parked, self))
-                .map(|w| w.index),
-            Some(index),
-            "a worker's shard is used by another thread"
-        );
-        // SAFETY: `here` names the calling thread's worker of this runtime
-        // (caller), whose thread alone is the shard's user while the
-        // workers run (`Shard`).
-        unsafe { self.own[index].insert(node, name, reclaim) }
     }
 
     /// The names of the tasks parked here now, most frequent first, with
@@ -445,7 +384,7 @@ impl Parked {
         for reclaimed in claimed {
             match reclaimed {
                 Reclaimed::Task(task, runtime) => {
-                    Self::count(&runtime, false);
+                    runtime.count_released();
                     task.cancel(Cancellation::RuntimeShutDown);
                 }
                 Reclaimed::InPlace {
@@ -453,7 +392,7 @@ impl Parked {
                     runtime,
                     cancel,
                 } => {
-                    Self::count(&runtime, false);
+                    runtime.count_released();
                     // SAFETY: `reclaim` handed the node over with the
                     // reclaim's reference, to be cancelled once.
                     unsafe { cancel(node, Cancellation::RuntimeShutDown) };

@@ -3,13 +3,15 @@
 //! cancelling the tasks still parked).
 
 use crate::core::affinity;
+use crate::core::block_alloc::install_pool;
+use crate::core::block_pool::BlockPool;
+use crate::core::closure_task;
 use crate::core::config::RuntimeConfig;
 use crate::core::error::{BuildError, JoinError};
 use crate::core::handle::JoinHandle;
 use crate::core::registry::Registry;
 use crate::core::stall;
 use crate::core::sync::Ordering;
-use crate::core::task::{self, BlockPool};
 use crate::core::worker::Worker;
 use std::sync::{mpsc, Arc, OnceLock};
 
@@ -71,8 +73,8 @@ impl Runtime {
             let spawned = b.spawn(move || {
                 // Without a runtime (a sibling failed to start) just exit.
                 let Ok(shared) = rx.recv() else { return };
-                let mut pool = BlockPool::new(Some(shared.block_exchange.clone()));
-                let installed = task::install_pool(&mut pool);
+                let mut pool = BlockPool::new(Some(shared.block_exchange.clone()), parked_here);
+                let installed = install_pool(&mut pool);
                 Worker::run(index, shared, installed.own_pool());
             });
             match spawned {
@@ -144,7 +146,7 @@ impl Runtime {
         if self.is_current() {
             return run_in_place(f);
         }
-        let task = task::new_handled(move || {
+        let task = closure_task::new_handled(move || {
             if let Some(w) = Worker::current() {
                 w.enter_root_task();
             }
@@ -292,3 +294,9 @@ pub(crate) fn on_worker<R: Send>(f: impl FnOnce(&Worker) -> R + Send) -> R {
 }
 
 // The docs of `Builder::num_threads` and `BuildError` name this maximum.
+
+/// The tasks of the calling worker's runtime parked on promises (none
+/// off the workers): what a worker's pool orders its takes by.
+fn parked_here() -> u64 {
+    Worker::current().map_or(0, |w| w.shared.tasks_parked())
+}

@@ -1,23 +1,24 @@
 //! A runtime's registry: what its workers share (deques, mailboxes, the
 //! injector, signals, parked tasks), and the ways a task gets in.
 
+use crate::core::block_pool::BlockExchange;
 use crate::core::completions::Completions;
 use crate::core::deque::Deque;
 use crate::core::error::Cancellation;
 use crate::core::gate::Gate;
 use crate::core::injector::Injector;
+use crate::core::outside_pool::OutsidePool;
 use crate::core::park::Sleep;
 use crate::core::parked::Parked;
 use crate::core::polled::Polled;
 use crate::core::rescue::Guarded;
 use crate::core::signal::{Action, SignalInbox, SignalRef};
-use crate::core::stall::WaitNotes;
 use crate::core::stats::{tasks_waiting, Counters, WorkerCounters};
 use crate::core::steal::{Mailbox, ReplySlot};
 use crate::core::sync::{AtomicBool, AtomicUsize, Ordering};
-use crate::core::task::{BlockExchange, Header, OutsidePool, TaskRef};
+use crate::core::task::{Header, TaskRef};
 use crate::core::unwind::drop_or_report;
-use crate::core::worker::Worker;
+use crate::core::wait_notes::WaitNotes;
 use crossbeam_utils::CachePadded;
 use std::sync::Arc;
 
@@ -45,7 +46,7 @@ pub(crate) struct Registry {
     pub(crate) shutdown: AtomicBool,
     /// Shut when the runtime's drop begins: from then on, delayed tasks made
     /// ready outside the workers are cancelled rather than queued.
-    ready_gate: Gate,
+    pub(super) ready_gate: Gate,
     /// Delayed tasks parked on promises: counted, and cancelled by the
     /// runtime's drop once its workers left.
     pub(crate) parked: Parked,
@@ -146,27 +147,6 @@ impl Registry {
         self.inbox.signal(action, (self as *const Registry).cast())
     }
 
-    /// [`Registry::signal`] for a maker that holds the registry but not
-    /// the runtime (an MPI cluster posting from any thread): `Err` gives the
-    /// action back, unmade, once the runtime's drop has begun, when no
-    /// worker may be left to run it. On one of this runtime's workers the
-    /// signal is always made: a worker running a task holds quiescence
-    /// off, so the drop waits for the signal. From elsewhere the gate
-    /// decides, as for `inject_ready`: either the drop's `close` waits for
-    /// this `pending` increment (and its quiescence check then waits for
-    /// the signal to run), or the gate is seen shut and nothing is made.
-    pub(crate) fn signal_unless_shut_down(&self, action: Action) -> Result<SignalRef, Action> {
-        if self.is_current_worker() {
-            return Ok(self.signal(action));
-        }
-        if !self.ready_gate.enter() {
-            return Err(action);
-        }
-        let signal = self.signal(action);
-        self.ready_gate.leave();
-        Ok(signal)
-    }
-
     /// Blocks a thread outside the workers until the runtime is quiescent:
     /// every worker asleep, nothing queued outside them, no signal pending.
     pub(crate) fn wait_quiescent(&self) {
@@ -207,20 +187,6 @@ impl Registry {
         }
     }
 
-    /// Whether the runtime's drop has begun and the calling thread is not
-    /// one of its workers: new work from here would be refused (see
-    /// [`Registry::signal_unless_shut_down`]). A hint for a clear error
-    /// up front; the gate alone decides.
-    #[cfg_attr(not(feature = "mpi"), allow(dead_code))]
-    pub(crate) fn is_shut_down_for_caller(&self) -> bool {
-        self.ready_gate.is_closed() && !self.is_current_worker()
-    }
-
-    /// Whether the calling thread is one of this runtime's workers.
-    fn is_current_worker(&self) -> bool {
-        Worker::current().is_some_and(|w| std::ptr::eq(&*w.shared, self))
-    }
-
     /// Queues a task from anywhere and wakes a parked worker for it.
     pub(crate) fn inject(&self, task: TaskRef) {
         self.injector.push(task);
@@ -229,7 +195,7 @@ impl Registry {
 
     /// Queues the tasks of `list` and wakes a parked worker for each, up to
     /// one per worker: stolen work whose thief withdrew its request (see
-    /// `withdraw.rs`). Returns how many tasks it queued.
+    /// `worker/withdraw.rs`). Returns how many tasks it queued.
     ///
     /// # Safety
     /// `list` is a non-null list made by `TaskRef::into_list`, owned by the
@@ -267,63 +233,11 @@ impl Registry {
     }
 }
 
-/// How a task reaches the scheduler, for [`Registry::schedule`].
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub(crate) enum Arrival {
-    /// A new task whose spawner keeps the runtime running (a scope's task:
-    /// the scope's owner waits on one of its workers): pushed on the
-    /// calling worker (offered to sleepers at once), or injected. Always
-    /// queued, never cancelled: the scope counts on it.
-    Spawned,
-    /// A delayed task whose dependencies were all fulfilled when it was
-    /// made: pushed on the calling worker as `Spawned`; from elsewhere it
-    /// goes through the gate (see `inject_ready`), since its maker may hold
-    /// only the registry (a GPU device does), not the runtime, whose drop
-    /// may have begun.
-    Delayed,
-    /// A task a fulfill just made ready: pushed on the calling worker as a
-    /// ready task (shared at the end of the running task, see
-    /// `Worker::push_ready`), or, from elsewhere, through the gate, since
-    /// whoever fulfills may not hold the runtime.
-    Ready,
-}
-
-impl Registry {
-    /// Schedules `task` of this runtime from the calling thread: on its
-    /// deque when it is a worker of this runtime, else through the
-    /// injector. The one way in for tasks made outside `spawn`'s fast path.
-    #[inline]
-    pub(crate) fn schedule(&self, task: TaskRef, arrival: Arrival) {
-        match Worker::current() {
-            Some(w) if std::ptr::eq(&*w.shared, self) => match arrival {
-                Arrival::Spawned => {
-                    w.push(task);
-                }
-                Arrival::Delayed => w.push_delayed(task),
-                Arrival::Ready => {
-                    #[cfg(feature = "trace")]
-                    w.trace_ready(&task);
-                    w.push_ready(task)
-                }
-            },
-            _ => match arrival {
-                Arrival::Spawned => self.inject(task),
-                Arrival::Delayed => self.inject_ready(task),
-                Arrival::Ready => {
-                    #[cfg(feature = "trace")]
-                    self.trace_ready_outside(&task);
-                    self.inject_ready(task)
-                }
-            },
-        }
-    }
-}
-
 #[cfg(feature = "trace")]
 impl Registry {
     /// Records, on the calling thread's outside track, that a fulfill there
     /// made `task` ready.
-    fn trace_ready_outside(&self, task: &TaskRef) {
+    pub(super) fn trace_ready_outside(&self, task: &TaskRef) {
         use crate::core::trace::record::{event, Kind};
         if let Some(t) = &self.tracer {
             let name = task.trace_name();

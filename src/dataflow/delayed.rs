@@ -14,13 +14,18 @@
 //! nodes reachable, so that dropping the runtime cancels those that can
 //! never run.
 
+use crate::core::block_alloc;
+use crate::core::closure_task;
+use crate::core::closure_task::KeepBlock;
 use crate::core::error::Cancellation;
 use crate::core::handle::JoinHandle;
 use crate::core::parked::{Parked, ParkedNode, ParkedSlot, Reclaimed};
 use crate::core::pool::current_registry;
-use crate::core::registry::{Arrival, Registry};
+use crate::core::registry::Registry;
+use crate::core::runtime_task;
+use crate::core::schedule::Arrival;
 use crate::core::sync::UnsafeCell;
-use crate::core::task::{self, Header, KeepBlock, TaskRef};
+use crate::core::task::{self, Header, TaskRef};
 use crate::core::trace::names::TaskName;
 use crate::dataflow::claim::Claim;
 use crate::dataflow::event::{Dep, Outcome, Waiter};
@@ -183,7 +188,7 @@ impl Node {
                 // SAFETY: the last reference: nobody touches the node any
                 // more, and everything in it that needs dropping was
                 // dropped or taken.
-                unsafe { task::free_raw(self.0) };
+                unsafe { block_alloc::free_raw(self.0) };
                 Released::Freed
             }
         }
@@ -220,7 +225,8 @@ fn delay_handled<N, F: FnOnce() -> T, T>(
     task: TaskRef,
     deps: impl IntoIterator<Item = Dep>,
 ) {
-    let in_place = task::leaves_payload_from::<F, T>(NODE_AT).then(task::keep_block::<F, T>);
+    let in_place =
+        closure_task::leaves_payload_from::<F, T>(NODE_AT).then(closure_task::keep_block::<F, T>);
     park::<N>(runtime, task, deps, in_place)
 }
 
@@ -239,7 +245,7 @@ fn park<N>(
     }
     let node = match in_place {
         Some(_) => task.payload_at(NODE_AT).cast::<Delayed>(),
-        None => task::alloc_raw_for::<Delayed>(runtime),
+        None => runtime_task::alloc_raw_for::<Delayed>(runtime),
     };
     // SAFETY: fresh memory for a `Delayed`: a block of its own, or the
     // part of the task's payload that its closure and result leave alone
@@ -340,7 +346,7 @@ unsafe fn take_node(w: NonNull<Waiter>) -> Option<(TaskRef, Arc<Registry>)> {
         Parked::count_at(&owned.1, here, false);
         if node.in_place().is_none() {
             // SAFETY: the waiter was dropped and the task taken above.
-            unsafe { task::free_raw(node.0) };
+            unsafe { block_alloc::free_raw(node.0) };
         }
         return Some(owned);
     }
@@ -581,7 +587,7 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    let task = task::new_handled_for(runtime, f);
+    let task = runtime_task::new_handled_for(runtime, f);
     task.name_after::<N>();
     // SAFETY: `F` and `T` are 'static.
     let handle = unsafe { JoinHandle::new(&task) };

@@ -234,7 +234,7 @@ impl Group {
     #[cfg(not(loom))]
     #[inline]
     fn alloc(group: Group) -> NonNull<Group> {
-        let p = crate::core::task::alloc_raw::<Group>();
+        let p = crate::core::block_alloc::alloc_raw::<Group>();
         // SAFETY: fresh memory for a `Group` (`alloc_raw` checks size and
         // alignment).
         unsafe { p.as_ptr().write(group) };
@@ -257,7 +257,7 @@ impl Group {
         // closed and drained, so dropping it drops only the boxed events.
         unsafe { ptr::drop_in_place(this.as_ptr()) };
         // SAFETY: from `alloc_raw` (`Group::alloc`), dropped above.
-        unsafe { crate::core::task::free_raw(this) };
+        unsafe { crate::core::block_alloc::free_raw(this) };
     }
 
     /// PromiseCell `i`; `i` must be below [`Group::len`].

@@ -10,7 +10,7 @@
 //! may fire it. (An access to a `Data` that never ran passes its turn on
 //! this way, once the accesses before it are over: see `turn.rs`.)
 
-use crate::core::task;
+use crate::core::block_alloc;
 use crate::dataflow::delayed;
 use crate::dataflow::event::{Dep, Group, Outcome, Waiter};
 use std::cell::{Cell, RefCell};
@@ -49,7 +49,7 @@ pub(crate) fn relay(deps: impl IntoIterator<Item = Dep>, then: NonNull<Group>) {
         fire(then);
         return;
     }
-    let node = task::alloc_raw::<Relay>();
+    let node = block_alloc::alloc_raw::<Relay>();
     // SAFETY: fresh memory for a `Relay`.
     unsafe {
         node.as_ptr().write(Relay {
@@ -78,7 +78,7 @@ fn settle_relay(outcome: Outcome) {
     let then = unsafe {
         ManuallyDrop::drop(&mut *ptr::addr_of_mut!((*node.as_ptr()).waiter));
         let then = ptr::addr_of!((*node.as_ptr()).then).read();
-        task::free_raw(node);
+        block_alloc::free_raw(node);
         then
     };
     fire(then);

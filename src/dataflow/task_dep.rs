@@ -3,6 +3,7 @@
 //! puts a promise behind it, fulfilled when the task returns and broken
 //! when it panics or is cancelled.
 
+use crate::core::closure_task;
 use crate::core::handle::JoinHandle;
 use crate::core::join_slot::{CompletionHook, Install};
 use crate::core::task;
@@ -106,7 +107,7 @@ impl<T> JoinHandle<T> {
             // Finished already: a dependency already closed, no hook.
             // SAFETY: complete (acquired), and the handle has not taken the
             // result (it still holds the block); its type is `T`.
-            let ok = unsafe { task::result_is_ok::<T>(block) };
+            let ok = unsafe { closure_task::result_is_ok::<T>(block) };
             let promise = Promise::new();
             if ok {
                 promise.fulfill();
@@ -127,7 +128,7 @@ impl<T> JoinHandle<T> {
             }
             Install::FireNow => {
                 // SAFETY: complete (acquired by the installation), untaken.
-                let ok = unsafe { task::result_is_ok::<T>(block) };
+                let ok = unsafe { closure_task::result_is_ok::<T>(block) };
                 // SAFETY: installed, and ours alone to fire.
                 unsafe {
                     TaskDep::fire(hook, ok);

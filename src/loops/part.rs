@@ -9,7 +9,8 @@ use super::frame::{poll, PartFrame};
 use super::job::{deposit, LoopJob};
 use crate::core::clock::ticks;
 use crate::core::split::{older_loops_have_spare, LoopFrame};
-use crate::core::task::{self, TaskRef};
+use crate::core::closure_task;
+use crate::core::task::TaskRef;
 use crate::core::worker::Worker;
 use crate::loops::merge::{self, Out};
 use std::cell::Cell;
@@ -256,7 +257,7 @@ impl<B: Body> Part<B> {
         #[cfg(feature = "trace")]
         // SAFETY: an unfinished part keeps its job alive.
         let name = unsafe { &*self.job }.name;
-        let task = task::new_detached(move || {
+        let task = closure_task::new_detached(move || {
             let mut part = self;
             part.ran = true;
             let w = Worker::current().expect("selvedge: loop parts run on workers");

@@ -2,9 +2,9 @@
 //! thieves as a stack job (no allocation) while the caller runs the first.
 
 use crate::core::pool::on_worker;
-use crate::core::task::StackJob;
 use crate::core::unwind;
 use crate::core::worker::Until;
+use crate::structured::stack_job::StackJob;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
 /// Runs `a` and `b`, potentially in parallel, and returns both results. `b`

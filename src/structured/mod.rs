@@ -3,3 +3,4 @@
 
 pub(crate) mod join;
 pub(crate) mod scope;
+pub(crate) mod stack_job;

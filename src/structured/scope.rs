@@ -1,11 +1,12 @@
 //! `scope`: tasks that may borrow from the caller's stack, all waited for
 //! before `scope` returns (the first panic among them resumed after).
 
+use crate::core::closure_task;
 use crate::core::latch::CountLatch;
 use crate::core::pool::on_worker;
-use crate::core::registry::{Arrival, Registry};
+use crate::core::registry::Registry;
+use crate::core::schedule::Arrival;
 use crate::core::send_ptr::SendPtr;
-use crate::core::task;
 use crate::core::unwind::{self, FirstPanic};
 use crate::core::worker::{Until, Worker};
 use crate::dataflow::access::Accesses;
@@ -138,7 +139,7 @@ impl<'scope> Scope<'scope> {
         let scope = SendPtr::from_ref(self);
         // Not a `ScopeMember`: a spawned task always runs, and the plain
         // closure keeps the hottest path of nested scopes lean.
-        let task = task::new_detached(move || {
+        let task = closure_task::new_detached(move || {
             // SAFETY: the scope outlives its tasks: its owner waits for the
             // latch, which this task releases last.
             let scope = unsafe { &*scope.get() };
@@ -275,7 +276,7 @@ impl<'scope> Scope<'scope> {
             ran: false,
             _scope: PhantomData::<&Scope<'scope>>,
         };
-        let task = task::new_detached(move || {
+        let task = closure_task::new_detached(move || {
             member.ran = true;
             let scope = member.scope();
             if let Err(p) = catch_unwind(AssertUnwindSafe(|| f(scope))) {
@@ -330,7 +331,7 @@ impl Drop for ScopeMember<'_, '_> {
         if !self.ran {
             // A member is dropped unrun only when its task is cancelled,
             // which says why.
-            let why = task::cancellation_in_progress()
+            let why = closure_task::cancellation_in_progress()
                 .unwrap_or(crate::core::error::Cancellation::DependencyDropped);
             self.scope().record_panic(Box::new(format!(
                 "selvedge: a task of this scope was cancelled: {why}"

@@ -2,7 +2,7 @@
 //! [`TaskName`], a task's name as another thread may read it (the stall
 //! warning names the tasks parked on promises).
 //!
-//! [`named`] sets a thread-local name for the duration of its closure; a
+//! `named` (`naming.rs`) sets a thread-local name for the duration of its closure; a
 //! task made meanwhile by the closure (any kind: spawned, delayed,
 //! declared, a loop, a GPU task) takes it. Tasks the thread runs while the
 //! closure waits do not: a worker clears the name around each task it runs
@@ -16,37 +16,6 @@ use std::cell::Cell;
 #[cfg(feature = "trace")]
 thread_local! {
     static PENDING: Cell<Option<&'static str>> = const { Cell::new(None) };
-}
-
-/// Runs `f`; with the `trace` feature, tasks made by `f` on this thread
-/// carry `name` in the trace instead of their closure's type name.
-#[inline(always)]
-pub(crate) fn named<R>(name: &'static str, f: impl FnOnce() -> R) -> R {
-    #[cfg(feature = "trace")]
-    {
-        use crate::core::worker::Worker;
-        /// Restores the outer name however `f` ends.
-        struct Restore(Option<&'static str>, Option<&'static Worker>);
-        impl Drop for Restore {
-            fn drop(&mut self) {
-                PENDING.with(|p| p.set(self.0));
-                if let Some(w) = self.1 {
-                    w.leave_naming();
-                }
-            }
-        }
-        let w = Worker::current();
-        if let Some(w) = w {
-            w.enter_naming();
-        }
-        let _restore = Restore(PENDING.with(|p| p.replace(Some(name))), w);
-        f()
-    }
-    #[cfg(not(feature = "trace"))]
-    {
-        let _ = name;
-        f()
-    }
 }
 
 /// The name a task made here now takes: `named`'s, else the type name of
@@ -90,7 +59,7 @@ pub(crate) fn intern(name: &str) -> &'static str {
 
 /// A task's name as a thread other than its maker's may read it: the
 /// type of the closure its maker was given and, with the `trace`
-/// feature, the name [`named`] gave it. Each part is one word, so a
+/// feature, the name [`named`](crate::core::trace::naming::named) gave it. Each part is one word, so a
 /// [`NameCell`] keeps it in atomics a reader loads whole.
 #[derive(Clone, Copy)]
 pub(crate) struct TaskName {

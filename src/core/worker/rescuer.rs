@@ -3,9 +3,9 @@
 //! been out of its scheduler code for a while, and takes that worker's
 //! place for a moment to hand them out (the protocol is `rescue.rs`'s).
 
+use super::{Worker, RESCUE_AFTER};
 use crate::core::rescue;
 use crate::core::steal::VictimSet;
-use crate::core::worker::{Worker, RESCUE_AFTER};
 use std::time::Instant;
 
 /// What an idle worker's look at the other workers found.

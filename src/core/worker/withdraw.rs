@@ -16,13 +16,10 @@
 //! one is woken for it. The slot's side is in `steal.rs`; the protocol
 //! is in `docs/PROTOCOLS.md`, section 2.
 
+use super::hooks::NO_WORKER;
+use super::Worker;
 use crate::core::steal::Reply;
 use crate::core::task::Header;
-#[cfg(feature = "trace")]
-use crate::core::task::{self, TaskRef};
-#[cfg(feature = "trace")]
-use crate::core::trace::record::NO_WORKER;
-use crate::core::worker::Worker;
 
 impl Worker {
     /// Withdraws this worker's request in flight. Returns whether the
@@ -71,11 +68,8 @@ impl Worker {
     /// # Safety
     /// As for [`Worker::requeue_refused`].
     unsafe fn requeue(&self, list: *mut Header) -> usize {
-        #[cfg(feature = "trace")]
         // SAFETY: the list is ours (caller).
-        unsafe {
-            task::for_each_listed(list, |task: &TaskRef| self.trace_given(task, NO_WORKER))
-        };
+        unsafe { self.trace_list_given(list, NO_WORKER) };
         // SAFETY: the caller's promise.
         unsafe { self.shared.inject_list(list) }
     }
