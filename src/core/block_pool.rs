@@ -252,8 +252,7 @@ impl BlockPool {
     #[inline]
     pub(super) fn pop(&mut self) -> Option<NonNull<Header>> {
         let Some(head) = NonNull::new(self.head) else {
-            let parked = self.parked;
-            return self.pop_reserve(&parked);
+            return self.pop_reserve(self.parked);
         };
         // SAFETY: pooled blocks are unused and their `next` links the list.
         self.head = unsafe { next_of(head.as_ptr()) };
@@ -268,7 +267,10 @@ impl BlockPool {
     /// empty; `None` if both are empty. `parked` counts the tasks of the
     /// pool's runtime parked on promises (see `note_take`).
     #[cold]
-    pub(super) fn pop_reserve(&mut self, parked: &dyn Fn() -> u64) -> Option<NonNull<Header>> {
+    pub(super) fn pop_reserve(
+        &mut self,
+        parked: impl Fn() -> u64 + Copy,
+    ) -> Option<NonNull<Header>> {
         if self.open.is_null() && self.ordered.is_empty() && !self.open_next_carrier(parked) {
             return None;
         }
@@ -300,7 +302,7 @@ impl BlockPool {
     /// Opens the reserve's next carrier, refilling the reserve first from
     /// this worker's own outbox, then from the exchange; `false` if all
     /// are empty.
-    fn open_next_carrier(&mut self, parked: &dyn Fn() -> u64) -> bool {
+    fn open_next_carrier(&mut self, parked: impl Fn() -> u64 + Copy) -> bool {
         if self.reserve.is_null() {
             // This worker's own surplus, not yet passed on, first.
             self.reserve = self.take_outbox().map_or(ptr::null_mut(), |(c, _)| c);
@@ -361,7 +363,7 @@ impl BlockPool {
     /// large enough to be ordered, or once every [`COUNT_PARKED_EVERY`]
     /// blocks taken in smaller takes: a worker taking one carrier at a time
     /// does not read them all for each.
-    fn note_take(&mut self, held: usize, parked: &dyn Fn() -> u64) -> bool {
+    fn note_take(&mut self, held: usize, parked: impl Fn() -> u64) -> bool {
         self.taken_since_count = self.taken_since_count.saturating_add(held);
         if held < ORDER_AT && self.taken_since_count < COUNT_PARKED_EVERY {
             return false;

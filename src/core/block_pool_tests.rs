@@ -36,7 +36,7 @@ fn pass_through_a_pool(exchange: &Arc<BlockExchange>, blocks: Vec<NonNull<Header
 /// takes from its exchange, in order, until it has nothing left, with
 /// `parked` tasks of its runtime parked on promises all along.
 fn drain(pool: &mut BlockPool, parked: u64) -> Vec<NonNull<Header>> {
-    std::iter::from_fn(|| pool.pop_reserve(&|| parked)).collect()
+    std::iter::from_fn(|| pool.pop_reserve(|| parked)).collect()
 }
 
 /// Takes `count` blocks freed lowest address first through the
@@ -120,7 +120,7 @@ fn small_takes_count_the_parked_tasks_once_every_few_thousand_blocks() {
         // The giver keeps `POOL_IDLE_CAPACITY` blocks: 100 reach the
         // exchange each time.
         pass_through_a_pool(&exchange, fresh_blocks(POOL_IDLE_CAPACITY + 100));
-        let out: Vec<_> = std::iter::from_fn(|| taker.pop_reserve(&parked)).collect();
+        let out: Vec<_> = std::iter::from_fn(|| taker.pop_reserve(parked)).collect();
         assert!(!out.is_empty() && out.len() < ORDER_AT, "a small take");
         taken += out.len();
         free_all(out);
