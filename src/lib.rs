@@ -99,6 +99,7 @@
 //!   from `SELVEDGE_NUM_THREADS`, else the available parallelism.
 
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 // The examples are what users copy: a handle dropped bare in one would warn
 // in their code.
 #![doc(test(attr(deny(unused_must_use))))]

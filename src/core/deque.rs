@@ -36,6 +36,10 @@
 //! never does, so a rescuer reads a stable slot array. The loom model
 //! `loom-tests/tests/rescue.rs` fails when either barrier is taken out.
 
+// Its `pub` items are the loom models' API (`selvedge::protocols`, built
+// with `--cfg loom`); elsewhere they are the crate's own.
+#![cfg_attr(not(loom), allow(unreachable_pub))]
+
 use crate::core::rescue::{self, Owner, OwnerGuard, RescueGuard};
 use crate::core::sync::{AtomicUsize, Ordering, UnsafeCell};
 

@@ -21,6 +21,9 @@
 //! still kept is leaked, not freed (as a signal whose callback never comes
 //! is).
 
+// Its `pub` items are the loom models' API (`selvedge::protocols`, built
+// with `--cfg loom`); elsewhere they are the crate's own.
+#![cfg_attr(not(loom), allow(unreachable_pub))]
 // Made for GPU completions (and the unit tests and loom models).
 #![cfg_attr(not(feature = "cuda"), allow(dead_code))]
 

@@ -10,6 +10,10 @@
 //! the queuer's push to finish (and its quiescence check then sees the task),
 //! or the queuer sees the gate shut and cancels its task. Never neither.
 
+// Its `pub` items are the loom models' API (`selvedge::protocols`, built
+// with `--cfg loom`); elsewhere they are the crate's own.
+#![cfg_attr(not(loom), allow(unreachable_pub))]
+
 use crate::core::sync::{fence, AtomicBool, AtomicUsize, Ordering};
 
 /// See the module documentation.

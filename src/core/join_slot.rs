@@ -27,6 +27,10 @@
 //! sees `RUNNER_GONE` and frees without a read-modify-write). A task joined
 //! while still in its owner's deque never touches this state at all.
 
+// Its `pub` items are the loom models' API (`selvedge::protocols`, built
+// with `--cfg loom`); elsewhere they are the crate's own.
+#![cfg_attr(not(loom), allow(unreachable_pub))]
+
 use crate::core::sync::{AtomicPtr, AtomicUsize, Ordering, UnsafeCell};
 use std::ptr::{self, NonNull};
 use std::task::Waker;

@@ -42,6 +42,10 @@
 //!
 //! loom model: `loom-tests/tests/latch.rs`.
 
+// Its `pub` items are the loom models' API (`selvedge::protocols`, built
+// with `--cfg loom`); elsewhere they are the crate's own.
+#![cfg_attr(not(loom), allow(unreachable_pub))]
+
 use crate::core::sync::{Arc, AtomicUsize, Ordering, UnsafeCell};
 
 /// What a latch's runtime must do for it: wake a waiting worker.

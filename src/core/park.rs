@@ -31,6 +31,10 @@
 //! is how a runtime knows it is quiescent (`sync_root`, shutdown), and the
 //! mutex makes "all committed and all still asleep" a stable observation.
 
+// Its `pub` items are the loom models' API (`selvedge::protocols`, built
+// with `--cfg loom`); elsewhere they are the crate's own.
+#![cfg_attr(not(loom), allow(unreachable_pub))]
+
 use crate::core::rescue;
 use crate::core::sync::{fence, lock, thread, AtomicU8, AtomicUsize, Condvar, Mutex, Ordering};
 use crossbeam_utils::CachePadded;
@@ -43,7 +47,7 @@ const JOIN_WAITING: u8 = 2;
 /// The longest an idle worker parks where the heavy barrier is missing:
 /// a push may then miss its announcement (see the module docs), and the
 /// worker comes back for tasks queued meanwhile this late at worst.
-pub const UNPAIRED_PARK: Duration = Duration::from_millis(10);
+pub(crate) const UNPAIRED_PARK: Duration = Duration::from_millis(10);
 
 /// Parks the calling thread for at most `t` (loom has no timed park: there
 /// it parks until unparked, and the models never time out).

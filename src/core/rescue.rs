@@ -54,6 +54,10 @@
 //! refuses it), [`available`] is false and rescue never happens: the owner's
 //! compiler fence alone would not be a barrier, so nothing may rely on it.
 
+// Its `pub` items are the loom models' API (`selvedge::protocols`, built
+// with `--cfg loom`); elsewhere they are the crate's own.
+#![cfg_attr(not(loom), allow(unreachable_pub))]
+
 use crate::core::sync::{fence, AtomicBool, Ordering};
 use std::cell::Cell;
 
@@ -262,7 +266,7 @@ impl<T> Drop for RescueGuard<'_, T> {
 /// `rescuing` above the store of `busy`. Sound only with the heavy barrier
 /// (module docs).
 #[inline(always)]
-pub fn light_barrier() {
+pub(crate) fn light_barrier() {
     #[cfg(not(loom))]
     std::sync::atomic::compiler_fence(Ordering::SeqCst);
     #[cfg(loom)]
@@ -271,7 +275,7 @@ pub fn light_barrier() {
 
 /// The rescuer's side: a full barrier on every CPU running one of our
 /// threads. Returns false if it could not be issued.
-pub fn heavy_barrier() -> bool {
+pub(crate) fn heavy_barrier() -> bool {
     #[cfg(loom)]
     {
         fence(Ordering::SeqCst);
@@ -306,7 +310,7 @@ const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
 
 /// Whether rescue can happen here: the heavy barrier exists and this
 /// process is registered for it (done on the first call).
-pub fn available() -> bool {
+pub(crate) fn available() -> bool {
     #[cfg(loom)]
     {
         true

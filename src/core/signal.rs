@@ -21,6 +21,9 @@
 //!
 //! The protocol is modelled under loom in `loom-tests/tests/inbox.rs`.
 
+// Its `pub` items are the loom models' API (`selvedge::protocols`, built
+// with `--cfg loom`); elsewhere they are the crate's own.
+#![cfg_attr(not(loom), allow(unreachable_pub))]
 // Fired only by device callbacks (and the loom models).
 #![cfg_attr(not(any(loom, feature = "cuda")), allow(dead_code))]
 
@@ -30,14 +33,14 @@ use crossbeam_utils::CachePadded;
 use std::ptr;
 
 /// What a fired signal runs on a worker.
-pub type Action = Box<dyn FnOnce() + Send>;
+pub(crate) type Action = Box<dyn FnOnce() + Send>;
 
 const PENDING: u8 = 0;
 const FIRED: u8 = 1;
 const ABANDONED: u8 = 2;
 
 /// A pre-allocated, one-shot notification (see the module docs).
-pub struct Signal {
+pub(crate) struct Signal {
     /// The next signal in the inbox; written by the firing thread before
     /// the push publishes it.
     next: UnsafeCell<*mut Signal>,

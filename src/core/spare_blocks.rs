@@ -15,6 +15,10 @@
 //! make every link a pusher wrote visible to the taker, who then owns every
 //! node it took.
 
+// Its `pub` items are the loom models' API (`selvedge::protocols`, built
+// with `--cfg loom`); elsewhere they are the crate's own.
+#![cfg_attr(not(loom), allow(unreachable_pub))]
+
 use crate::core::sync::{AtomicPtr, AtomicUsize, Ordering, UnsafeCell};
 use std::ptr;
 

@@ -17,10 +17,14 @@
 //! where any worker finds them and ends the request with
 //! [`ReplySlot::send_declined`].
 
+// Its `pub` items are the loom models' API (`selvedge::protocols`, built
+// with `--cfg loom`); elsewhere they are the crate's own.
+#![cfg_attr(not(loom), allow(unreachable_pub))]
+
 use crate::core::sync::{AtomicPtr, AtomicUsize, Ordering};
 
 /// Most workers a runtime may have: the width of [`VictimSet`].
-pub const MAX_WORKERS: usize = 256;
+pub(crate) const MAX_WORKERS: usize = 256;
 
 /// A set of worker indices, used for the victims a request already tried.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -4,6 +4,10 @@
 //! iteration is ignored. Lock-free; loom checks it
 //! (`loom-tests/tests/bucket_counts.rs`).
 
+// Its `pub` items are the loom models' API (`selvedge::protocols`, built
+// with `--cfg loom`); elsewhere they are the crate's own.
+#![cfg_attr(not(loom), allow(unreachable_pub))]
+
 use crate::core::sync::{AtomicU64, AtomicUsize, Ordering};
 use std::ops::Range;
 

@@ -2,6 +2,10 @@
 //! protocol side, settling its waiter, and its runtime's registry of
 //! parked tasks, at shutdown), and when the node's memory is freed.
 
+// Its `pub` items are the loom models' API (`selvedge::protocols`, built
+// with `--cfg loom`); elsewhere they are the crate's own.
+#![cfg_attr(not(loom), allow(unreachable_pub))]
+
 use crate::core::sync::{AtomicUsize, Ordering};
 
 /// One reference on a [`Claim`]'s node.

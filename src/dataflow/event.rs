@@ -24,6 +24,10 @@
 //! last ref goes, the group is freed (one read-modify-write per release;
 //! none for a last handle that holds the only ref left).
 
+// Its `pub` items are the loom models' API (`selvedge::protocols`, built
+// with `--cfg loom`); elsewhere they are the crate's own.
+#![cfg_attr(not(loom), allow(unreachable_pub))]
+
 use crate::core::stack_list::oldest_first;
 use crate::core::sync::{AtomicPtr, AtomicUsize, Ordering, UnsafeCell};
 use crate::dataflow::dep_list::{DepList, EventKey};

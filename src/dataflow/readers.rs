@@ -28,7 +28,7 @@ use std::ptr::NonNull;
 const HEAD_START: usize = usize::MAX / 2;
 
 /// A version's reads, as its handle's log holds them (see the module docs).
-pub struct Readers {
+pub(crate) struct Readers {
     group: NonNull<Group>,
     /// Shares handed out.
     shared: usize,

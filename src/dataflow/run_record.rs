@@ -39,6 +39,10 @@
 //! its list of reads) notes the handle too ([`RunRecord::forget`]), so the
 //! next run records it again.
 
+// Its `pub` items are the loom models' API (`selvedge::protocols`, built
+// with `--cfg loom`); elsewhere they are the crate's own.
+#![cfg_attr(not(loom), allow(unreachable_pub))]
+
 use crate::core::sync::{lock, Mutex};
 use crate::dataflow::event::Dep;
 

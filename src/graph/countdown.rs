@@ -19,6 +19,10 @@
 //!
 //! The loom model is `loom-tests/tests/graph_countdown.rs`.
 
+// Its `pub` items are the loom models' API (`selvedge::protocols`, built
+// with `--cfg loom`); elsewhere they are the crate's own.
+#![cfg_attr(not(loom), allow(unreachable_pub))]
+
 use crate::core::sync::{AtomicBool, AtomicU32, Ordering};
 
 /// See the module docs.

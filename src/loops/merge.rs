@@ -14,6 +14,10 @@
 //! `None` travels in place of a value whose computation panicked (the
 //! loop resumes the panic and discards the result anyway).
 
+// Its `pub` items are the loom models' API (`selvedge::protocols`, built
+// with `--cfg loom`); elsewhere they are the crate's own.
+#![cfg_attr(not(loom), allow(unreachable_pub))]
+
 use crate::core::sync::{AtomicUsize, Ordering, UnsafeCell};
 
 /// Where a part's value goes: one side of a join node, or the root.

@@ -20,6 +20,10 @@
 //!
 //! Modelled under loom in `loom-tests/tests/trace_ring.rs`.
 
+// Its `pub` items are the loom models' API (`selvedge::protocols`, built
+// with `--cfg loom`); elsewhere they are the crate's own.
+#![cfg_attr(not(loom), allow(unreachable_pub))]
+
 use crate::core::sync::{fence, AtomicU64, Ordering};
 
 /// A ring of events of `N` words each, written by one thread.
