@@ -215,7 +215,7 @@ impl Runtime {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        delayed::submit_delayed(self.registry(), deps, f)
+        delayed::spawn_delayed_on(self.registry(), deps, f)
     }
 
     /// Queues `f` from any thread as a task of this runtime that declares
@@ -240,7 +240,7 @@ impl Runtime {
         F: for<'a> FnOnce(A::Refs<'a>) -> R + Send + 'static,
         R: Send + 'static,
     {
-        declared::submit_with(self.registry(), accesses, f)
+        declared::spawn_with_on(self.registry(), accesses, f)
     }
 
     /// Waits until the whole runtime is quiescent: every task spawned so far

@@ -434,7 +434,7 @@ pub(crate) fn wait_over(mut deps: Vec<Dep>, mut runtime: Option<Arc<Registry>>) 
         // An error: that runtime shut down while the task waited (then
         // this thread's own runtime, or the global one, takes the wait
         // over), or a completion was closed otherwise.
-        let _ = crate::dataflow::delayed::submit_delayed(&on, deps.clone(), || ()).try_join();
+        let _ = crate::dataflow::delayed::spawn_delayed_on(&on, deps.clone(), || ()).try_join();
     }
 }
 

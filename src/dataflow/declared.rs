@@ -55,7 +55,7 @@ pub(crate) struct Submission<A> {
 ///
 /// # Panics
 /// When one handle is declared twice, other than for two reads.
-pub(crate) fn submit<A: Accesses>(
+pub(crate) fn declare<A: Accesses>(
     mut accesses: A,
     runtime: &Arc<Registry>,
     refuse: Option<&Snapshot>,
@@ -198,7 +198,7 @@ struct Registration {
     waits: Few<Dep, 4>,
 }
 
-/// What [`submit`] registered: what the task waits for, what its closure
+/// What [`declare`] registered: what the task waits for, what its closure
 /// runs, and whether a join of it on this thread could never end.
 pub(crate) struct Submitted<A> {
     pub(crate) deps: Few<Dep, 4>,
@@ -514,12 +514,12 @@ where
     F: for<'a> FnOnce(A::Refs<'a>) -> R + Send + 'static,
     R: Send + 'static,
 {
-    submit_with(current_registry(), accesses, f)
+    spawn_with_on(current_registry(), accesses, f)
 }
 
 /// [`spawn_with`] on `runtime`: what it, `Runtime::spawn_with` and the
 /// GPU tasks share.
-pub(crate) fn submit_with<A, F, R>(runtime: &Arc<Registry>, accesses: A, f: F) -> JoinHandle<R>
+pub(crate) fn spawn_with_on<A, F, R>(runtime: &Arc<Registry>, accesses: A, f: F) -> JoinHandle<R>
 where
     A: Accesses + 'static,
     F: for<'a> FnOnce(A::Refs<'a>) -> R + Send + 'static,
@@ -529,11 +529,11 @@ where
         mut deps,
         submission,
         behind,
-    }) = submit(accesses, runtime, None)
+    }) = declare(accesses, runtime, None)
     else {
         unreachable!("only a scope's submission is refused")
     };
-    let handle = delayed::submit_delayed_as::<F, _, _, _>(runtime, deps.take_all(), move || {
+    let handle = delayed::spawn_delayed_on_as::<F, _, _, _>(runtime, deps.take_all(), move || {
         // `f` first: a task cancelled unrun drops the user's closure (and
         // the handles it captured) before its submission passes the turn.
         let f = f;
@@ -558,12 +558,12 @@ mod tests {
     fn a_handle_read_twice_gives_its_share_to_the_read_dropped_last() {
         let (a, b) = (Data::new(1), Data::new(2));
         let runtime = current_registry();
-        let Ok(t) = submit((a.read(), b.write(), a.read()), runtime, None) else {
+        let Ok(t) = declare((a.read(), b.write(), a.read()), runtime, None) else {
             unreachable!()
         };
         let (first, _, last) = t.submission.accesses.as_ref().unwrap();
         assert!(!first.holds_share() && last.holds_share());
-        let Ok(v) = submit(vec![a.read(), a.read(), a.read()], runtime, None) else {
+        let Ok(v) = declare(vec![a.read(), a.read(), a.read()], runtime, None) else {
             unreachable!()
         };
         let held: Vec<bool> = v

@@ -563,25 +563,29 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    submit_delayed(current_registry(), deps, f)
+    spawn_delayed_on(current_registry(), deps, f)
 }
 
 /// A handled delayed task of `runtime`: what `spawn_delayed` and
 /// `Runtime::spawn_delayed` share. When the task is ready at once and
 /// lands on the calling worker's deque, the handle records where, so
 /// `join` can take it back.
-pub(crate) fn submit_delayed<D, F, T>(runtime: &Arc<Registry>, deps: D, f: F) -> JoinHandle<T>
+pub(crate) fn spawn_delayed_on<D, F, T>(runtime: &Arc<Registry>, deps: D, f: F) -> JoinHandle<T>
 where
     D: IntoIterator<Item = Dep>,
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    submit_delayed_as::<F, D, F, T>(runtime, deps, f)
+    spawn_delayed_on_as::<F, D, F, T>(runtime, deps, f)
 }
 
-/// [`submit_delayed`] of `f`, a wrapper of the user's closure `N`: the
+/// [`spawn_delayed_on`] of `f`, a wrapper of the user's closure `N`: the
 /// task is named after `N` in a trace.
-pub(crate) fn submit_delayed_as<N, D, F, T>(runtime: &Arc<Registry>, deps: D, f: F) -> JoinHandle<T>
+pub(crate) fn spawn_delayed_on_as<N, D, F, T>(
+    runtime: &Arc<Registry>,
+    deps: D,
+    f: F,
+) -> JoinHandle<T>
 where
     D: IntoIterator<Item = Dep>,
     F: FnOnce() -> T + Send + 'static,

@@ -247,7 +247,7 @@ impl Device {
         } = promises;
         let finished_dep = finished.dep();
         let runtime = inner.runtime().clone();
-        let work = delayed::submit_delayed_as::<F, _, _, _>(&runtime, host_deps, move || {
+        let work = delayed::spawn_delayed_on_as::<F, _, _, _>(&runtime, host_deps, move || {
             // First, so that a task dropped unrun, or returning early,
             // drops `f` (the handles a declared task holds) before its
             // turns pass on (fields drop in order).
@@ -298,7 +298,7 @@ impl Device {
         // data) stays cancelled, with its reason, for the one who joins it.
         // (A task cancelled before it ran drops `finished` unfulfilled,
         // which cancels this task too.)
-        let join = delayed::submit_delayed(&runtime, [finished_dep], move || {
+        let join = delayed::spawn_delayed_on(&runtime, [finished_dep], move || {
             work.try_join()
                 .unwrap_or_else(|e| std::panic::resume_unwind(e.into_payload()))
         });

@@ -316,7 +316,7 @@ impl<'p> ParallelFor<'p> {
             name: crate::core::trace::names::name_for::<F>(),
         });
         let keep = job.clone();
-        let handle = delayed::submit_delayed(runtime, [done.dep()], move || {
+        let handle = delayed::spawn_delayed_on(runtime, [done.dep()], move || {
             if let Some(p) = keep.take_panic() {
                 resume_unwind(p);
             }

@@ -11,7 +11,7 @@ use crate::core::registry::Registry;
 use crate::core::sync::{lock, Mutex};
 use crate::core::sync::{AtomicBool, Ordering};
 use crate::core::worker::Worker;
-use crate::dataflow::delayed::submit_delayed;
+use crate::dataflow::delayed::spawn_delayed_on;
 use crate::dataflow::event::Dep;
 use crate::dataflow::promise::Promise;
 use std::ffi::{c_int, c_void};
@@ -256,7 +256,7 @@ impl Cluster {
         // The task's handle is not kept: its promise and slot say how the
         // send went. A broken dependency drops the task unrun, and with it
         // the guard: the outcome says cancelled, and the promise breaks.
-        drop(submit_delayed(self.link().registry(), deps, move || {
+        drop(spawn_delayed_on(self.link().registry(), deps, move || {
             // Taken only once `produce` returned: if it panics, the
             // guard, dropped in the unwinding, says cancelled.
             let buf = produce();

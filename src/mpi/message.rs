@@ -5,7 +5,7 @@ use super::{Element, MpiError};
 use crate::core::registry::Registry;
 use crate::core::sync::{lock, AtomicBool, Condvar, Mutex, Ordering};
 use crate::core::worker::Worker;
-use crate::dataflow::delayed::submit_delayed;
+use crate::dataflow::delayed::spawn_delayed_on;
 use crate::dataflow::event::Dep;
 use crate::dataflow::promise::Promise;
 use std::sync::Arc;
@@ -77,7 +77,7 @@ impl<T: Element> Message<T> {
         if Worker::current().is_some() {
             // A task behind the dependency: the worker runs other tasks
             // until it ran (or was cancelled: the dependency broke).
-            let _ = submit_delayed(&self.registry, [self.dep.clone()], || ()).try_join();
+            let _ = spawn_delayed_on(&self.registry, [self.dep.clone()], || ()).try_join();
         } else {
             // Outside the pool: this thread tests the messages in flight
             // itself for a while (a reply often comes within microseconds),

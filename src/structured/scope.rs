@@ -242,7 +242,7 @@ impl<'scope> Scope<'scope> {
         A: Accesses + 'scope,
         F: for<'a> FnOnce(&Scope<'scope>, A::Refs<'a>) + Send + 'scope,
     {
-        let submitted = declared::submit(accesses, self.runtime(), self.owner_holds.as_deref());
+        let submitted = declared::declare(accesses, self.runtime(), self.owner_holds.as_deref());
         let Submitted {
             mut deps,
             submission,
