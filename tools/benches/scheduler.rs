@@ -13,7 +13,7 @@
 //!
 //! For a one-shot markdown table, see `examples/bench_report.rs`.
 
-mod workloads;
+use selvedge_tools::workloads;
 
 use std::hint::black_box;
 use std::time::Duration;

@@ -17,13 +17,7 @@
 //! SELVEDGE_BENCH_THREADS=2 cargo bench --bench data
 //! ```
 
-#[path = "workloads/access.rs"]
-mod access;
-#[allow(dead_code)] // the residual is the example's
-#[path = "workloads/cholesky.rs"]
-mod cholesky;
-#[allow(dead_code)] // Weave's suite in it is `benches/scheduler.rs`'s; we use the pools
-mod workloads;
+use selvedge_tools::{access, cholesky, workloads};
 
 use cholesky::Tiles;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, SamplingMode, Throughput};

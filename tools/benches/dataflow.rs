@@ -21,13 +21,7 @@
 //! SELVEDGE_BENCH_THREADS=2 cargo bench --bench dataflow [-- <filter>]
 //! ```
 
-#[path = "workloads/dataflow.rs"]
-mod dataflow;
-#[allow(dead_code)] // Weave's suite in it is `benches/scheduler.rs`'s; we use the pools and table
-mod workloads;
-
-#[path = "workloads/dataflow_group.rs"]
-mod dataflow_group;
+use selvedge_tools::{dataflow, dataflow_group, workloads};
 
 use criterion::{criterion_group, criterion_main, Criterion};
 

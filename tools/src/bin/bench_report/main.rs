@@ -64,33 +64,11 @@
 //! targets, the scheduler counters and the hand-off table. The charts of a
 //! section are written once it is done, and listed on stderr.
 
-#[path = "../benches/workloads/access.rs"]
-mod access;
-#[path = "../benches/workloads/blis.rs"]
-mod blis;
-#[allow(dead_code)] // the residual is the example's
-#[path = "../benches/workloads/cholesky.rs"]
-mod cholesky;
-#[path = "../benches/workloads/dataflow.rs"]
-mod dataflow;
-#[path = "../benches/workloads/gemm.rs"]
-mod gemm;
-#[path = "../benches/workloads/handoff.rs"]
-mod handoff;
-#[path = "../benches/workloads/loops.rs"]
-mod loops;
-#[path = "../benches/workloads/microkernel.rs"]
-mod microkernel;
-#[path = "../benches/workloads/mod.rs"]
-mod workloads;
 // What every section uses: medians, goal verdicts, progress lines.
-#[path = "bench_report/common.rs"]
 mod common;
 // The nested batched GEMM section.
-#[path = "bench_report/gemm_section.rs"]
 mod gemm_section;
 // `--plot DIR`: the tables as SVG charts.
-#[path = "bench_report/plot.rs"]
 mod plot;
 
 use std::hint::black_box;
@@ -103,7 +81,8 @@ use dataflow::graph_replay as graph;
 use common::{median_min_max, met, progress, WARMUPS};
 use gemm_section::gemm_section;
 use plot::{ratios, Chart};
-use workloads::{pinning, Kind, Pools, Workload};
+use selvedge_tools::workloads::{Kind, Pools, Workload};
+use selvedge_tools::{access, cholesky, dataflow, handoff, loops, pinning, workloads};
 
 /// In the dataflow section, a sample of a workload shorter than this is the
 /// mean of back-to-back runs lasting at least this long (ms).
@@ -516,11 +495,7 @@ fn markdown_header(args: &Args, threads: usize, cores: usize) {
     println!(
         "| threads per pool | {threads} (selvedge, rayon and chili each); pinned to CPUs: {} \
          (`SELVEDGE_PIN_THREADS`; chili's threads are never pinned) |",
-        if workloads::pinning::requested() {
-            "yes"
-        } else {
-            "no"
-        }
+        if pinning::requested() { "yes" } else { "no" }
     );
     println!(
         "| samples | {} per implementation, after {WARMUPS} warm-up runs |",

@@ -7,8 +7,8 @@ use std::time::Instant;
 
 use crate::common::{median_min_max, met, progress, WARMUPS};
 use crate::plot::Chart;
-use crate::workloads::Pools;
-use crate::{gemm, microkernel};
+use selvedge_tools::workloads::Pools;
+use selvedge_tools::{gemm, microkernel};
 
 /// The shapes timed, as (batch, matrix size): the demonstration's default
 /// and one large matrix at two sizes.

@@ -52,9 +52,6 @@
 use selvedge::{named, par_chunks_mut, parallel_for, LoopPromise};
 use std::sync::Mutex;
 
-// The crate including this file provides `pinning`
-// (benches/workloads/pinning.rs) and `blis` (benches/workloads/blis.rs,
-// which needs `microkernel` too).
 use crate::{blis, pinning};
 
 /// The inputs and outputs of one batch.

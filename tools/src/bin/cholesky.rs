@@ -20,8 +20,7 @@
 //! The tile kernels (potrf, trsm, gemm) are faer's, single-threaded; the
 //! algorithm and the shared code are in `benches/workloads/cholesky.rs`.
 
-#[path = "../benches/workloads/cholesky.rs"]
-mod cholesky;
+use selvedge_tools::cholesky;
 
 use cholesky::Tiles;
 use std::time::Instant;

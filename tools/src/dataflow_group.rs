@@ -1,6 +1,5 @@
 //! One criterion group for one dataflow workload, shared by
-//! `benches/dataflow.rs` and `benches/graph.rs` (included by `#[path]`, so
-//! `crate::` is the including bench): every implementation, and every
+//! `benches/dataflow.rs` and `benches/graph.rs`: every implementation, and every
 //! implementation that times part of its run itself, checked against the
 //! serial result first.
 

@@ -18,16 +18,7 @@
 //! SELVEDGE_BENCH_THREADS=2 cargo bench --bench gemm
 //! ```
 
-#[path = "workloads/blis.rs"]
-mod blis;
-#[path = "workloads/gemm.rs"]
-mod gemm;
-#[allow(dead_code)] // its name is for the reports
-#[path = "workloads/microkernel.rs"]
-mod microkernel;
-#[allow(dead_code)] // Weave's suite in it is `benches/scheduler.rs`'s; we use the pools
-mod workloads;
-use workloads::pinning;
+use selvedge_tools::{gemm, workloads};
 
 use std::time::Duration;
 

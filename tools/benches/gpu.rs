@@ -32,19 +32,7 @@
 //! SELVEDGE_REQUIRE_GPU=1 cargo bench --features cuda --bench gpu   # fail without a GPU
 //! ```
 
-#[allow(dead_code)] // the CPU implementations are `benches/gemm.rs`'s
-#[path = "workloads/blis.rs"]
-mod blis;
-#[path = "workloads/gemm.rs"]
-#[allow(dead_code)] // the CPU implementations are `benches/gemm.rs`'s
-mod gemm;
-#[path = "workloads/gpu.rs"]
-mod gpu_workload;
-#[allow(dead_code)] // as above
-#[path = "workloads/microkernel.rs"]
-mod microkernel;
-#[path = "workloads/pinning.rs"]
-mod pinning;
+use selvedge_tools::{gemm, gpu as gpu_workload};
 
 use criterion::measurement::WallTime;
 use criterion::{

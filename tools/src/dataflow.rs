@@ -129,11 +129,8 @@ use selvedge::{JoinHandle, LoopPromise, Promise};
 
 use crate::workloads::{Impl, Kind, Pools, Workload};
 
-#[path = "fine_wavefront.rs"]
 pub mod fine_wavefront;
-#[path = "graph_replay.rs"]
 pub mod graph_replay;
-#[path = "one_worker.rs"]
 mod one_worker;
 
 // ---------------------------------------------------------------------------

@@ -9,18 +9,7 @@
 //! summed in the same order). `C` starts as NaN, so a tile left unwritten
 //! fails the comparisons.
 
-#[path = "../benches/workloads/blis.rs"]
-mod blis;
-// The reference product and the comparison; the rest is the
-// demonstration's.
-#[allow(dead_code)]
-#[path = "../benches/workloads/gemm.rs"]
-mod gemm;
-#[path = "../benches/workloads/microkernel.rs"]
-mod microkernel;
-#[allow(dead_code)] // what `gemm.rs` pins its plain threads with
-#[path = "../benches/workloads/pinning.rs"]
-mod pinning;
+use selvedge_tools::{blis, gemm, microkernel};
 
 use selvedge::Runtime;
 

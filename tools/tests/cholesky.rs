@@ -4,9 +4,7 @@
 //! a task that panics inside the factorisation poisons what depends on it
 //! instead of hanging it.
 
-#[allow(dead_code)]
-#[path = "../benches/workloads/cholesky.rs"]
-mod cholesky;
+use selvedge_tools::cholesky;
 
 use cholesky::Tiles;
 use selvedge::{Data, Runtime};

@@ -19,10 +19,7 @@
 //! SELVEDGE_BENCH_THREADS=2 cargo bench --bench loops [-- <filter>]
 //! ```
 
-#[path = "workloads/loops.rs"]
-mod loops;
-#[allow(dead_code)] // Weave's suite in it is `benches/scheduler.rs`'s; we use the pools
-mod workloads;
+use selvedge_tools::{loops, workloads};
 
 use std::hint::black_box;
 use std::time::Duration;

@@ -70,20 +70,10 @@
 //! no cuBLAS, no device, or built without the `cuda` feature) fails with
 //! exit status 1 and says why, instead of falling back to the CPU.
 
-#[path = "../benches/workloads/blis.rs"]
-mod blis;
-#[path = "../benches/workloads/gemm.rs"]
-mod gemm;
 #[cfg(feature = "cuda")]
-#[path = "../benches/workloads/gpu.rs"]
-mod gpu_workload;
-#[path = "../benches/workloads/microkernel.rs"]
-mod microkernel;
-#[path = "../benches/workloads/pinning.rs"]
-mod pinning;
-#[path = "../benches/workloads/turns.rs"]
-mod turns;
-use turns::interleaved_medians;
+use selvedge_tools::gpu as gpu_workload;
+use selvedge_tools::turns::interleaved_medians;
+use selvedge_tools::{gemm, microkernel, pinning};
 
 struct Args {
     batch: usize,

@@ -12,22 +12,8 @@
 //! SELVEDGE_BENCH_THREADS=2 cargo bench --features trace --bench trace [-- --samples N]
 //! ```
 
-#[allow(dead_code)] // what only other versions of the demonstration call
-#[path = "workloads/blis.rs"]
-mod blis;
-#[allow(dead_code)] // the demonstration's other versions
-#[path = "workloads/gemm.rs"]
-mod gemm;
-#[allow(dead_code)] // its name is for the reports
-#[path = "workloads/microkernel.rs"]
-mod microkernel;
-#[allow(dead_code)] // the fib workloads and the pools are what this uses
-mod workloads;
-#[allow(unused_imports)] // benches/workloads/gemm.rs names it as `crate::pinning`
-use workloads::pinning;
-#[path = "workloads/turns.rs"]
-mod turns;
-use turns::interleaved_medians;
+use selvedge_tools::turns::interleaved_medians;
+use selvedge_tools::{gemm, workloads};
 
 use std::hint::black_box;
 

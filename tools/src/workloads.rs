@@ -17,8 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rayon::prelude::*;
 use selvedge::JoinHandle;
 
-#[path = "pinning.rs"]
-pub mod pinning;
+use crate::pinning;
 
 // ---------------------------------------------------------------------------
 // Sizes (Weave's suite)
