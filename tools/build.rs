@@ -1,8 +1,8 @@
 //! Says whether this compiler has the AVX-512 intrinsics (stable since
 //! Rust 1.89), for the GEMM demonstration's microkernel
-//! (`benches/workloads/microkernel.rs`): the crate itself builds with
-//! older compilers, and its benchmarks, examples and tests use the AVX2
-//! kernel there. Nothing of the library depends on it.
+//! (`tools/src/microkernel.rs`): the crate itself builds with
+//! older compilers, and its programs, benchmarks and tests use the AVX2
+//! kernel there. selvedge itself does not depend on it.
 
 use std::process::Command;
 

@@ -1,10 +1,10 @@
 //! Criterion benchmarks of declared data access (`Data`, `spawn_with`):
 //!
 //! - `declared_access`: what a declared access costs over a plain `spawn`
-//!   and over the promise chains it replaces (`benches/workloads/access.rs`
+//!   and over the promise chains it replaces (`tools/src/access.rs`
 //!   says what each version does);
 //! - `cholesky_2048_tile_128` and `_64`: the tiled Cholesky factorisation
-//!   (`benches/workloads/cholesky.rs`, also `examples/cholesky.rs`) as
+//!   (`tools/src/cholesky.rs`, also `tools/src/bin/cholesky.rs`) as
 //!   selvedge dataflow with declared access, as the same tasks in a
 //!   `Graph` built once and replayed, as rayon with a barrier per
 //!   half-step, and serially (the tile loop), each checked against the
@@ -14,7 +14,7 @@
 //! 2).
 //!
 //! ```text
-//! SELVEDGE_BENCH_THREADS=2 cargo bench --bench data
+//! SELVEDGE_BENCH_THREADS=2 cargo bench -p selvedge-tools --bench data
 //! ```
 
 use selvedge_tools::{access, cholesky, workloads};

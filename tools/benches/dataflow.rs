@@ -5,9 +5,9 @@
 //! (256 × 256 tiles of about 1 µs, 64 × 64 of about 5 µs: groups
 //! `wavefront_fine_256` and `wavefront_fine_64`) where the per-tile cost of
 //! a promise shows. The workloads, and why each is shaped the way it is,
-//! are documented in `benches/workloads/dataflow.rs` (the fine-grained one
-//! in `benches/workloads/fine_wavefront.rs`), which
-//! `examples/bench_report.rs` times too.
+//! are documented in `tools/src/dataflow.rs` (the fine-grained one
+//! in `tools/src/dataflow/fine_wavefront.rs`), which
+//! `tools/src/bin/bench_report/main.rs` times too.
 //!
 //! One group per workload, with every implementation (selvedge's, the rayon
 //! peers and the serial baseline) in the same group, so their ratios can be
@@ -18,7 +18,7 @@
 //! `SELVEDGE_BENCH_THREADS` threads (default 2).
 //!
 //! ```text
-//! SELVEDGE_BENCH_THREADS=2 cargo bench --bench dataflow [-- <filter>]
+//! SELVEDGE_BENCH_THREADS=2 cargo bench -p selvedge-tools --bench dataflow [-- <filter>]
 //! ```
 
 use selvedge_tools::{dataflow, dataflow_group, workloads};

@@ -1,11 +1,11 @@
 //! Criterion benchmark of the README's main demonstration (issue #4): a
 //! nested, dataflow batched GEMM, 64 pairs of 256 x 256 f32 matrices, with
 //! a second stage per matrix (ReLU and row sums). The workload and its
-//! implementations are in `benches/workloads/gemm.rs`, which
-//! `examples/batched_gemm.rs` runs too.
+//! implementations are in `tools/src/gemm.rs`, which
+//! `tools/src/bin/batched_gemm.rs` runs too.
 //!
 //! One group, `nested_gemm`, holds selvedge's nested dataflow version (a
-//! loop nest per product, `benches/workloads/blis.rs`), rayon's nested
+//! loop nest per product, `tools/src/blis.rs`), rayon's nested
 //! `par_chunks_mut` version (stage 2 after a barrier), rayon running
 //! selvedge's loop nest, rayon with one task per matrix (not nested),
 //! scheduler-free references (one OS thread per share of the batch, with
@@ -15,7 +15,7 @@
 //! `SELVEDGE_BENCH_THREADS` threads (default 2).
 //!
 //! ```text
-//! SELVEDGE_BENCH_THREADS=2 cargo bench --bench gemm
+//! SELVEDGE_BENCH_THREADS=2 cargo bench -p selvedge-tools --bench gemm
 //! ```
 
 use selvedge_tools::{gemm, workloads};

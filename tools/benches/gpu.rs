@@ -28,8 +28,8 @@
 //! CUDA event timing).
 //!
 //! ```text
-//! cargo bench --features cuda --bench gpu
-//! SELVEDGE_REQUIRE_GPU=1 cargo bench --features cuda --bench gpu   # fail without a GPU
+//! cargo bench -p selvedge-tools --features cuda --bench gpu
+//! SELVEDGE_REQUIRE_GPU=1 cargo bench -p selvedge-tools --features cuda --bench gpu   # fail without a GPU
 //! ```
 
 use selvedge_tools::{gemm, gpu as gpu_workload};

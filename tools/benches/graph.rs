@@ -3,8 +3,8 @@
 //! 5 µs, and 256 × 256 empty tiles, where the time is the runtime's per
 //! node) as a replayed `selvedge::Graph`, the same graph built every run,
 //! promises and delayed tasks, rayon with a barrier per anti-diagonal, and
-//! serial code. The workloads are in `benches/workloads/graph_replay.rs`,
-//! which `examples/bench_report.rs` times too (`--only graph`).
+//! serial code. The workloads are in `tools/src/dataflow/graph_replay.rs`,
+//! which `tools/src/bin/bench_report/main.rs` times too (`--only graph`).
 //!
 //! One group per grid, every implementation in it, throughput in nodes;
 //! each implementation is first checked against the serial checksum. The
@@ -12,7 +12,7 @@
 //! (default 2).
 //!
 //! ```text
-//! SELVEDGE_BENCH_THREADS=2 cargo bench --bench graph [-- <filter>]
+//! SELVEDGE_BENCH_THREADS=2 cargo bench -p selvedge-tools --bench graph [-- <filter>]
 //! ```
 
 use selvedge_tools::{dataflow, dataflow_group, workloads};

@@ -3,8 +3,8 @@
 //! Weave's benchmark suite (histogram, log-sum-exp, Black-Scholes, matrix
 //! transposition) and two loops pipelined with `depends_on_each` against
 //! the same loops behind a barrier. The workloads, and why each is shaped
-//! the way it is, are documented in `benches/workloads/loops.rs`, which
-//! `examples/bench_report.rs --only loops` times too.
+//! the way it is, are documented in `tools/src/loops.rs`, which
+//! `bench_report --only loops` times too.
 //!
 //! One group per workload, with the serial, selvedge and rayon versions in
 //! the same group, so their ratios can be read off directly; each group's
@@ -16,7 +16,7 @@
 //! (default 2).
 //!
 //! ```text
-//! SELVEDGE_BENCH_THREADS=2 cargo bench --bench loops [-- <filter>]
+//! SELVEDGE_BENCH_THREADS=2 cargo bench -p selvedge-tools --bench loops [-- <filter>]
 //! ```
 
 use selvedge_tools::{loops, workloads};

@@ -8,10 +8,10 @@
 //! iteration is one whole workload (`rt.run(..)` / `pool.install(..)`).
 //!
 //! ```text
-//! SELVEDGE_BENCH_THREADS=2 cargo bench --bench scheduler [-- <filter>]
+//! SELVEDGE_BENCH_THREADS=2 cargo bench -p selvedge-tools --bench scheduler [-- <filter>]
 //! ```
 //!
-//! For a one-shot markdown table, see `examples/bench_report.rs`.
+//! For a one-shot markdown table, see `tools/src/bin/bench_report/main.rs`.
 
 use selvedge_tools::workloads;
 

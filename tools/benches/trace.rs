@@ -9,7 +9,7 @@
 //! runtime can be traced, and no tracing code is compiled at all.
 //!
 //! ```text
-//! SELVEDGE_BENCH_THREADS=2 cargo bench --features trace --bench trace [-- --samples N]
+//! SELVEDGE_BENCH_THREADS=2 cargo bench -p selvedge-tools --features trace --bench trace [-- --samples N]
 //! ```
 
 use selvedge_tools::turns::interleaved_medians;

@@ -1,5 +1,5 @@
 //! What a declared access costs (`Data` and `spawn_with`), shared by
-//! `benches/data.rs` (criterion) and `examples/bench_report.rs` (`--only
+//! `tools/benches/data.rs` (criterion) and `tools/src/bin/bench_report/main.rs` (`--only
 //! data`). [`TASKS`] trivial tasks per run, over [`HANDLES`] handles (task i
 //! uses handle i mod [`HANDLES`]), each run inside `rt.run`, every handle
 //! joined (the reported time covers creating, scheduling and finishing the

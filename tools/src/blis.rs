@@ -37,7 +37,7 @@ use std::sync::Mutex;
 use selvedge::{par_chunks_mut, parallel_for};
 
 // The crate including this file provides `microkernel`
-// (benches/workloads/microkernel.rs).
+// (tools/src/microkernel.rs).
 use crate::microkernel::{kernel, Kernel};
 
 /// Rows of `A` packed together, and the grain of the outer loop (a

@@ -1,5 +1,5 @@
 //! Tiled Cholesky factorisation (A = L·Lᵀ, lower), the same tile algorithm
-//! five ways, shared by `examples/cholesky.rs` and `benches/cholesky.rs`:
+//! five ways, shared by `tools/src/bin/cholesky.rs` and `tools/benches/data.rs`:
 //!
 //! - **serial**: the tile loop on the calling thread;
 //! - **selvedge dataflow**: every tile a [`Data`], every kernel call a task

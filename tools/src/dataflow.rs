@@ -1,6 +1,6 @@
 //! Dataflow workloads (issue #3): what a promise costs, how fast a chain of
 //! promises runs, and what dataflow buys over a barrier. Shared by
-//! `benches/dataflow.rs` (criterion) and `examples/bench_report.rs` (the
+//! `tools/benches/dataflow.rs` (criterion) and `tools/src/bin/bench_report/main.rs` (the
 //! markdown report), which both include this file next to `mod.rs` and use
 //! its `Pools` and `Workload` table.
 //!

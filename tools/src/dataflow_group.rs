@@ -1,5 +1,5 @@
 //! One criterion group for one dataflow workload, shared by
-//! `benches/dataflow.rs` and `benches/graph.rs`: every implementation, and every
+//! `tools/benches/dataflow.rs` and `tools/benches/graph.rs`: every implementation, and every
 //! implementation that times part of its run itself, checked against the
 //! serial result first.
 

@@ -1,5 +1,5 @@
 //! Batched single-precision GEMM with a second stage per matrix: the
-//! workload of the README's main demonstration (`examples/batched_gemm.rs`)
+//! workload of the README's main demonstration (`tools/src/bin/batched_gemm.rs`)
 //! and of the `gemm` criterion benchmark.
 //!
 //! For each of `batch` pairs of `n x n` matrices, stage 1 computes

@@ -1,6 +1,6 @@
 //! The batched GEMM demonstration on a GPU (feature `cuda`), shared by
-//! `examples/batched_gemm.rs` and `benches/gpu.rs`. Include it next to
-//! `workloads/gemm.rs` as `mod gemm`.
+//! `tools/src/bin/batched_gemm.rs` and `tools/benches/gpu.rs`, on the CPU
+//! workload's batches (`crate::gemm`).
 //!
 //! - `selvedge`: `Device::parallel_for` over groups of the batch; each
 //!   group's iteration enqueues a strided-batched SGEMM and a copy of the

@@ -21,7 +21,6 @@ use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 
-// The crate including this file provides `pinning` (benches/workloads/pinning.rs).
 use crate::pinning;
 
 /// Round trips per probe (a few milliseconds).

@@ -1,7 +1,7 @@
 //! Parallel-loop workloads (issue #4): what a loop iteration costs, four
 //! data-parallel kernels from Weave's benchmark suite, and a two-loop
 //! pipeline against the same loops behind a barrier. Shared by
-//! `benches/loops.rs` (criterion) and `examples/bench_report.rs` (the
+//! `tools/benches/loops.rs` (criterion) and `tools/src/bin/bench_report/main.rs` (the
 //! markdown report, `--only loops`), which both include this file next to
 //! `mod.rs` and use its `Pools`.
 //!

@@ -1,5 +1,5 @@
 //! Timing several implementations of one workload fairly on a shared
-//! machine: shared by `examples/batched_gemm.rs` and `benches/trace.rs`.
+//! machine: shared by `tools/src/bin/batched_gemm.rs` and `tools/benches/trace.rs`.
 
 use std::time::Instant;
 

@@ -1,8 +1,5 @@
-//! Workloads from Weave's benchmark suite, shared by `benches/scheduler.rs`
-//! (criterion) and `examples/bench_report.rs` (a markdown report).
-//!
-//! (It lives in `benches/workloads/mod.rs` rather than `benches/workloads.rs`
-//! so that Cargo does not auto-discover it as a bench target of its own.)
+//! Workloads from Weave's benchmark suite, shared by `tools/benches/scheduler.rs`
+//! (criterion) and `tools/src/bin/bench_report/main.rs` (a markdown report).
 //!
 //! Every workload is written once per scheduler with the same task structure
 //! (what is spawned, and what is waited for), plus a serial elision. Each

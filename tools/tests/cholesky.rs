@@ -1,4 +1,4 @@
-//! The tiled Cholesky of `examples/cholesky.rs` and `benches/data.rs`, at a
+//! The tiled Cholesky of `tools/src/bin/cholesky.rs` and `tools/benches/data.rs`, at a
 //! small size: the declared-access version, its graph replayed, the rayon
 //! version and the serial tile loop all produce the serial factor, L·Lᵀ gives A back, and
 //! a task that panics inside the factorisation poisons what depends on it

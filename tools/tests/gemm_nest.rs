@@ -1,5 +1,5 @@
 //! The BLIS-style loop nest of the GEMM demonstration
-//! (`benches/workloads/blis.rs`): on one thread, on selvedge's loops and on
+//! (`tools/src/blis.rs`): on one thread, on selvedge's loops and on
 //! rayon's it computes the product `matrixmultiply` computes, for sizes
 //! whose edges cut through tiles, blocks and slices of the inner
 //! dimension, on packing buffers that earlier products left holding their

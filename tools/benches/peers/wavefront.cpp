@@ -1,4 +1,4 @@
-// The fine wavefront of `benches/workloads/fine_wavefront.rs` (the same
+// The fine wavefront of `tools/src/dataflow/fine_wavefront.rs` (the same
 // tile kernel, grid and dependencies), written for the C++ runtimes the
 // library is compared with. Built and run by `scripts/peers.sh`, which
 // alternates it with `bench_report`'s own runs of the same grids, so that

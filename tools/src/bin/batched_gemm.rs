@@ -3,14 +3,14 @@
 //! A batch of `--batch` pairs of `--size` x `--size` single-precision
 //! matrices. Stage 1 multiplies each pair: an outer parallel loop over the
 //! batch, and in each product a BLIS-style loop nest
-//! (`benches/workloads/blis.rs`): `B` packed once and shared by every
+//! (`tools/src/blis.rs`): `B` packed once and shared by every
 //! task, a parallel loop over blocks of rows of `C` and, nested in it, a
 //! parallel loop over groups of its columns, down to a SIMD microkernel.
 //! The loops split only when an idle worker asks, so a large batch is
 //! shared out matrix by matrix and one large matrix (`--batch 1`) block
 //! by block. Stage 2 (ReLU and row sums) starts on each matrix the moment
 //! its product is done, through a `LoopPromise`: no barrier between the
-//! stages. The code is in `benches/workloads/gemm.rs`, shared with `cargo
+//! stages. The code is in `tools/src/gemm.rs`, shared with `cargo
 //! bench --bench gemm`.
 //!
 //! The program checks selvedge's and rayon's versions (each in a pool of
@@ -28,7 +28,7 @@
 //! `--threads`), and the ratios.
 //!
 //! ```text
-//! cargo run --release --example batched_gemm -- [--batch 64] [--size 256] [--block 64] [--threads 2] [--samples 7]
+//! cargo run --release -p selvedge-tools --bin batched_gemm -- [--batch 64] [--size 256] [--block 64] [--threads 2] [--samples 7]
 //! ```
 //!
 //! `--threads` defaults to `SELVEDGE_NUM_THREADS`, or 2. With
@@ -38,7 +38,7 @@
 //! thread onto a busy CPU takes most of the noise out of the figures.
 //!
 //! Built with `--features cuda` on a machine with a GPU, it runs the GPU
-//! version instead (`benches/workloads/gpu.rs`): `Device::parallel_for`
+//! version instead (`tools/src/gpu.rs`): `Device::parallel_for`
 //! over groups of the batch, each a strided-batched SGEMM on its worker's
 //! stream whose callback fulfills the group's iteration of a
 //! `LoopPromise`, and stage 2 pipelined behind it (`depends_on_each`); the
@@ -49,7 +49,7 @@
 //! behind stage 1.
 //!
 //! ```text
-//! cargo run --release --features cuda --example batched_gemm -- --batch 256 --size 256
+//! cargo run --release -p selvedge-tools --features cuda --bin batched_gemm -- --batch 256 --size 256
 //! ```
 //!
 //! With `--trace PATH` (built with `--features trace`) it also writes a
@@ -63,7 +63,7 @@
 //! then those of a traced runtime).
 //!
 //! ```text
-//! cargo run --release --features trace --example batched_gemm -- --trace target/trace/gemm.json
+//! cargo run --release -p selvedge-tools --features trace --bin batched_gemm -- --trace target/trace/gemm.json
 //! ```
 //!
 //! With `SELVEDGE_REQUIRE_GPU=1`, a run that cannot use a GPU (no driver,
@@ -143,7 +143,7 @@ fn parse_args() -> Args {
     if args.trace.is_some() && cfg!(not(feature = "trace")) {
         eprintln!(
             "batched_gemm: --trace needs selvedge's `trace` feature: \
-             cargo run --release --features trace --example batched_gemm -- --trace PATH"
+             cargo run --release -p selvedge-tools --features trace --bin batched_gemm -- --trace PATH"
         );
         std::process::exit(2);
     }

@@ -14,11 +14,11 @@
 //! ‖A − L·Lᵀ‖/‖A‖.
 //!
 //! ```text
-//! cargo run --release --example cholesky -- [--size 2048] [--tile 128] [--threads 2] [--samples 5]
+//! cargo run --release -p selvedge-tools --bin cholesky -- [--size 2048] [--tile 128] [--threads 2] [--samples 5]
 //! ```
 //!
 //! The tile kernels (potrf, trsm, gemm) are faer's, single-threaded; the
-//! algorithm and the shared code are in `benches/workloads/cholesky.rs`.
+//! algorithm and the shared code are in `tools/src/cholesky.rs`.
 
 use selvedge_tools::cholesky;
 

@@ -3,8 +3,8 @@
 //! small, equal tiles, so that what a promise, a spawn and a wake-up cost
 //! per tile shows next to the work instead of vanishing under it. A child
 //! module of `dataflow.rs` (it builds [`Dataflow`] entries, which
-//! `dataflow::all()` appends), so `benches/dataflow.rs` and
-//! `examples/bench_report.rs` both pick it up.
+//! `dataflow::all()` appends), so `tools/benches/dataflow.rs` and
+//! `tools/src/bin/bench_report/main.rs` both pick it up.
 //!
 //! Two sizes:
 //!

@@ -2,8 +2,8 @@
 //! (see [`super::fine_wavefront`]): tile `(i, j)` after `(i − 1, j)` and
 //! `(i, j − 1)`, each tile a chain of mixing rounds seeded from its
 //! neighbours' digests, every implementation checked against the serial
-//! checksum. A child module of `dataflow.rs`, used by `benches/graph.rs`
-//! (criterion) and `examples/bench_report.rs` (`--only graph`).
+//! checksum. A child module of `dataflow.rs`, used by `tools/benches/graph.rs`
+//! (criterion) and `tools/src/bin/bench_report/main.rs` (`--only graph`).
 //!
 //! Three grids: 256 × 256 tiles of about 1 µs, 64 × 64 of about 5 µs, and
 //! 256 × 256 tiles with no rounds at all (a load, a few arithmetic
@@ -40,7 +40,7 @@
 //! replayed within 1.1 × serial / threads and faster than the graph made
 //! with promises every run; the 5 µs grid within 1.05 × serial / threads.
 
-// `benches/dataflow.rs` includes this module's parent but times none of it.
+// `tools/benches/dataflow.rs` includes this module's parent but times none of it.
 #![allow(dead_code)]
 
 use std::sync::Mutex;

@@ -1,5 +1,5 @@
 //! `bench_report`'s GEMM section: the main demonstration's workload
-//! (`examples/batched_gemm.rs`, `benches/workloads/gemm.rs`) at a large
+//! (`tools/src/bin/batched_gemm.rs`, `tools/src/gemm.rs`) at a large
 //! batch of small matrices and at one large matrix, each against rayon,
 //! plain threads and the kernel alone, with the section's goals.
 
@@ -55,10 +55,10 @@ pub fn gemm_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Ch
     println!();
     if md {
         println!(
-            "The main demonstration's workload (`cargo run --release --example \
-             batched_gemm`): a batch of products of f32 matrices, then a second stage \
+            "The main demonstration's workload (`cargo run --release -p selvedge-tools \
+             --bin batched_gemm`): a batch of products of f32 matrices, then a second stage \
              per matrix (ReLU and row sums). selvedge runs an outer loop over the batch \
-             and, in each product, a BLIS-style loop nest (`benches/workloads/blis.rs`: \
+             and, in each product, a BLIS-style loop nest (`tools/src/blis.rs`: \
              `B` packed once and shared, a loop over blocks of rows with a loop over \
              groups of columns nested in it; microkernel: {}), and starts each matrix's \
              second stage through a loop promise the moment its product is done. rayon \

@@ -1,10 +1,10 @@
 //! Benchmark report: selvedge against rayon, chili and a serial baseline.
 //!
-//! Runs every workload of Weave's suite used in `benches/scheduler.rs` (fib,
+//! Runs every workload of Weave's suite used in `tools/benches/scheduler.rs` (fib,
 //! DFS, N-Queens, bouncing producer-consumer, single producer / many
-//! consumers), then the dataflow workloads of `benches/dataflow.rs` (promise
+//! consumers), then the dataflow workloads of `tools/benches/dataflow.rs` (promise
 //! overhead, chain latency, tiled wavefront, fine-grained wavefront), then
-//! the parallel loop workloads of `benches/loops.rs` (loop overhead,
+//! the parallel loop workloads of `tools/benches/loops.rs` (loop overhead,
 //! histogram, log-sum-exp, Black-Scholes, transposition, pipelined loops),
 //! with every implementation, each in a pool of the same number of threads
 //! built once up front. Each implementation is first checked against the
@@ -17,7 +17,7 @@
 //! the median is reported, in milliseconds.
 //!
 //! ```text
-//! cargo run --release --example bench_report -- [--samples N] [--threads N] [--only weave|dataflow|data|loops|gemm|graph] [--markdown] [--plot DIR]
+//! cargo run --release -p selvedge-tools --bin bench_report -- [--samples N] [--threads N] [--only weave|dataflow|data|loops|gemm|graph] [--markdown] [--plot DIR]
 //! ```
 //!
 //! The thread count defaults to `SELVEDGE_BENCH_THREADS`, or 2. For the
@@ -36,7 +36,7 @@
 //! second CPU comes and goes, and every parallel figure with it. Before
 //! each section, before each fine-grained wavefront and at the end, the
 //! report measures how long a cache line takes to go from one CPU to
-//! another (`benches/workloads/handoff.rs`): on a VM that moves with the
+//! another (`tools/src/handoff.rs`): on a VM that moves with the
 //! host's placement of the virtual CPUs, and the fine-grained figures with
 //! it. `--only` runs one of the sections.
 //!
@@ -49,7 +49,7 @@
 //! alone:
 //!
 //! ```text
-//! cargo run --release --example bench_report -- --markdown > BENCHMARKS.md
+//! cargo run --release -p selvedge-tools --bin bench_report -- --markdown > BENCHMARKS.md
 //! ```
 //!
 //! `--plot DIR` also draws each table of median times as an SVG bar chart
@@ -59,7 +59,7 @@
 //! table, a bar per implementation (selvedge and each peer) showing its
 //! median, with the median and the ratios the table prints written after
 //! each bar; the time axis is logarithmic where the times span more than
-//! 25x (`examples/bench_report/plot.rs`). The tables that are not times of
+//! 25x (`tools/src/bin/bench_report/plot.rs`). The tables that are not times of
 //! implementations get no chart: the dataflow, data-access and graph
 //! targets, the scheduler counters and the hand-off table. The charts of a
 //! section are written once it is done, and listed on stderr.
@@ -474,7 +474,7 @@ fn markdown_header(args: &Args, threads: usize, cores: usize) {
     println!();
     println!(
         "selvedge against rayon, chili and serial code, as measured by the \
-         `bench_report` example of this repository. Every implementation of a \
+         `bench_report` program of this repository (`tools/`). Every implementation of a \
          workload runs in a pool of the same number of threads, built once up front; \
          it is first checked against the serial result, run {WARMUPS} times to warm \
          up, then timed. Times are medians over the samples, in milliseconds per run \
@@ -515,7 +515,7 @@ fn markdown_header(args: &Args, threads: usize, cores: usize) {
 
 /// The command that produced this report, as one would type it.
 fn command_line() -> String {
-    let mut line = String::from("cargo run --release --example bench_report");
+    let mut line = String::from("cargo run --release -p selvedge-tools --bin bench_report");
     let args: Vec<String> = std::env::args().skip(1).collect();
     if !args.is_empty() {
         line.push_str(" --");
@@ -1907,7 +1907,7 @@ fn data_section(pools: &Pools, samples: usize, md: bool, charts: &mut Vec<Chart>
         println!();
         if md && t == 128 {
             println!(
-                "`examples/cholesky.rs`'s workload: A = L·Lᵀ by tiles (potrf, trsm, \
+                "`tools/src/bin/cholesky.rs`'s workload: A = L·Lᵀ by tiles (potrf, trsm, \
                  syrk, gemm on tiles, faer's single-threaded kernels). selvedge submits \
                  the serial loop's kernel calls as tasks declaring the tiles they read \
                  and write; the graph row builds those tasks once as nodes of a \

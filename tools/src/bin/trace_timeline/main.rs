@@ -34,7 +34,7 @@
 //! Hovering over a bar in a browser shows its full name, duration and start.
 //!
 //! ```text
-//! cargo run --release --example trace_timeline -- IN.json OUT.svg \
+//! cargo run --release -p selvedge-tools --bin trace_timeline -- IN.json OUT.svg \
 //!     [--title T] [--width PX] [--from MS] [--to MS] [--no-flows] [--max-flows N]
 //! ```
 //!
@@ -46,8 +46,8 @@
 //! demonstration with tracing and renders its trace this way:
 //!
 //! ```text
-//! cargo run --release --features trace --example batched_gemm -- --trace target/trace/gemm.json
-//! cargo run --release --example trace_timeline -- target/trace/gemm.json gemm.svg
+//! cargo run --release -p selvedge-tools --features trace --bin batched_gemm -- --trace target/trace/gemm.json
+//! cargo run --release -p selvedge-tools --bin trace_timeline -- target/trace/gemm.json gemm.svg
 //! ```
 
 mod load;
