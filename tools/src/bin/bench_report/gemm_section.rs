@@ -5,9 +5,11 @@
 
 use std::time::Instant;
 
-use crate::common::{median_min_max, met, progress, WARMUPS};
-use crate::plot::Chart;
 use selvedge_tools::workloads::Pools;
+
+use crate::plot::Chart;
+
+use crate::common::{median_min_max, met, progress, WARMUPS};
 use selvedge_tools::{gemm, microkernel};
 
 /// The shapes timed, as (batch, matrix size): the demonstration's default

@@ -9,10 +9,11 @@
 //! of its title.
 
 use std::collections::HashSet;
+
+use plotters::coord::Shift;
 use std::path::{Path, PathBuf};
 
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
-use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
