@@ -10,8 +10,8 @@
 #
 # The bundle holds, in release mode, without debug info:
 #   tests/<name>    every GPU integration test (tests/gpu*.rs)
-#   gpu-bench       the GPU criterion benchmarks (benches/gpu.rs)
-#   batched_gemm    the demonstration (examples/batched_gemm.rs)
+#   gpu-bench       the GPU criterion benchmarks (tools/benches/gpu.rs)
+#   batched_gemm    the demonstration (tools/src/bin/batched_gemm.rs)
 #   bench_report    the CPU benchmark report, for scaling figures
 #   run.sh          the run script (scripts/gpu-bundle-run.sh)
 #   MANIFEST        what was built, from which commit, with which toolchain
@@ -55,17 +55,20 @@ for t in "${tests[@]}"; do
   targets+=(--test "$t")
 done
 # `--bench gpu` in the release profile: the same binary as
-# `cargo bench --no-run --features cuda --bench gpu` (whose bench profile
+# `cargo bench -p selvedge-tools --no-run --features cuda --bench gpu` (whose bench profile
 # differs from release only in debug info, which the bundle drops), built
 # in the same cargo run as the rest so that they share every dependency.
-targets+=(--bench gpu --example batched_gemm --example bench_report)
+targets+=(--bench gpu --bin batched_gemm --bin bench_report)
 
 echo "gpu-bundle: building ${targets[*]} (release, --features cuda) in $target_dir"
 start=$(date +%s)
 json=$(mktemp)
 trap 'rm -f "$json"' EXIT
 # Cargo's diagnostics go to stderr as usual; stdout is the JSON messages.
-cargo build --release --features cuda "${targets[@]}" \
+# The tests are selvedge's, the rest selvedge-tools' (whose `cuda` feature
+# turns on selvedge's).
+cargo build --release -p selvedge -p selvedge-tools \
+  --features selvedge/cuda,selvedge-tools/cuda "${targets[@]}" \
   --message-format=json-render-diagnostics >"$json"
 build_s=$(( $(date +%s) - start ))
 
@@ -94,8 +97,8 @@ for t in "${tests[@]}"; do
   copy test "$t" "tests/$t"
 done
 copy bench gpu gpu-bench
-copy example batched_gemm batched_gemm
-copy example bench_report bench_report
+copy bin batched_gemm batched_gemm
+copy bin bench_report bench_report
 cp scripts/gpu-bundle-run.sh "$bundle/run.sh"
 chmod +x "$bundle/run.sh"
 

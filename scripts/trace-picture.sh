@@ -19,8 +19,8 @@ title=${TITLE:-"Batched GEMM on selvedge: one traced run"}
 
 mkdir -p "$(dirname "$trace")" "$(dirname "$picture")"
 # `--trace` needs the `trace` feature (without it the demonstration refuses).
-cargo run --release --features trace --example batched_gemm -- --trace "$trace" "$@"
+cargo run --release -p selvedge-tools --features trace --bin batched_gemm -- --trace "$trace" "$@"
 # The same features, so that cargo does not build selvedge a second time.
-cargo run --release --features trace --example trace_timeline -- \
+cargo run --release -p selvedge-tools --features trace --bin trace_timeline -- \
   "$trace" "$picture" --title "$title"
 echo "trace-picture: wrote $picture (trace: $trace)"
