@@ -576,15 +576,6 @@ impl Drop for Dep {
     }
 }
 
-impl std::fmt::Debug for Dep {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Dep")
-            .field("event", &self.event)
-            .field("fulfilled", &self.is_fulfilled())
-            .finish()
-    }
-}
-
 /// A delayed task as the protocol sees it: its link in an event's stack,
 /// its sorted dependencies and the index of the one it waits on. Containers
 /// put it first in a `#[repr(C)]` struct, so an [`Outcome`] pointer casts
@@ -691,13 +682,9 @@ impl Waiter {
     }
 }
 
-impl std::fmt::Debug for Waiter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Waiter")
-            .field("deps", &self.deps.as_slice().len())
-            .finish_non_exhaustive()
-    }
-}
+// The `Debug` impls, in a child module so that they may read the fields.
+#[path = "event_debug.rs"]
+mod debug;
 
 #[cfg(all(test, not(loom)))]
 #[path = "event_tests.rs"]

@@ -36,7 +36,7 @@ pub fn device(rt: &Runtime, test: &str) -> Option<Device> {
     }
 }
 
-/// Held by each test of `tests/gpu.rs` for its whole run, so that they
+/// Held by each test of `tests/gpu/` for its whole run, so that they
 /// run one at a time. They share the device's one CUDA context, and a call
 /// that waits for the whole device in one test (a module load, a free, a
 /// device's drop) can hold up the others' calls until every test's work on

@@ -151,7 +151,7 @@ fn parse_args() -> Args {
 }
 
 /// Whether `SELVEDGE_REQUIRE_GPU=1` asks that a run without a GPU fail (as
-/// in `tests/gpu.rs`).
+/// in `tests/gpu/`).
 fn gpu_required() -> bool {
     std::env::var_os("SELVEDGE_REQUIRE_GPU").is_some_and(|v| v == "1")
 }
