@@ -10,7 +10,7 @@
 //! latency) over `rounds` rounds after 100 warm-up rounds.
 //!
 //! ```text
-//! cargo build --release --features mpi --example mpi_pingpong
+//! cargo build --release --features mpi-baseline --example mpi_pingpong
 //! mpirun -n 2 target/release/examples/mpi_pingpong [--raw] [rounds] [elements]
 //! ```
 

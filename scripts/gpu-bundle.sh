@@ -3,8 +3,8 @@
 # the `cuda` feature (the CUDA libraries are loaded at run time, so no GPU
 # and no CUDA toolkit are needed to build), copied with the run script
 # into `.gpu-bundle/`. Copy that folder to a GPU machine and run
-# `.gpu-bundle/run.sh` there: no Rust toolchain needed (see README.md,
-# "Running the GPU checks on a GPU machine").
+# `.gpu-bundle/run.sh` there: no Rust toolchain needed (see
+# docs/DEVELOPING.md, "Running the GPU checks on a GPU machine").
 #
 #   scripts/gpu-bundle.sh
 #

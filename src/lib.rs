@@ -92,8 +92,9 @@
 //!   [`Graph::precede`], or follow from the [`Data`] its nodes declare) and
 //!   run many times ([`Graph::run`], [`Runtime::run_graph`],
 //!   [`Runtime::spawn_graph`]), each run only counting predecessors down.
-//! - [`named`] names the tasks a closure makes, for traces (feature
-//!   `trace`) and the stall warning.
+//! - [`named`] names the tasks a closure makes, for traces and the stall
+//!   warning (both with the feature `trace`; without it, it only calls the
+//!   closure).
 //! - Outside any runtime, [`spawn`], [`scope`], [`join`] and the loops use
 //!   a global runtime built on first use ([`global_runtime`]); its size comes
 //!   from `SELVEDGE_NUM_THREADS`, else the available parallelism.

@@ -319,7 +319,7 @@ fn graphs_run_from_many_threads_and_tasks_at_once() {
         g
     };
     // Foreign threads, each with its own graph, through run_graph and
-    // submit_graph.
+    // spawn_graph.
     let threads: Vec<_> = (0..4)
         .map(|t| {
             let rt = Arc::clone(&rt);

@@ -1,4 +1,4 @@
-//! Runtime lifecycle: building, run/submit, sync_root, stats, shutdown.
+//! Runtime lifecycle: building, run/spawn, sync_root, stats, shutdown.
 
 mod support;
 

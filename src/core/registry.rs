@@ -61,7 +61,7 @@ pub(crate) struct Registry {
     /// Free task blocks passed from the workers that run tasks to the
     /// workers that make them (`spare_blocks.rs`).
     pub(crate) block_exchange: Arc<BlockExchange>,
-    /// Blocks for tasks made outside the workers (`task::OutsidePool`).
+    /// Blocks for tasks made outside the workers (`outside_pool.rs`).
     pub(crate) outside_blocks: OutsidePool,
     /// The runtime's trace, when it is traced.
     #[cfg(feature = "trace")]

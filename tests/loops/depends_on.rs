@@ -109,7 +109,7 @@ fn depends_on_delays_blocking_loops() {
     assert_eq!(got, serial(0..100, 1));
 }
 
-/// Regression test for a hang, fixed since (src/core/park.rs `Sleep::wake_any` / `join_park`,
+/// Guards against a hang (src/core/park.rs `Sleep::wake_any` / `join_park`,
 /// src/core/worker/parking.rs, a worker's park; not specific to loops): on a runtime with one worker, a
 /// caller blocked in `for_each` / `reduce` (or in `join` on a
 /// `spawn_delayed` task) whose dependency is fulfilled by a foreign thread
@@ -120,7 +120,7 @@ fn depends_on_delays_blocking_loops() {
 /// workers it does not show: the waiters' steal requests wake each other.
 /// It does show with `num_threads(1)`, and with the global runtime on a
 /// one-CPU machine (or `SELVEDGE_NUM_THREADS=1`). Expected: the loop runs
-/// once the promise is fulfilled. Left failing on purpose.
+/// once the promise is fulfilled.
 #[test]
 fn one_worker_blocking_loop_waiting_for_a_foreign_fulfill() {
     if !is_child() {

@@ -218,8 +218,8 @@ fn indices_near_usize_max_do_not_overflow() {
     assert_eq!(seen, serial(top - 48..top, 3));
 }
 
-/// Regression test for a hang, fixed since (src/promise.rs `LoopDeps::bucket_end`, used by
-/// `run_iterations_when_ready` in src/loops.rs): `range.start + (b + 1) *
+/// Guards against a hang (`LoopPromise::bucket_end` in src/dataflow/loop_promise.rs, used by
+/// `run_iterations_when_ready` in src/loops/each.rs): `range.start + (b + 1) *
 /// bucket` overflows when a bucket would end past `usize::MAX`: with
 /// `LoopPromise::with_bucket_size(1..10, usize::MAX)` (one bucket for the
 /// whole range), or a range near `usize::MAX` whose last bucket is short.
@@ -228,7 +228,7 @@ fn indices_near_usize_max_do_not_overflow() {
 /// and retries the same iteration forever (thousands of panics a second):
 /// the loop never returns. (Release builds wrap, and the difference taken
 /// right after comes out right, so there it works.) Expected: every
-/// iteration runs once. Left failing on purpose (debug builds only).
+/// iteration runs once.
 #[test]
 fn depends_on_each_with_a_bucket_ending_past_usize_max() {
     if !is_child() {
@@ -335,7 +335,7 @@ fn depends_on_each_range_checks_name_the_index_and_the_range() {
     );
 }
 
-/// Regression test for a hang, fixed since (src/loops.rs `ParallelFor::stride` / `depends_on_each`): the range
+/// Guards against a hang (`ParallelFor::stride` / `depends_on_each`, src/loops/run.rs): the range
 /// check of `depends_on_each` uses the stride set so far, and `.stride()`
 /// may still be called after it: `parallel_for(0..12).stride(5)` visits 0,
 /// 5 and 10, which `LoopPromise::new(0..11)` covers, and a `.stride(1)`
@@ -346,7 +346,7 @@ fn depends_on_each_range_checks_name_the_index_and_the_range() {
 /// `iterate` retries it forever: the loop hangs (with buckets of more than
 /// one iteration, a release build instead waits silently on the last
 /// bucket). Expected: a panic naming the index and the range, as for a
-/// loop that is out of range from the start. Left failing on purpose.
+/// loop that is out of range from the start.
 #[test]
 fn stride_after_depends_on_each_is_range_checked_too() {
     if !is_child() {

@@ -283,7 +283,7 @@ fn a_panicking_identity_reaches_the_caller() {
     );
 }
 
-/// Regression test for a hang, fixed since (src/loops.rs, `park_bucket`): a `depends_on_each` reduction whose
+/// Guards against a hang (`park_bucket`, src/loops/each.rs): a `depends_on_each` reduction whose
 /// `identity` panics while the loop parks an unready bucket never returns.
 /// `park_bucket` counts the parked part in `pending` and splits a join node
 /// for it, then calls `identity()` for the rest of the current part; when
@@ -291,7 +291,7 @@ fn a_panicking_identity_reaches_the_caller() {
 /// zero and the join node's side never arrives: the caller waits forever
 /// (the iterations of the bucket are lost too). Expected: the loop ends and
 /// `reduce` resumes the identity's panic, as the docs promise for "a panic
-/// in any of the three closures". Left failing on purpose.
+/// in any of the three closures".
 #[test]
 fn a_panicking_identity_while_parking_a_bucket_reaches_the_caller() {
     if !is_child() {

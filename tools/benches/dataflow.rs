@@ -1,4 +1,4 @@
-//! Criterion benchmarks of the dataflow promises (issue #3): the cost of a
+//! Criterion benchmarks of the dataflow promises: the cost of a
 //! promise on top of a spawn, the latency of a chain of promises, a tiled
 //! wavefront (Smith-Waterman-like) run with promises against the same
 //! computation behind anti-diagonal barriers, and a fine-grained wavefront

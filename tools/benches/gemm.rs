@@ -1,4 +1,4 @@
-//! Criterion benchmark of the README's main demonstration (issue #4): a
+//! Criterion benchmark of the README's main demonstration: a
 //! nested, dataflow batched GEMM, 64 pairs of 256 x 256 f32 matrices, with
 //! a second stage per matrix (ReLU and row sums). The workload and its
 //! implementations are in `tools/src/gemm.rs`, which

@@ -1,4 +1,4 @@
-//! Criterion benchmarks of the parallel loops (issue #4): loop overhead
+//! Criterion benchmarks of the parallel loops: loop overhead
 //! (an empty loop, a sum, a loop nested in a loop), four kernels from
 //! Weave's benchmark suite (histogram, log-sum-exp, Black-Scholes, matrix
 //! transposition) and two loops pipelined with `depends_on_each` against

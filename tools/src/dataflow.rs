@@ -1,4 +1,4 @@
-//! Dataflow workloads (issue #3): what a promise costs, how fast a chain of
+//! Dataflow workloads: what a promise costs, how fast a chain of
 //! promises runs, and what dataflow buys over a barrier. Shared by
 //! `tools/benches/dataflow.rs` (criterion) and `tools/src/bin/bench_report/main.rs` (the
 //! markdown report), which both include this file next to `mod.rs` and use

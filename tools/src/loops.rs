@@ -1,4 +1,4 @@
-//! Parallel-loop workloads (issue #4): what a loop iteration costs, four
+//! Parallel-loop workloads: what a loop iteration costs, four
 //! data-parallel kernels from Weave's benchmark suite, and a two-loop
 //! pipeline against the same loops behind a barrier. Shared by
 //! `tools/benches/loops.rs` (criterion) and `tools/src/bin/bench_report/main.rs` (the

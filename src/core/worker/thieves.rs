@@ -34,6 +34,9 @@ impl Worker {
     /// program, on 16 cores). Queue lengths are hints, read without
     /// ordering; a request that finds the queue empty after all is
     /// forwarded as before.
+    // Inlined where it was before the worker's roles went to files of
+    // their own (another codegen unit, maybe): the steal loop calls it.
+    #[inline]
     pub(super) fn pick_victim(&self, tried: &VictimSet) -> Option<usize> {
         self.pick_victim_among(tried, Candidates::AnyIfNoneQueued)
     }
@@ -66,6 +69,9 @@ impl Worker {
         busy.or(any)
     }
 
+    // Inlined where it was before the worker's roles went to files of
+    // their own (another codegen unit, maybe): the steal loop calls it.
+    #[inline]
     pub(super) fn send_request(&self) {
         let tried = VictimSet::only(self.index);
         if let Some(v) = self.pick_victim(&tried) {
@@ -98,6 +104,9 @@ impl Worker {
 
     /// Collects the answer to our request: stolen tasks go on our deque and
     /// the newest is returned to run.
+    // Inlined where it was before the worker's roles went to files of
+    // their own (another codegen unit, maybe): the steal loop calls it.
+    #[inline]
     pub(super) fn take_reply(&self) -> Option<TaskRef> {
         match self.shared.replies[self.index].take() {
             Reply::Pending => None,

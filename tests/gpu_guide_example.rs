@@ -15,7 +15,7 @@ use selvedge::gpu::{gemm, BatchedGemm, Device, GpuError};
 /// "added"); every other line is the guide's, in its order (rustfmt
 /// would reformat some of them).
 #[rustfmt::skip]
-fn readme_example() -> Result<(), GpuError> {
+fn guide_example() -> Result<(), GpuError> {
     // Err(e) with e.is_unavailable() without a GPU: never a panic.
     let dev = Device::open(0)?;
     let g = BatchedGemm { batch: 64, m: 256, n: 256, k: 256 };
@@ -54,8 +54,8 @@ fn readme_example() -> Result<(), GpuError> {
 }
 
 #[test]
-fn the_readme_gpu_example_computes_its_product() {
-    match readme_example() {
+fn the_guides_gpu_example_computes_its_product() {
+    match guide_example() {
         Ok(()) => {}
         Err(e) if e.is_unavailable() => {
             if gpu_support::gpu_required() {
@@ -68,7 +68,7 @@ fn the_readme_gpu_example_computes_its_product() {
 }
 
 /// The example's lines: the guide block's, trimmed, blank lines left out.
-fn readme_block() -> Vec<&'static str> {
+fn guide_block() -> Vec<&'static str> {
     let page = include_str!("../docs/guide/gpu.md");
     let block = page
         .split("```rust,no_run\n")
@@ -83,25 +83,25 @@ fn readme_block() -> Vec<&'static str> {
 }
 
 #[test]
-fn this_file_holds_the_readme_gpu_example() {
-    let block = readme_block();
+fn this_file_holds_the_guides_gpu_example() {
+    let block = guide_block();
     assert!(
         block.iter().any(|l| l.contains("Device::open(0)")),
         "the guide's first GPU block is not the example: {block:?}"
     );
     // Each line of the guide's, in order, among this file's lines (the added
     // checks come in between).
-    let this = include_str!("gpu_readme.rs");
+    let this = include_str!("gpu_guide_example.rs");
     let mut mine = this.lines().map(str::trim);
     for line in &block {
         let wanted = if *line == "fn main() -> Result<(), GpuError> {" {
-            "fn readme_example() -> Result<(), GpuError> {"
+            "fn guide_example() -> Result<(), GpuError> {"
         } else {
             line
         };
         assert!(
             mine.any(|m| m == wanted),
-            "the guide's GPU example changed: its line {line:?} is not in tests/gpu_readme.rs (in order): copy the example here again"
+            "the guide's GPU example changed: its line {line:?} is not in tests/gpu_guide_example.rs (in order): copy the example here again"
         );
     }
     // The module docs' copy of the example is the same code (its comments
