@@ -257,6 +257,13 @@ impl Registry {
     }
 }
 
+#[cfg(not(feature = "trace"))]
+impl Registry {
+    /// Records nothing: a fulfill outside the workers made `task` ready.
+    #[inline(always)]
+    pub(super) fn trace_ready_outside(&self, _task: &TaskRef) {}
+}
+
 impl crate::core::latch::Unpark for Registry {
     fn unpark(&self, worker: usize) {
         self.sleep.unpark(worker);

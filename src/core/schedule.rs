@@ -42,7 +42,6 @@ impl Registry {
                 }
                 Arrival::Delayed => w.push_delayed(task),
                 Arrival::Ready => {
-                    #[cfg(feature = "trace")]
                     w.trace_ready(&task);
                     w.push_ready(task)
                 }
@@ -51,7 +50,6 @@ impl Registry {
                 Arrival::Spawned => self.inject(task),
                 Arrival::Delayed => self.inject_ready(task),
                 Arrival::Ready => {
-                    #[cfg(feature = "trace")]
                     self.trace_ready_outside(&task);
                     self.inject_ready(task)
                 }

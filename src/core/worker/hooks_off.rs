@@ -28,6 +28,10 @@ impl Worker {
         f()
     }
 
+    /// Records nothing: a fulfill on this worker made `task` ready.
+    #[inline(always)]
+    pub(crate) fn trace_ready(&self, _task: &TaskRef) {}
+
     /// Records nothing: `task` leaves this worker for worker `to`.
     #[inline(always)]
     pub(super) fn trace_given(&self, _task: &TaskRef, _to: u64) {}
