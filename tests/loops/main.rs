@@ -99,6 +99,20 @@ const HANG_LIMIT: Duration = Duration::from_secs(20);
 /// runtime (one of them spins, panicking, forever) does not stay behind
 /// slowing the other tests.
 fn in_child_process(name: &str, limit: Duration) {
+    // A name that matches no test would make the child run nothing and
+    // pass: check that it names exactly one (a test's path in this binary
+    // includes its module).
+    let listed = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--list", "--format", "terse"])
+        .env("LOOPS_CHILD", "1")
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert_eq!(
+        listed.lines().filter(|l| l.ends_with(": test")).count(),
+        1,
+        "in_child_process({name:?}): no test of that path in this binary (listed: {listed:?})"
+    );
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", name, "--test-threads=1", "--quiet"])
         .env("LOOPS_CHILD", "1")
