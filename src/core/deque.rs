@@ -34,7 +34,7 @@
 //! Release store of `top` that publishes it. Only the exclusive section
 //! moves slots (growing, compacting) or changes `offset`; the fast path
 //! never does, so a rescuer reads a stable slot array. The loom model
-//! `loom-tests/tests/rescue.rs` fails when either barrier is taken out.
+//! `loom-tests/tests/models/rescue.rs` fails when either barrier is taken out.
 
 // Its `pub` items are the loom models' API (`selvedge::protocols`, built
 // with `--cfg loom`); elsewhere they are the crate's own.

@@ -14,7 +14,7 @@
 //! fence between the write and the read on each side: either the fallback
 //! sees the operation, or the beginner sees the fallback asleep (and its
 //! unpark, which `std::thread::park` keeps as a token, cannot land too
-//! early). Modelled under loom in `loom-tests/tests/fallback_watch.rs`,
+//! early). Modelled under loom in `loom-tests/tests/models/fallback_watch.rs`,
 //! which fails with either fence weakened.
 
 // Its `pub` items are the loom models' API (`selvedge::protocols`, built

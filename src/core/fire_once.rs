@@ -14,7 +14,7 @@
 //! callback let go. The callback reads everything it needs (the signal)
 //! before that swap; the swap releases, and the list's load that sees the
 //! callback gone acquires, so the read comes before the memory goes.
-//! Modelled under loom in `loom-tests/tests/fire_once.rs`, which fails
+//! Modelled under loom in `loom-tests/tests/models/fire_once.rs`, which fails
 //! with the swap made Relaxed.
 //!
 //! After a device failure the callback never comes: a claim given up while

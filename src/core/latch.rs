@@ -40,7 +40,7 @@
 //! [`is_set`]: CountLatch::is_set
 //! [`flush_local`]: CountLatch::flush_local
 //!
-//! loom model: `loom-tests/tests/latch.rs`.
+//! loom model: `loom-tests/tests/models/latch.rs`.
 
 // Its `pub` items are the loom models' API (`selvedge::protocols`, built
 // with `--cfg loom`); elsewhere they are the crate's own.

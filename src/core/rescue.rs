@@ -47,7 +47,7 @@
 //! and the owner's load of `rescuing`; the try-lock between rescuers)
 //! carry the state's contents between them. Under loom both barriers are
 //! `fence(SeqCst)`, which gives the same exclusion in the model. The loom
-//! model `loom-tests/tests/rescue.rs` fails when either barrier is taken
+//! model `loom-tests/tests/models/rescue.rs` fails when either barrier is taken
 //! out or the owner stops checking `rescuing`.
 //!
 //! Where `membarrier` is missing (not Linux, an old kernel, a sandbox that

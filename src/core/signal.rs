@@ -19,7 +19,7 @@
 //! was dropped, so that waiting for the runtime to be quiescent waits for
 //! device work in flight too.
 //!
-//! The protocol is modelled under loom in `loom-tests/tests/inbox.rs`.
+//! The protocol is modelled under loom in `loom-tests/tests/models/inbox.rs`.
 
 // Its `pub` items are the loom models' API (`selvedge::protocols`, built
 // with `--cfg loom`); elsewhere they are the crate's own.

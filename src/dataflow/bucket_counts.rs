@@ -2,7 +2,7 @@
 //! bucket were fulfilled, so that the one fulfil that completes a bucket
 //! (and only it) fulfills the bucket's event, and a repeated fulfil of an
 //! iteration is ignored. Lock-free; loom checks it
-//! (`loom-tests/tests/bucket_counts.rs`).
+//! (`loom-tests/tests/models/bucket_counts.rs`).
 
 // Its `pub` items are the loom models' API (`selvedge::protocols`, built
 // with `--cfg loom`); elsewhere they are the crate's own.

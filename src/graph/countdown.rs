@@ -17,7 +17,7 @@
 //! in program order, and whatever hands the node to another thread (a
 //! deque) orders it.
 //!
-//! The loom model is `loom-tests/tests/graph_countdown.rs`.
+//! The loom model is `loom-tests/tests/models/graph_countdown.rs`.
 
 // Its `pub` items are the loom models' API (`selvedge::protocols`, built
 // with `--cfg loom`); elsewhere they are the crate's own.

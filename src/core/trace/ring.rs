@@ -18,7 +18,7 @@
 //!   makes `claimed >= j + 1` visible to it; so an event `i` is kept only
 //!   if `i + capacity >= claimed`, that is, no later event reused its slot.
 //!
-//! Modelled under loom in `loom-tests/tests/trace_ring.rs`.
+//! Modelled under loom in `loom-tests/tests/models/trace_ring.rs`.
 
 // Its `pub` items are the loom models' API (`selvedge::protocols`, built
 // with `--cfg loom`); elsewhere they are the crate's own.

@@ -6,8 +6,6 @@
 //! signal abandoned while it fires must have its action either run or
 //! handed to the abandoner, never both, never neither; and the pending
 //! count must come back to zero.
-#![cfg(loom)]
-
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};

@@ -5,8 +5,6 @@
 //! write runs exactly once, only after both reads (loom checks the reads
 //! and the write of the value as a data race), and the group is freed
 //! once.
-#![cfg(loom)]
-
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;

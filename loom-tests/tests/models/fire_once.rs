@@ -5,8 +5,6 @@
 //! after the host function is done reading it: the model's free is a write
 //! to the cell the host function reads, which loom reports as a data race
 //! if the host function's swap is made Relaxed.
-#![cfg(loom)]
-
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::support::model;

@@ -5,8 +5,6 @@
 //! count-down readies the node, the thread that readies it sees every
 //! predecessor's writes and any cancellation mark, and the count and the
 //! mark are back as they were for the next run.
-#![cfg(loom)]
-
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;

@@ -5,8 +5,6 @@
 //! kept alive by the decrementing worker's own reference, or, on a foreign
 //! thread (one dropping a promise's last handle cancels a scope's delayed
 //! task), by a reference the decrement takes before its decrement.
-#![cfg(loom)]
-
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::Arc;

@@ -2,8 +2,6 @@
 //! which answers with work or declines; the thief parks until the answer
 //! lands in its reply slot. Every interleaving must deliver exactly one
 //! answer, carry the task intact, and never lose the thief's wake-up.
-#![cfg(loom)]
-
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;
 use loom::thread;

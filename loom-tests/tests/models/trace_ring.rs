@@ -7,8 +7,6 @@
 //! between its claim and its words (or the reader's acquire fence), a
 //! reader can see a word of a newer event and still an old claim, and keep
 //! a torn event: this model then fails.
-#![cfg(loom)]
-
 use loom::sync::Arc;
 use loom::thread;
 use loom_tests::support::model;

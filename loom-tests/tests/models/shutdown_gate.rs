@@ -2,8 +2,6 @@
 //! the runtime races the runtime's drop. Either the drop waits for the push
 //! and sees the task, or the queuer sees the gate shut and cancels the
 //! task: never a task queued where nobody will look.
-#![cfg(loom)]
-
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;

@@ -12,8 +12,6 @@
 //! the re-check the runtime makes: the injector and the other deques.
 //! Every interleaving must run the task; loom reports a deadlock if the
 //! pusher missed the sleeper while the sleeper missed the task.
-#![cfg(loom)]
-
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;

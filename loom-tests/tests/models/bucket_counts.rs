@@ -5,8 +5,6 @@
 //! interleaving exactly one fulfil completes the bucket, a repeated fulfil
 //! reports "already fulfilled", and the thread that completes the bucket
 //! sees every other iteration's writes (its event publishes them).
-#![cfg(loom)]
-
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;

@@ -5,8 +5,6 @@
 //! merged in index order, a side must be read only after its writer
 //! published it (loom checks the node's cells as data races), and a failed
 //! part must poison the result rather than lose it.
-#![cfg(loom)]
-
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;

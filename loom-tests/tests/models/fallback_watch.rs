@@ -4,8 +4,6 @@
 //! awake, or the poster sees it asleep and unparks it: never an operation
 //! in flight with its fallback asleep for good (loom reports that as a
 //! deadlock: its park has no timeout).
-#![cfg(loom)]
-
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;

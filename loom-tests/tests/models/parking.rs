@@ -3,8 +3,6 @@
 //! idle), a mailbox post with `wake`, and shutdown after the runtime
 //! was observed quiescent. loom fails a model whose thread parks forever,
 //! so a lost wake-up shows up as a deadlock.
-#![cfg(loom)]
-
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;

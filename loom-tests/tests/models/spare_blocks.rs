@@ -7,8 +7,6 @@
 //! the cells as data races, so a push weakened to `Relaxed`, or a take
 //! weakened to `Relaxed`, fails this model (a causality violation on the
 //! stamp).
-#![cfg(loom)]
-
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
 use loom::thread;

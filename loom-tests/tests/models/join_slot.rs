@@ -3,8 +3,6 @@
 //! wakers, or detaches. Every interleaving must read the result only after
 //! it was written, wake the joiner, and free the block exactly once, never
 //! while the other side still touches it.
-#![cfg(loom)]
-
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;

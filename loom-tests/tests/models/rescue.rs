@@ -8,8 +8,6 @@
 //! run each task exactly once, never let the two touch a slot at the same
 //! time (loom's `UnsafeCell` reports a data race otherwise), and answer a
 //! steal request exactly once when a rescuer answers it for the owner.
-#![cfg(loom)]
-
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;

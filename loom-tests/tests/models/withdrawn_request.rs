@@ -12,8 +12,6 @@
 //! task strands in the slot of a thief that no longer looks there, and a
 //! data race if the task's contents reach its runner without a
 //! happens-before from the victim.
-#![cfg(loom)]
-
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use loom::sync::Arc;

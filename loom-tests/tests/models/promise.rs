@@ -5,8 +5,6 @@
 //! every dependency is fulfilled (the fulfillers' writes are visible to it,
 //! which loom checks as data races), and each promise must be freed once,
 //! after its last reference.
-#![cfg(loom)]
-
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use loom::sync::Arc;

@@ -11,8 +11,6 @@
 //! Then two graphs sharing a handle, each with a run that records some
 //! handles again, and a task on a handle of each: no interleaving leaves
 //! them waiting for each other (loom reports a deadlock).
-#![cfg(loom)]
-
 use loom::cell::UnsafeCell;
 use loom::sync::{Arc, Condvar, Mutex};
 use loom::thread;
