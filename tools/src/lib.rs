@@ -8,8 +8,10 @@
 
 pub mod access;
 pub mod blis;
+#[cfg(feature = "full")]
 pub mod cholesky;
 pub mod dataflow;
+#[cfg(feature = "full")]
 pub mod dataflow_group;
 pub mod gemm;
 #[cfg(feature = "cuda")]
