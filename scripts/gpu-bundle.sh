@@ -6,12 +6,7 @@
 # `.gpu-bundle/run.sh` there: no Rust toolchain needed (see
 # docs/DEVELOPING.md, "Running the GPU checks on a GPU machine").
 #
-#   scripts/gpu-bundle.sh [--all-benches]
-#
-# With --all-benches, the same cargo run also builds every other criterion
-# benchmark (with `cuda` too), which the bundle does not hold: CI's build
-# check of the benchmarks, sharing this build rather than making another
-# release build of the tools.
+#   scripts/gpu-bundle.sh
 #
 # The bundle holds, in release mode, without debug info:
 #   tests/<name>    every GPU integration test (tests/gpu*.rs)
@@ -27,17 +22,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
-
-all_benches=""
-for arg in "$@"; do
-  case "$arg" in
-    --all-benches) all_benches=1 ;;
-    *)
-      echo "gpu-bundle: unknown argument \`$arg\` (usage: scripts/gpu-bundle.sh [--all-benches])" >&2
-      exit 2
-      ;;
-  esac
-done
 
 limit_mib=60
 bundle="$root/.gpu-bundle"
@@ -75,10 +59,6 @@ done
 # differs from release only in debug info, which the bundle drops), built
 # in the same cargo run as the rest so that they share every dependency.
 targets+=(--bench gpu --bin batched_gemm --bin bench_report)
-if [ -n "$all_benches" ]; then
-  # Every benchmark whose required features are on (all but `trace`'s).
-  targets+=(--benches)
-fi
 
 echo "gpu-bundle: building ${targets[*]} (release, --features cuda) in $target_dir"
 start=$(date +%s)
