@@ -1,8 +1,7 @@
 //! Dataflow workloads: what a promise costs, how fast a chain of
 //! promises runs, and what dataflow buys over a barrier. Shared by
 //! `tools/benches/dataflow.rs` (criterion) and `tools/src/bin/bench_report/main.rs` (the
-//! markdown report), which both include this file next to `mod.rs` and use
-//! its `Pools` and `Workload` table.
+//! markdown report), which both use its `Pools` and `Workload` table.
 //!
 //! Every implementation returns a checksum that must equal the serial one
 //! (checked by [`Dataflow::verify`] outside the timed loop), and each run is

@@ -116,7 +116,6 @@ fn finish_matrix(products: &[f32], i: usize, n: usize, c: &mut [f32], sums: &mut
 /// When the parts of one run of [`selvedge`] happened, on the host clock,
 /// in nanoseconds from [`Timeline::new`]: lock-free, one atomic store per
 /// event, and only when a timeline is passed (for one untimed run).
-#[allow(dead_code)] // the benchmark includes this file but records none
 pub struct Timeline {
     base: Instant,
     /// When group `g`'s GEMM and copy were enqueued (its iteration's
@@ -141,9 +140,6 @@ fn unset(len: usize) -> Vec<AtomicU64> {
     (0..len).map(|_| AtomicU64::new(UNSET)).collect()
 }
 
-// The benchmark includes this file too, but only the demonstration records
-// a timeline.
-#[allow(dead_code)]
 impl Timeline {
     /// A timeline for a run over `groups` groups, its clock starting now.
     pub fn new(groups: usize) -> Self {

@@ -2,8 +2,7 @@
 //! data-parallel kernels from Weave's benchmark suite, and a two-loop
 //! pipeline against the same loops behind a barrier. Shared by
 //! `tools/benches/loops.rs` (criterion) and `tools/src/bin/bench_report/main.rs` (the
-//! markdown report, `--only loops`), which both include this file next to
-//! `mod.rs` and use its `Pools`.
+//! markdown report, `--only loops`), which both use its `Pools`.
 //!
 //! Every workload is written once per scheduler with the same loop
 //! structure (what is parallel, what is nested in what, what is reduced),

@@ -1,5 +1,7 @@
 //! A worker as a thief: choosing a victim, sending it a steal request,
-//! and taking the reply.
+//! and taking the reply. The steal loop (`run_loop.rs`) calls these from
+//! another file, maybe another codegen unit, on every idle round: they are
+//! `#[inline]` so that the calls cost nothing.
 
 use super::Worker;
 use crate::core::steal::{Reply, VictimSet};
@@ -34,8 +36,6 @@ impl Worker {
     /// program, on 16 cores). Queue lengths are hints, read without
     /// ordering; a request that finds the queue empty after all is
     /// forwarded as before.
-    // Inlined where it was before the worker's roles went to files of
-    // their own (another codegen unit, maybe): the steal loop calls it.
     #[inline]
     pub(super) fn pick_victim(&self, tried: &VictimSet) -> Option<usize> {
         self.pick_victim_among(tried, Candidates::AnyIfNoneQueued)
@@ -69,8 +69,6 @@ impl Worker {
         busy.or(any)
     }
 
-    // Inlined where it was before the worker's roles went to files of
-    // their own (another codegen unit, maybe): the steal loop calls it.
     #[inline]
     pub(super) fn send_request(&self) {
         let tried = VictimSet::only(self.index);
@@ -104,8 +102,6 @@ impl Worker {
 
     /// Collects the answer to our request: stolen tasks go on our deque and
     /// the newest is returned to run.
-    // Inlined where it was before the worker's roles went to files of
-    // their own (another codegen unit, maybe): the steal loop calls it.
     #[inline]
     pub(super) fn take_reply(&self) -> Option<TaskRef> {
         match self.shared.replies[self.index].take() {
