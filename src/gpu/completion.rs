@@ -33,6 +33,7 @@ use crate::core::polled_signal::{PolledSignal, Query};
 use crate::core::registry::fire_signal;
 use crate::core::signal::Action;
 use crate::core::sync::{lock, Mutex};
+use crate::core::worker::hooks::DeviceFlow;
 use cudarc::driver::{sys, DriverError};
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -62,22 +63,9 @@ impl DeviceInner {
         registry.next_id += 1;
         // An arrow in a trace from here to the worker that handles the
         // completion, through the callback.
-        // Both ends on workers of the device's runtime, whose trace it is.
-        #[cfg(feature = "trace")]
-        let home = Arc::as_ptr(&self.runtime) as usize;
-        #[cfg(feature = "trace")]
-        let on_home = move || {
-            crate::core::worker::Worker::current()
-                .filter(|w| Arc::as_ptr(&w.shared) as usize == home)
-        };
-        #[cfg(feature = "trace")]
-        let flow = on_home().map_or(0, |w| w.trace_device_enqueued());
+        let flow = DeviceFlow::start(&self.runtime);
         let action: Action = Box::new(move || {
-            #[cfg(feature = "trace")]
-            if let Some(w) = on_home() {
-                let fired_at = crate::core::signal::fired_at_of_running_action();
-                w.trace_device_done(flow, fired_at);
-            }
+            flow.end();
             action();
         });
         let signal = self.runtime.signal(action);

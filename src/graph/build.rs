@@ -2,6 +2,7 @@
 
 use crate::core::pool::on_worker;
 use crate::core::sync::{AtomicU64, Ordering};
+use crate::core::trace::names::SpanName;
 use crate::dataflow::access::Accesses;
 use crate::graph::data::{declared_by, DataUses, DeclaredNode, NodeWork, Plain};
 use crate::graph::error::{GraphError, NodePanic};
@@ -536,15 +537,13 @@ impl<'g> Graph<'g> {
         work: Box<dyn NodeWork + 'g>,
     ) -> Node {
         let index = self.next_index();
-        #[allow(unused_mut)]
         let mut task = NodeTask::new(work);
-        #[cfg(feature = "trace")]
         task.set_trace_name(match &name {
-            Some(Cow::Borrowed(s)) => s,
+            Some(Cow::Borrowed(s)) => SpanName::new(s),
             // An owned name outlives the graph in a trace: interned, once
             // per distinct name.
-            Some(Cow::Owned(s)) => crate::core::trace::names::intern(s),
-            None => "graph node",
+            Some(Cow::Owned(s)) => SpanName::interned(s),
+            None => SpanName::new("graph node"),
         });
         self.nodes.push(task);
         self.names.push(name);

@@ -37,6 +37,7 @@ use crate::core::latch::CountLatch;
 use crate::core::registry::Registry;
 use crate::core::sync::{lock, Mutex};
 use crate::core::task::{Header, TaskRef, VTable};
+use crate::core::trace::names::SpanName;
 use crate::core::unwind::AbortIfPanic;
 use crate::core::worker::{Until, Worker};
 use crate::dataflow::held::{RunHandles, RunHeld};
@@ -71,8 +72,7 @@ pub(crate) struct NodeTask<'g> {
     /// them failed.
     countdown: Countdown,
     /// Its name in a trace.
-    #[cfg(feature = "trace")]
-    name: &'static str,
+    name: SpanName,
 }
 
 impl<'g> NodeTask<'g> {
@@ -93,14 +93,12 @@ impl<'g> NodeTask<'g> {
             end: 0,
             chain: NOT_STREAMED,
             countdown: Countdown::new(0),
-            #[cfg(feature = "trace")]
-            name: "graph node",
+            name: SpanName::new("graph node"),
         }
     }
 
     /// Names the node in a trace.
-    #[cfg(feature = "trace")]
-    pub(crate) fn set_trace_name(&mut self, name: &'static str) {
+    pub(crate) fn set_trace_name(&mut self, name: SpanName) {
         self.name = name;
     }
 
@@ -255,11 +253,7 @@ impl<'g> Run<'g> {
             if !failed {
                 // Each node a slice of its own in a trace, also those run
                 // here one after another as a chain of one task.
-                let ran = w.traced_span(
-                    #[cfg(feature = "trace")]
-                    n.name,
-                    || catch_unwind(AssertUnwindSafe(|| work.run())),
-                );
+                let ran = w.traced_span(n.name, || catch_unwind(AssertUnwindSafe(|| work.run())));
                 if let Err(payload) = ran {
                     self.record_panic(node, payload);
                     failed = true;

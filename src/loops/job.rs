@@ -6,6 +6,7 @@ use super::cancelled::{cancelled_message, CancelledParts};
 use crate::core::latch::CountLatch;
 use crate::core::registry::Registry;
 use crate::core::sync::{AtomicUsize, Ordering, UnsafeCell};
+use crate::core::trace::names::SpanName;
 use crate::core::unwind::FirstPanic;
 use crate::core::worker::Worker;
 use crate::dataflow::loop_promise::LoopDeps;
@@ -30,8 +31,7 @@ pub(super) struct LoopJob<B: Body> {
     pub(super) result: UnsafeCell<Option<Option<B::Acc>>>,
     pub(super) finish: Finish,
     /// The name of the loop's parts in a trace.
-    #[cfg(feature = "trace")]
-    pub(super) name: &'static str,
+    pub(super) name: SpanName,
 }
 
 /// The parts not yet finished (the first part counts from the start), and

@@ -254,7 +254,6 @@ impl<B: Body> Part<B> {
     }
 
     pub(super) fn into_task(self) -> TaskRef {
-        #[cfg(feature = "trace")]
         // SAFETY: an unfinished part keeps its job alive.
         let name = unsafe { &*self.job }.name;
         let task = closure_task::new_detached(move || {
@@ -268,8 +267,7 @@ impl<B: Body> Part<B> {
             // SAFETY: this part is finished, once.
             unsafe { LoopJob::finish_part(part.job) };
         });
-        #[cfg(feature = "trace")]
-        task.set_trace_name(name);
+        task.set_span_name(name);
         task
     }
 }

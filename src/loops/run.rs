@@ -8,6 +8,7 @@ use crate::core::handle::JoinHandle;
 use crate::core::latch::CountLatch;
 use crate::core::pool::{current_registry, on_worker};
 use crate::core::sync::{AtomicUsize, UnsafeCell};
+use crate::core::trace::names::SpanName;
 use crate::core::unwind::{self, FirstPanic};
 use crate::core::worker::Until;
 use crate::dataflow::delayed;
@@ -312,8 +313,7 @@ impl<'p> ParallelFor<'p> {
                 pending: AtomicUsize::new(1),
                 done: UnsafeCell::new(Some(done.clone())),
             },
-            #[cfg(feature = "trace")]
-            name: crate::core::trace::names::name_for::<F>(),
+            name: SpanName::of::<F>(),
         });
         let keep = job.clone();
         let handle = delayed::spawn_delayed_on(runtime, [done.dep()], move || {
@@ -364,19 +364,14 @@ impl<'p> ParallelFor<'p> {
                 result: UnsafeCell::new(None),
                 // The count held by the first part.
                 finish: Finish::Wake(CountLatch::new(w.index, &w.shared)),
-                #[cfg(feature = "trace")]
-                name: crate::core::trace::names::name_for::<B>(),
+                name: SpanName::of::<B>(),
             };
             let Finish::Wake(latch) = &job.finish else {
                 unreachable!("made just above")
             };
             if deps.iter().all(Dep::is_fulfilled) {
                 // The caller's own part: a slice of its own in a trace.
-                w.traced_span(
-                    #[cfg(feature = "trace")]
-                    job.name,
-                    || run_part(&job, w, 0, count, Out::ROOT),
-                );
+                w.traced_span(job.name, || run_part(&job, w, 0, count, Out::ROOT));
                 if !latch.release_own() {
                     w.wait_until(Until::Latch(latch));
                 }

@@ -57,6 +57,65 @@ pub(crate) fn intern(name: &str) -> &'static str {
     leaked
 }
 
+/// The name of a slice of the trace that a piece of code fixes when it is
+/// made: a graph node's, a loop's parts'. Zero-sized without the `trace`
+/// feature, so the files that keep one need no `cfg` of their own.
+#[cfg(feature = "trace")]
+#[derive(Clone, Copy)]
+pub(crate) struct SpanName(&'static str);
+
+/// The name of a slice of the trace (zero-sized: no `trace` feature).
+#[cfg(not(feature = "trace"))]
+#[derive(Clone, Copy)]
+pub(crate) struct SpanName;
+
+#[cfg(feature = "trace")]
+impl SpanName {
+    /// `name`, as it is.
+    pub(crate) fn new(name: &'static str) -> Self {
+        Self(name)
+    }
+
+    /// A copy of `name` that outlives its owner, one per distinct text.
+    pub(crate) fn interned(name: &str) -> Self {
+        Self(intern(name))
+    }
+
+    /// `named`'s name on this thread, else the type name of `F`, the
+    /// closure the user gave.
+    #[inline]
+    pub(crate) fn of<F>() -> Self {
+        Self(name_for::<F>())
+    }
+
+    /// The name as text.
+    pub(crate) fn get(self) -> &'static str {
+        self.0
+    }
+}
+
+#[cfg(not(feature = "trace"))]
+impl SpanName {
+    /// Nothing kept.
+    #[inline(always)]
+    pub(crate) fn new(_name: &'static str) -> Self {
+        Self
+    }
+
+    /// Nothing kept.
+    #[inline(always)]
+    pub(crate) fn interned(_name: &str) -> Self {
+        Self
+    }
+
+    /// Nothing kept.
+    #[inline(always)]
+    #[allow(clippy::extra_unused_type_parameters)]
+    pub(crate) fn of<F>() -> Self {
+        Self
+    }
+}
+
 /// A task's name as a thread other than its maker's may read it: the
 /// type of the closure its maker was given and, with the `trace`
 /// feature, the name [`named`](crate::core::trace::naming::named) gave it. Each part is one word, so a

@@ -5,9 +5,12 @@
 
 use super::{Until, Worker};
 use crate::core::clock::ticks;
+use crate::core::registry::Registry;
 use crate::core::steal::{StealRequest, VictimSet};
 use crate::core::task::{for_each_listed, Header, TaskRef};
+use crate::core::trace::names::SpanName;
 use crate::core::trace::record::{event, Kind};
+use std::sync::Arc;
 
 pub(super) use crate::core::trace::record::NO_WORKER;
 
@@ -63,11 +66,11 @@ impl Worker {
     /// Runs `f`, code that is not a task of its own (the share of a loop its
     /// caller runs), as a slice named `name` in the trace, when traced.
     #[inline(always)]
-    pub(crate) fn traced_span<R>(&self, name: &'static str, f: impl FnOnce() -> R) -> R {
+    pub(crate) fn traced_span<R>(&self, name: SpanName, f: impl FnOnce() -> R) -> R {
         if let Some(t) = self.trace.track {
             let t0 = ticks();
             let r = f();
-            let name = crate::core::trace::record::name_words(name);
+            let name = crate::core::trace::record::name_words(name.get());
             t.record(event(Kind::Task, 0, t0, ticks(), 0, name));
             return r;
         }
@@ -93,27 +96,6 @@ impl Worker {
                 flow,
                 (0, u64::from(starts)),
             ));
-        }
-    }
-
-    /// Records that device work was enqueued here with a completion to
-    /// come: returns the flow that the completion ends (0: not traced).
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // GPU tasks only
-    pub(crate) fn trace_device_enqueued(&self) -> u64 {
-        self.trace.track.map_or(0, |t| {
-            let flow = t.new_flow();
-            let name = crate::core::trace::record::name_words("device work");
-            t.record(event(Kind::DeviceEnqueued, 0, ticks(), 0, flow, name));
-            flow
-        })
-    }
-
-    /// Records that this worker handles the completion of device work
-    /// enqueued with `flow`, whose callback fired at `fired_at`.
-    #[cfg_attr(not(feature = "cuda"), allow(dead_code))] // GPU tasks only
-    pub(crate) fn trace_device_done(&self, flow: u64, fired_at: u64) {
-        if let (Some(t), true) = (self.trace.track, flow != 0) {
-            t.record(event(Kind::DeviceDone, 0, fired_at, ticks(), flow, (0, 0)));
         }
     }
 
@@ -174,7 +156,59 @@ impl Worker {
     }
 }
 
+/// The arrow in a trace from the worker that enqueued device work to the
+/// one that handles its completion: both ends on workers of the runtime
+/// whose trace it is (a thread of another runtime, or none, draws no end).
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))] // GPU tasks only
+pub(crate) struct DeviceFlow {
+    /// The runtime's registry, as an address to compare with (it is not
+    /// kept alive by this).
+    home: usize,
+    /// 0: no arrow (not traced, or not enqueued on one of its workers).
+    flow: u64,
+}
+
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))] // GPU tasks only
+impl DeviceFlow {
+    /// Device work is enqueued now, on this thread, for `runtime`.
+    pub(crate) fn start(runtime: &Arc<Registry>) -> Self {
+        let home = Arc::as_ptr(runtime) as usize;
+        let flow = Self::on_home(home).map_or(0, |w| {
+            w.trace.track.map_or(0, |t| {
+                let flow = t.new_flow();
+                let name = crate::core::trace::record::name_words("device work");
+                t.record(event(Kind::DeviceEnqueued, 0, ticks(), 0, flow, name));
+                flow
+            })
+        });
+        Self { home, flow }
+    }
+
+    /// The work's completion is handled now, on this thread, by an action
+    /// its signal runs.
+    pub(crate) fn end(self) {
+        if let Some(w) = Self::on_home(self.home) {
+            if let (Some(t), true) = (w.trace.track, self.flow != 0) {
+                let fired_at = crate::core::signal::fired_at_of_running_action();
+                let done = event(Kind::DeviceDone, 0, fired_at, ticks(), self.flow, (0, 0));
+                t.record(done);
+            }
+        }
+    }
+
+    /// This thread's worker, if it is one of the runtime's at `home`.
+    fn on_home(home: usize) -> Option<&'static Worker> {
+        Worker::current().filter(|w| Arc::as_ptr(&w.shared) as usize == home)
+    }
+}
+
 impl TaskRef {
+    /// Names the task `name` in the trace.
+    #[inline(always)]
+    pub(crate) fn set_span_name(&self, name: SpanName) {
+        self.set_trace_name(name.get());
+    }
+
     /// [`name_after`](TaskRef::name_after) for a task made on `worker` (if
     /// on one): unless the worker is inside `named`, the type's name is
     /// taken without looking up the thread's `named` name (a scope's

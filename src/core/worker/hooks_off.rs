@@ -2,8 +2,11 @@
 //! the same hooks, recording nothing, inlined away.
 
 use super::{Until, Worker};
+use crate::core::registry::Registry;
 use crate::core::steal::{StealRequest, VictimSet};
 use crate::core::task::{Header, TaskRef};
+use crate::core::trace::names::SpanName;
+use std::sync::Arc;
 
 /// Where a task given to the injector goes in a trace; unused untraced.
 pub(super) const NO_WORKER: u64 = u64::MAX;
@@ -24,7 +27,7 @@ impl Worker {
     /// Runs `f`, code that is not a task of its own (in a trace, as a
     /// named slice).
     #[inline(always)]
-    pub(crate) fn traced_span<R>(&self, f: impl FnOnce() -> R) -> R {
+    pub(crate) fn traced_span<R>(&self, _name: SpanName, f: impl FnOnce() -> R) -> R {
         f()
     }
 
@@ -72,7 +75,29 @@ impl Worker {
     }
 }
 
+/// The arrow in a trace from enqueued device work to its completion:
+/// nothing without the feature.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))] // GPU tasks only
+pub(crate) struct DeviceFlow;
+
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))] // GPU tasks only
+impl DeviceFlow {
+    /// Records nothing: device work is enqueued for `runtime`.
+    #[inline(always)]
+    pub(crate) fn start(_runtime: &Arc<Registry>) -> Self {
+        Self
+    }
+
+    /// Records nothing: the work's completion is handled here.
+    #[inline(always)]
+    pub(crate) fn end(self) {}
+}
+
 impl TaskRef {
+    /// Names nothing: the task's name in a trace.
+    #[inline(always)]
+    pub(crate) fn set_span_name(&self, _name: SpanName) {}
+
     /// Names nothing: without the `trace` feature a task has no name but
     /// its closure's type.
     #[inline(always)]

@@ -19,10 +19,10 @@
 //! between tasks is `core/polling.rs`'s.
 
 #[cfg(feature = "trace")]
-mod hooks;
+pub(crate) mod hooks;
 #[cfg(not(feature = "trace"))]
 #[path = "hooks_off.rs"]
-mod hooks;
+pub(crate) mod hooks;
 mod parking;
 mod rescuer;
 mod run_loop;
@@ -53,6 +53,7 @@ use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 use trace_state::TraceState;
+
 
 /// How many tasks must already be queued on a worker's deque before a
 /// `join` on it stops offering its second closure (see
