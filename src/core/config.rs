@@ -30,7 +30,7 @@ pub(crate) struct RuntimeConfig {
 /// Runtimes traced through `SELVEDGE_TRACE` so far in this process: the
 /// first writes to the variable's path, the next ones beside it.
 #[cfg(feature = "trace")]
-static ENV_TRACED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+static ENV_TRACED: crate::core::sync::AtomicUsize = crate::core::sync::AtomicUsize::new(0);
 
 impl RuntimeConfig {
     pub(crate) fn resolve_pin_threads(&self) -> Result<bool, BuildError> {
@@ -58,7 +58,7 @@ impl RuntimeConfig {
         }
         let var = std::env::var_os("SELVEDGE_TRACE").filter(|v| !v.is_empty())?;
         let path = std::path::PathBuf::from(var);
-        let n = ENV_TRACED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let n = ENV_TRACED.fetch_add(1, crate::core::sync::Ordering::Relaxed) + 1;
         Some(numbered(path, n))
     }
 

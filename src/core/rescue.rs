@@ -58,6 +58,8 @@
 // with `--cfg loom`); elsewhere they are the crate's own.
 #![cfg_attr(not(loom), allow(unreachable_pub))]
 
+#[cfg(not(loom))]
+use crate::core::sync::compiler_fence;
 use crate::core::sync::{fence, AtomicBool, Ordering};
 use std::cell::Cell;
 
@@ -268,7 +270,7 @@ impl<T> Drop for RescueGuard<'_, T> {
 #[inline(always)]
 pub(crate) fn light_barrier() {
     #[cfg(not(loom))]
-    std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    compiler_fence(Ordering::SeqCst);
     #[cfg(loom)]
     fence(Ordering::SeqCst);
 }

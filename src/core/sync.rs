@@ -3,11 +3,13 @@
 //!
 //! Under `--cfg loom` every primitive is loom's, so the models in `loom-tests/`
 //! explore the real protocol code; otherwise they are std's. Every atomic,
-//! lock and thread the crate's code uses comes from here. Modules that loom
-//! never builds (those marked `#[cfg(not(loom))]` in their folder's
-//! `mod.rs`) also use std's `Arc`, `Weak`, `OnceLock`, `mpsc` and
-//! `UnsafeCell` directly: none of their accesses is part of a modelled
-//! protocol.
+//! fence, lock and condition variable of the library's code comes from
+//! here, and so does every cell of the modules loom builds. Modules that
+//! loom never builds (those marked `#[cfg(not(loom))]` in their folder's
+//! `mod.rs`) use std directly for what no model swaps: `Arc`, `Weak`,
+//! `Once`, `OnceLock`, `mpsc`, `UnsafeCell`, `TryLockError`, and the
+//! threads they start, name, park and wake (`std::thread`). Unit tests use
+//! std's atomics, locks and threads to drive the code they test.
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{
@@ -29,6 +31,11 @@ pub(crate) use std::thread;
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::atomic::AtomicU64;
+
+/// Only outside loom: the owner's half of an asymmetric barrier
+/// (`rescue.rs`), which loom models with a full fence instead.
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::compiler_fence;
 
 /// A cell whose accesses loom can check for data races.
 ///

@@ -8,6 +8,7 @@ use super::{Device, GpuError, GpuStream};
 use crate::core::error::JoinError;
 use crate::core::handle::JoinHandle;
 use crate::core::pool::started_global_registry;
+use crate::core::sync::{lock, Mutex};
 use crate::core::worker::Worker;
 use crate::dataflow::delayed;
 use crate::dataflow::event::Dep;
@@ -418,7 +419,7 @@ impl Device {
             "Device::parallel_for called outside the runtime device {} was opened for: call it inside that runtime's Runtime::run",
             inner.ordinal
         );
-        let first_error = std::sync::Mutex::new(None);
+        let first_error = Mutex::new(None);
         parallel_for(range).for_each(|i| {
             // Breaks iteration `i` unless its completion fulfills it: on an
             // error, a panic in `f`, or a completion the device abandons.
@@ -440,10 +441,7 @@ impl Device {
                 .map(drop)
             };
             if let Err(e) = enqueue() {
-                first_error
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get_or_insert(e);
+                lock(&first_error).get_or_insert(e);
             }
         });
         match first_error.into_inner().unwrap_or_else(|p| p.into_inner()) {

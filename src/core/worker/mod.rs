@@ -54,7 +54,6 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 use trace_state::TraceState;
 
-
 /// How many tasks must already be queued on a worker's deque before a
 /// `join` on it stops offering its second closure (see
 /// `Worker::may_inline_join`).
