@@ -180,6 +180,10 @@ impl LoopPromise {
     }
 
     /// The iterations this promise covers.
+    ///
+    /// ```
+    /// assert_eq!(selvedge::LoopPromise::new(4..10).range(), 4..10);
+    /// ```
     pub fn range(&self) -> Range<usize> {
         self.range.clone()
     }
@@ -271,6 +275,13 @@ impl LoopPromise {
     ///
     /// # Panics
     /// When `i` is outside [`LoopPromise::range`].
+    ///
+    /// ```
+    /// let lp = selvedge::LoopPromise::new(0..4);
+    /// lp.fulfill(2);
+    /// assert!(lp.is_fulfilled(2));
+    /// assert!(!lp.is_fulfilled(3));
+    /// ```
     #[track_caller]
     pub fn is_fulfilled(&self, i: usize) -> bool {
         let b = self.bucket_of(i);

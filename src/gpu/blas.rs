@@ -46,6 +46,11 @@ impl BatchedGemm {
     ///
     /// # Panics
     /// When the count overflows `usize`, naming the shape.
+    ///
+    /// ```
+    /// let g = selvedge::gpu::BatchedGemm { batch: 8, m: 64, n: 32, k: 16 };
+    /// assert_eq!(g.a_len(), 8 * 64 * 16);
+    /// ```
     pub fn a_len(&self) -> usize {
         self.elements("a", self.m, self.k)
     }
@@ -54,6 +59,11 @@ impl BatchedGemm {
     ///
     /// # Panics
     /// When the count overflows `usize`, naming the shape.
+    ///
+    /// ```
+    /// let g = selvedge::gpu::BatchedGemm { batch: 8, m: 64, n: 32, k: 16 };
+    /// assert_eq!(g.b_len(), 8 * 16 * 32);
+    /// ```
     pub fn b_len(&self) -> usize {
         self.elements("b", self.k, self.n)
     }
@@ -62,6 +72,14 @@ impl BatchedGemm {
     ///
     /// # Panics
     /// When the count overflows `usize`, naming the shape.
+    ///
+    /// ```
+    /// let g = selvedge::gpu::BatchedGemm { batch: 8, m: 64, n: 32, k: 16 };
+    /// assert_eq!(g.c_len(), 8 * 64 * 32);
+    /// let huge = selvedge::gpu::BatchedGemm { batch: usize::MAX, m: 2, n: 2, k: 2 };
+    /// let message = std::panic::catch_unwind(|| huge.c_len()).unwrap_err();
+    /// assert!(message.downcast_ref::<String>().unwrap().contains("overflows usize"));
+    /// ```
     pub fn c_len(&self) -> usize {
         self.elements("c", self.m, self.n)
     }
@@ -77,6 +95,11 @@ impl BatchedGemm {
 
     /// Floating-point operations of the whole batch (a multiply and an add
     /// per term).
+    ///
+    /// ```
+    /// let g = selvedge::gpu::BatchedGemm { batch: 2, m: 4, n: 4, k: 4 };
+    /// assert_eq!(g.flops(), 256.0);
+    /// ```
     pub fn flops(&self) -> f64 {
         2.0 * self.batch as f64 * self.m as f64 * self.n as f64 * self.k as f64
     }
@@ -84,6 +107,18 @@ impl BatchedGemm {
 
 /// The element types [`gemm`] multiplies: `f32`, and `bf16`
 /// with f32 accumulation (cuBLAS's).
+///
+/// ```
+/// use selvedge::gpu::GemmElement;
+///
+/// /// A product's cost in bytes moved, for any element type `gemm` takes.
+/// fn bytes<E: GemmElement>(g: selvedge::gpu::BatchedGemm) -> usize {
+///     (g.a_len() + g.b_len() + g.c_len()) * std::mem::size_of::<E>()
+/// }
+/// let g = selvedge::gpu::BatchedGemm { batch: 1, m: 2, n: 2, k: 2 };
+/// assert_eq!(bytes::<f32>(g), 48);
+/// assert_eq!(bytes::<selvedge::gpu::half::bf16>(g), 24);
+/// ```
 pub trait GemmElement: Copy + sealed::Sealed {
     /// 1 and 0 in this type, for alpha and beta.
     #[doc(hidden)]

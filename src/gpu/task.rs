@@ -78,18 +78,56 @@ impl<T> GpuHandle<T> {
     /// on a worker) and returns the task's value, or its error. Resumes the
     /// task's panic; panics if the task was cancelled (a dependency broke,
     /// or the device failed while its work was in flight).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), selvedge::gpu::GpuError> {
+    /// // Runs where a GPU opens; says why not elsewhere.
+    /// let dev = match selvedge::gpu::Device::open(0) {
+    ///     Ok(dev) => dev,
+    ///     Err(e) => return Ok(println!("no GPU: {e}")),
+    /// };
+    /// let zeros = dev.spawn(|s| Ok(s.stream().alloc_zeros::<f32>(16)?));
+    /// assert_eq!(zeros.join()?.len(), 16);
+    /// # Ok(()) }
+    /// ```
     pub fn join(self) -> Result<T, GpuError> {
         self.join.join()
     }
 
     /// [`GpuHandle::join`] that reports a panic or a cancellation as a
     /// [`JoinError`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), selvedge::gpu::GpuError> {
+    /// // Runs where a GPU opens; says why not elsewhere.
+    /// let dev = match selvedge::gpu::Device::open(0) {
+    ///     Ok(dev) => dev,
+    ///     Err(e) => return Ok(println!("no GPU: {e}")),
+    /// };
+    /// let failing = dev.spawn(|_| -> Result<(), _> { panic!("no kernel for this shape") });
+    /// let err = failing.try_join().unwrap_err();
+    /// assert!(err.is_panic());
+    /// # Ok(()) }
+    /// ```
     pub fn try_join(self) -> Result<Result<T, GpuError>, JoinError> {
         self.join.try_join()
     }
 
     /// Whether the task finished (its work is complete on the device, or it
     /// failed).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), selvedge::gpu::GpuError> {
+    /// // Runs where a GPU opens; says why not elsewhere.
+    /// let dev = match selvedge::gpu::Device::open(0) {
+    ///     Ok(dev) => dev,
+    ///     Err(e) => return Ok(println!("no GPU: {e}")),
+    /// };
+    /// let h = dev.spawn(|s| Ok(s.stream().alloc_zeros::<f32>(16)?));
+    /// selvedge::spawn_delayed([h.dep()], || ()).join();
+    /// assert!(h.is_finished());
+    /// # Ok(()) }
+    /// ```
     pub fn is_finished(&self) -> bool {
         self.join.is_finished()
     }
@@ -97,6 +135,19 @@ impl<T> GpuHandle<T> {
     /// A dependency for CPU tasks: fulfilled once the device finished the
     /// task's work (from the stream's callback); broken if the task failed
     /// or was cancelled.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), selvedge::gpu::GpuError> {
+    /// // Runs where a GPU opens; says why not elsewhere.
+    /// let dev = match selvedge::gpu::Device::open(0) {
+    ///     Ok(dev) => dev,
+    ///     Err(e) => return Ok(println!("no GPU: {e}")),
+    /// };
+    /// let upload = dev.spawn(|s| Ok(s.stream().clone_htod(&[1.0f32; 8])?));
+    /// let report = selvedge::spawn_delayed([upload.dep()], || "on the device");
+    /// assert_eq!(report.join(), "on the device");
+    /// # Ok(()) }
+    /// ```
     pub fn dep(&self) -> Dep {
         self.link.done.clone()
     }
@@ -105,11 +156,41 @@ impl<T> GpuHandle<T> {
     /// enqueued as soon as this task's work is, its stream waiting for this
     /// task's event on the device (no host round trip); on another device
     /// it is [`GpuHandle::dep`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), selvedge::gpu::GpuError> {
+    /// // Runs where a GPU opens; says why not elsewhere.
+    /// let dev = match selvedge::gpu::Device::open(0) {
+    ///     Ok(dev) => dev,
+    ///     Err(e) => return Ok(println!("no GPU: {e}")),
+    /// };
+    /// let a = dev.spawn(|s| Ok(s.stream().clone_htod(&[2.0f32; 8])?));
+    /// // Enqueued behind `a`'s copy on the device, with no host round trip.
+    /// let b = dev.spawn_delayed([a.gpu_dep()], |s| Ok(s.stream().alloc_zeros::<f32>(8)?));
+    /// assert_eq!(b.join()?.len(), 8);
+    /// a.join()?;
+    /// # Ok(()) }
+    /// ```
     pub fn gpu_dep(&self) -> GpuDep {
         GpuDep(DepKind::Gpu(self.link.clone()))
     }
 
     /// The handle as a plain [`JoinHandle`] (awaitable, too).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), selvedge::gpu::GpuError> {
+    /// // Runs where a GPU opens; says why not elsewhere.
+    /// let dev = match selvedge::gpu::Device::open(0) {
+    ///     Ok(dev) => dev,
+    ///     Err(e) => return Ok(println!("no GPU: {e}")),
+    /// };
+    /// let handles: Vec<selvedge::JoinHandle<Result<usize, _>>> = (0..4)
+    ///     .map(|n| dev.spawn(move |_| Ok(n)).into_join_handle())
+    ///     .collect();
+    /// let sum: usize = handles.into_iter().map(|h| h.join()).sum::<Result<_, _>>()?;
+    /// assert_eq!(sum, 6);
+    /// # Ok(()) }
+    /// ```
     pub fn into_join_handle(self) -> JoinHandle<Result<T, GpuError>> {
         self.join
     }

@@ -54,11 +54,41 @@ impl<T: Element> Message<T> {
 
     /// Fulfilled when the operation completed; broken if it failed or was
     /// abandoned (the tasks waiting on it are cancelled).
+    ///
+    /// ```no_run
+    /// // Under `mpirun -n 2`: rank 0 sends, rank 1 receives.
+    /// let cluster = selvedge::mpi::Cluster::start()?;
+    /// if cluster.rank() == 1 {
+    ///     let m = cluster.irecv::<f64>(3, 0, 7);
+    ///     // Runs once the message is in, with no thread blocked meanwhile.
+    ///     let sum = selvedge::spawn_delayed([m.dep()], move || m.join().map(|v| v.iter().sum::<f64>()));
+    ///     assert_eq!(sum.join()?, 6.0);
+    /// } else if cluster.rank() == 0 {
+    ///     cluster.isend(vec![1.0, 2.0, 3.0], 1, 7).join()?;
+    /// }
+    /// # Ok::<(), selvedge::mpi::MpiError>(())
+    /// ```
     pub fn dep(&self) -> Dep {
         self.dep.clone()
     }
 
     /// Whether the operation ended (completed, failed or was abandoned).
+    ///
+    /// ```no_run
+    /// // Under `mpirun -n 2`: rank 0 sends, rank 1 receives.
+    /// let cluster = selvedge::mpi::Cluster::start()?;
+    /// if cluster.rank() == 1 {
+    ///     let m = cluster.irecv::<u8>(1, 0, 0);
+    ///     while !m.is_finished() {
+    ///         // Other work meanwhile.
+    ///         std::thread::yield_now();
+    ///     }
+    ///     assert_eq!(m.join()?, [42]);
+    /// } else if cluster.rank() == 0 {
+    ///     cluster.isend(vec![42u8], 1, 0).join()?;
+    /// }
+    /// # Ok::<(), selvedge::mpi::MpiError>(())
+    /// ```
     pub fn is_finished(&self) -> bool {
         lock(&self.slot.value).is_some()
     }
@@ -73,6 +103,17 @@ impl<T: Element> Message<T> {
     /// one posted once the cluster's runtime was being dropped;
     /// [`MpiError::Cancelled`] for a
     /// [`send_after`](super::Cluster::send_after) whose dependency broke.
+    ///
+    /// ```no_run
+    /// // Under `mpirun -n 2`: rank 0 sends, rank 1 receives.
+    /// let cluster = selvedge::mpi::Cluster::start()?;
+    /// match cluster.rank() {
+    ///     0 => assert_eq!(cluster.isend(vec![5u32, 6], 1, 0).join()?, [5, 6]), // the buffer back
+    ///     1 => assert_eq!(cluster.irecv::<u32>(2, 0, 0).join()?, [5, 6]),
+    ///     _ => {}
+    /// }
+    /// # Ok::<(), selvedge::mpi::MpiError>(())
+    /// ```
     pub fn join(self) -> Result<Vec<T>, MpiError> {
         if Worker::current().is_some() {
             // A task behind the dependency: the worker runs other tasks

@@ -110,6 +110,15 @@ pub struct RankNode(usize);
 impl RankNode {
     /// The node's position: the nodes are numbered from 0 in the order
     /// they were added.
+    ///
+    /// ```no_run
+    /// let cluster = selvedge::mpi::Cluster::start()?;
+    /// let mut g = selvedge::mpi::RankGraph::<u32>::new(&cluster);
+    /// let first = g.node(0, |_| vec![1]);
+    /// let second = g.node(1, |inputs| inputs[0].to_vec());
+    /// assert_eq!((first.index(), second.index()), (0, 1));
+    /// # Ok::<(), selvedge::mpi::MpiError>(())
+    /// ```
     pub fn index(self) -> usize {
         self.0
     }
@@ -235,6 +244,24 @@ impl<'g, T: Element> RankGraph<'g, T> {
     /// (the same nodes on the same ranks, the same edges); if called
     /// on a runtime other than the cluster's, or once the cluster's
     /// runtime was dropped.
+    ///
+    /// ```no_run
+    /// use selvedge::mpi::{Cluster, RankGraph};
+    ///
+    /// // Under `mpirun -n 2`: every rank builds and runs the same graph.
+    /// let cluster = Cluster::start()?;
+    /// let mut g = RankGraph::<u64>::new(&cluster);
+    /// let count = g.node(0, |_| vec![1, 2, 3]);
+    /// let sum = g.node(1, |inputs| vec![inputs[0].iter().sum()]);
+    /// g.precede(count, sum);
+    /// for _ in 0..10 {
+    ///     g.run()?; // one step on every rank; the plan is made by the first
+    /// }
+    /// if cluster.rank() == 1 {
+    ///     assert_eq!(g.value(sum), Some(vec![6]));
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn run(&mut self) -> Result<(), GraphError> {
         assert!(
             !self.cluster.link().registry().is_shut_down_for_caller(),
