@@ -65,8 +65,8 @@ pub use element::Element;
 pub use error::MpiError;
 pub use message::Message;
 /// The raw MPI bindings this module is built on, for baselines that call
-/// MPI directly in a process without a cluster (the `mpi_pingpong`
-/// example). Not part of the API: only with the `mpi-baseline` feature.
+/// MPI directly in a process without a cluster (the tools' `mpi_pingpong`
+/// program). Not part of the API: only with the `mpi-baseline` feature.
 #[cfg(feature = "mpi-baseline")]
 #[doc(hidden)]
 pub use mpi_sys;

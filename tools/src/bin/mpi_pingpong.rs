@@ -10,8 +10,8 @@
 //! latency) over `rounds` rounds after 100 warm-up rounds.
 //!
 //! ```text
-//! cargo build --release --features mpi-baseline --example mpi_pingpong
-//! mpirun -n 2 target/release/examples/mpi_pingpong [--raw] [rounds] [elements]
+//! cargo build --release -p selvedge-tools --no-default-features --features mpi-baseline --bin mpi_pingpong
+//! mpirun -n 2 target/release/mpi_pingpong [--raw] [rounds] [elements]
 //! ```
 
 use selvedge::mpi::mpi_sys as ffi;

@@ -20,7 +20,7 @@
 //! task waiting for it.
 //!
 //! ```text
-//! cargo run --release --example completion_latency -- [rounds] [threads]
+//! cargo run --release -p selvedge-tools --bin completion_latency -- [rounds] [threads]
 //! ```
 
 use selvedge::{Promise, Runtime};
