@@ -549,6 +549,10 @@ scaling_table() {
   else
     echo "Mode: no GPU ($why)."
   fi
+  if [ -f MANIFEST ]; then
+    echo
+    echo "Bundle: commit $(sed -n 's/^commit: //p' MANIFEST), built $(sed -n 's/^built: //p' MANIFEST)."
+  fi
   echo
   echo "| step | result | time | note |"
   echo "|---|---|---:|---|"

@@ -2,7 +2,9 @@
 //! (`bench_report`, the `batched_gemm` and `cholesky` demonstrations), its
 //! criterion benchmarks (`benches/`) and its tests: each workload written
 //! once per scheduler (selvedge, rayon, chili, serial) with the same task
-//! structure, so that every driver times exactly the same code.
+//! structure, so that every driver times exactly the same code. Beside
+//! them, `gpu_machine` turns the GPU bundle's report into the GPU
+//! machine's section of `bench_report`'s document.
 //!
 //! Not published: it exists to measure selvedge, not to be depended on.
 
@@ -16,6 +18,7 @@ pub mod dataflow_group;
 pub mod gemm;
 #[cfg(feature = "cuda")]
 pub mod gpu;
+pub mod gpu_machine;
 pub mod handoff;
 pub mod loops;
 pub mod microkernel;

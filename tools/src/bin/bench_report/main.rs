@@ -17,7 +17,7 @@
 //! the median is reported, in milliseconds.
 //!
 //! ```text
-//! cargo run --release -p selvedge-tools --bin bench_report -- [--samples N] [--threads N] [--only weave|dataflow|data|loops|gemm|graph] [--markdown] [--plot DIR]
+//! cargo run --release -p selvedge-tools --bin bench_report -- [--samples N] [--threads N] [--only weave|dataflow|data|loops|gemm|graph] [--markdown [--gpu-machine DIR]] [--plot DIR]
 //! ```
 //!
 //! The thread count defaults to `SELVEDGE_BENCH_THREADS`, or 2. For the
@@ -52,6 +52,14 @@
 //! cargo run --release -p selvedge-tools --bin bench_report -- --markdown > BENCHMARKS.md
 //! ```
 //!
+//! The document ends with the GPU machine's section: with
+//! `--gpu-machine DIR`, the report of a run of the GPU bundle whose output
+//! folder (`.gpu-bundle/out` on the GPU machine) was copied back to `DIR`
+//! (its checks, the GPU benchmarks and the CPU table from 1 to 16
+//! threads: `tools/src/gpu_machine.rs`); without it, a paragraph saying
+//! where those figures come from. The report checks that `DIR/summary.md`
+//! is there before timing anything.
+//!
 //! `--plot DIR` also draws each table of median times as an SVG bar chart
 //! in `DIR` (created where missing; the report stops before timing
 //! anything if it cannot write there), named after a slug of the table's
@@ -83,7 +91,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use selvedge_tools::workloads::Pools;
-use selvedge_tools::{handoff, pinning, workloads};
+use selvedge_tools::{gpu_machine, handoff, pinning, workloads};
 
 use common::{consumer_us, median_min_max, WARMUPS};
 use data_section::data_section;
@@ -118,6 +126,9 @@ struct Args {
     markdown: bool,
     /// `--plot DIR`: where to write a chart of each table.
     plot: Option<PathBuf>,
+    /// `--gpu-machine DIR`: the GPU bundle's output folder, whose report
+    /// the document ends with.
+    gpu_machine: Option<PathBuf>,
 }
 
 fn parse_args() -> Args {
@@ -132,6 +143,7 @@ fn parse_args() -> Args {
         graph: true,
         markdown: false,
         plot: None,
+        gpu_machine: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -184,10 +196,20 @@ fn parse_args() -> Args {
                 }
                 args.plot = Some(PathBuf::from(dir));
             }
+            "--gpu-machine" => {
+                let dir = inline.clone().or_else(|| it.next()).unwrap_or_default();
+                if dir.is_empty() {
+                    usage("--gpu-machine needs the GPU bundle's output folder");
+                }
+                args.gpu_machine = Some(PathBuf::from(dir));
+            }
             "--bench" => {} // passed by `cargo bench`-style runners; ignore
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown argument `{other}`")),
         }
+    }
+    if args.gpu_machine.is_some() && !args.markdown {
+        usage("--gpu-machine adds a section to the --markdown document: give both");
     }
     args
 }
@@ -197,7 +219,7 @@ fn usage(msg: &str) -> ! {
         eprintln!("error: {msg}");
     }
     eprintln!(
-        "usage: bench_report [--samples N] [--threads N] [--only weave|dataflow|data|loops|gemm|graph] [--markdown] [--plot DIR]"
+        "usage: bench_report [--samples N] [--threads N] [--only weave|dataflow|data|loops|gemm|graph] [--markdown [--gpu-machine DIR]] [--plot DIR]"
     );
     std::process::exit(if msg.is_empty() { 0 } else { 2 })
 }
@@ -216,6 +238,11 @@ fn main() {
         .plot
         .as_deref()
         .map(|dir| plot::Plots::open(dir).unwrap_or_else(|e| fail(&e)));
+    // So is the GPU bundle's report.
+    let gpu_machine = args
+        .gpu_machine
+        .as_deref()
+        .map(|dir| gpu_machine::read_section(dir).unwrap_or_else(|e| fail(&e)));
     let started = Instant::now();
     let pools = Pools::new(args.threads);
     let threads = pools.threads;
@@ -293,6 +320,11 @@ fn main() {
     handoffs.push(note_handoff("after the last section", md));
     if md {
         handoff_section(&handoffs);
+        println!();
+        print!(
+            "{}",
+            gpu_machine.as_deref().unwrap_or(gpu_machine::NOT_INCLUDED)
+        );
     }
     let total: Duration = started.elapsed();
     if md {
