@@ -95,7 +95,7 @@ impl PackedB {
 /// it never straddle two (with a plain `Vec`'s 16-byte alignment, one load
 /// in two did).
 ///
-/// Taken from a pool ([`PackBuffer::take`]) and given back when dropped, as
+/// Taken from a pool (`PackBuffer::take`) and given back when dropped, as
 /// BLIS keeps its packing buffers: a fresh 15 MB buffer for each product
 /// of 1920 x 1920 matrices costs a page fault per 4 KiB page on its first
 /// writes, about 10 ms on the development machine, more than a tenth of

@@ -8,7 +8,7 @@
 //!
 //! - [`serial`]: one thread, one kernel call per matrix; [`serial_nest`]
 //!   the same with `blis.rs`'s loop nest.
-//! - [`selvedge`]: an outer `parallel_for` over the batch whose body
+//! - [`selvedge`](fn@selvedge): an outer `parallel_for` over the batch whose body
 //!   multiplies its matrix with the loop nest of `blis.rs` on selvedge's
 //!   loops: `B` packed once and shared, a loop over blocks of rows (each
 //!   packs its rows of `A`) with a loop over groups of columns nested in
@@ -19,14 +19,14 @@
 //!   stages. The loops split only when a worker asks for work, so with
 //!   idle workers the thief takes whole outer iterations first, and parts
 //!   of one matrix when the batch has too few (one large matrix).
-//! - [`rayon`]: the nesting a rayon user writes with a kernel crate:
+//! - [`rayon`](fn@rayon): the nesting a rayon user writes with a kernel crate:
 //!   `par_chunks_mut` over the batch and over blocks of rows, one
 //!   `matrixmultiply` call per block (which packs all of `B` again), and
 //!   stage 2 after the stage-1 loop returns (rayon has no per-iteration
 //!   dependency).
 //! - [`rayon_nest`]: `blis.rs`'s nest on rayon's loops, then stage 2 after
 //!   a barrier (with the same inner loop over blocks of rows): the same
-//!   kernel, packing and loops as [`selvedge`], so that the two differ in
+//!   kernel, packing and loops as [`selvedge`](fn@selvedge), so that the two differ in
 //!   their scheduler and the barrier.
 //! - [`rayon_per_matrix`]: rayon without the inner loop: one task per
 //!   matrix doing both stages, one kernel call each. Not nested, but what a
@@ -36,15 +36,15 @@
 //!   whole matrices).
 //! - [`static_threads`]: no scheduler at all, the machine's own limit.
 //! - [`static_threads_nest`]: the same with `blis.rs`'s nest on each
-//!   thread's rows: the machine's limit for [`selvedge`]'s kernel.
+//!   thread's rows: the machine's limit for [`selvedge`](fn@selvedge)'s kernel.
 //!
-//! [`serial`], [`rayon`], [`rayon_per_matrix`] and [`static_threads`]
+//! [`serial`], [`rayon`](fn@rayon), [`rayon_per_matrix`] and [`static_threads`]
 //! call `matrixmultiply::sgemm`, single-threaded: a packed, cache-blocked,
 //! SIMD-dispatched GEMM in a small, well-kept crate with no threading of
 //! its own, so all parallelism comes from the scheduler under test. Its
 //! one-thread rate of stage 1 alone is [`serial_products`]'s. The
 //! parallel versions are read against the faster of the two serial
-//! programs ([`serial`], [`serial_nest`]). [`selvedge`], [`rayon_nest`] and
+//! programs ([`serial`], [`serial_nest`]). [`selvedge`](fn@selvedge), [`rayon_nest`] and
 //! [`static_threads_nest`] run `blis.rs`'s nest, whose results equal
 //! `matrixmultiply`'s only where its kernels happen to sum in the same
 //! order: the checks allow single precision's rounding.
@@ -148,7 +148,7 @@ const SUM_LANES: usize = 16;
 
 /// Stage 2 on one matrix: ReLU in place, then each row's sum.
 ///
-/// A row is summed in [`SUM_LANES`] interleaved partial sums, added up at
+/// A row is summed in `SUM_LANES` interleaved partial sums, added up at
 /// the end. Summed one element after another, each addition would wait for
 /// the previous one (the compiler may not reorder float additions), and
 /// stage 2 took a ninth of the serial run's time (4 ms of 36 for 64 x
@@ -179,7 +179,7 @@ pub fn serial(input: &Batch, out: &mut Output) {
     serial_with(input, out, gemm_rows);
 }
 
-/// One thread, `blis.rs`'s loop nest per matrix: [`selvedge`]'s work with
+/// One thread, `blis.rs`'s loop nest per matrix: [`selvedge`](fn@selvedge)'s work with
 /// no scheduler.
 pub fn serial_nest(input: &Batch, out: &mut Output) {
     serial_with(input, out, blis::product_serial);
@@ -283,7 +283,7 @@ pub fn rayon(input: &Batch, out: &mut Output, block_rows: usize) {
 }
 
 /// `blis.rs`'s nest on rayon's loops inside rayon's loop over the batch,
-/// then stage 2 after the barrier of that loop's return: [`selvedge`]'s
+/// then stage 2 after the barrier of that loop's return: [`selvedge`](fn@selvedge)'s
 /// kernel and packing with rayon's scheduling. Call it inside the rayon
 /// pool to use.
 pub fn rayon_nest(input: &Batch, out: &mut Output) {
@@ -307,7 +307,7 @@ pub fn rayon_nest(input: &Batch, out: &mut Output) {
         });
 }
 
-/// Rows per iteration of the inner loop of stage 2 in [`selvedge`] and
+/// Rows per iteration of the inner loop of stage 2 in [`selvedge`](fn@selvedge) and
 /// [`rayon_nest`]: on one large matrix, stage 2 alone would otherwise run
 /// on one thread while the others wait (2-4% of a run at batch 1).
 const STAGE_2_ROWS: usize = 64;
@@ -364,10 +364,10 @@ pub fn static_threads(input: &Batch, out: &mut Output, threads: usize) {
 }
 
 /// [`static_threads`] with the loop nest of `blis.rs` on each thread's
-/// rows: what the machine allows for [`selvedge`]'s kernel, with no
+/// rows: what the machine allows for [`selvedge`](fn@selvedge)'s kernel, with no
 /// scheduler. Each thread packs all of each `B` it needs, so where threads
 /// share a matrix (a batch smaller than the threads) it packs `B` once per
-/// thread where [`selvedge`] packs it once: a little under the limit.
+/// thread where [`selvedge`](fn@selvedge) packs it once: a little under the limit.
 pub fn static_threads_nest(input: &Batch, out: &mut Output, threads: usize) {
     static_split(input, out, threads, blis::product_serial);
 }

@@ -29,8 +29,8 @@ const ROUND_TRIPS: u64 = 20_000;
 const WARM_UP_TRIPS: u64 = 1_000;
 
 /// One probe of the one-way hand-off time in nanoseconds: half the mean
-/// round trip of one word between two plain threads, over [`ROUND_TRIPS`]
-/// round trips after [`WARM_UP_TRIPS`] (the threads pinned to the first
+/// round trip of one word between two plain threads, over `ROUND_TRIPS`
+/// round trips after `WARM_UP_TRIPS` (the threads pinned to the first
 /// two CPUs the process may use when `SELVEDGE_PIN_THREADS` asks for
 /// pinning, as the pools' threads are).
 pub fn one_way_ns() -> f64 {

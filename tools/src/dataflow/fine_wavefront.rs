@@ -327,7 +327,7 @@ pub fn delayed<const G: usize, const R: u32>() -> u64 {
 }
 
 /// As [`delayed`], but before making each row the making task waits for
-/// the last tile of the row [`AHEAD_ROWS`] above (its worker runs tiles
+/// the last tile of the row `AHEAD_ROWS` above (its worker runs tiles
 /// meanwhile), so that it stays within that many rows of the finished
 /// work.
 pub fn ahead_delayed<const G: usize, const R: u32>() -> u64 {
@@ -341,7 +341,7 @@ pub fn ahead_delayed<const G: usize, const R: u32>() -> u64 {
 }
 
 /// From inside `rt.run`: the first tile's task only; each tile's task
-/// makes the next ones (see [`Shared::tile_making_next`]), and the
+/// makes the next ones (see `Shared::tile_making_next`), and the
 /// bottom-right tile is waited for through its promise.
 pub fn successors_delayed<const G: usize, const R: u32>() -> u64 {
     let shared = Shared::new::<G>();

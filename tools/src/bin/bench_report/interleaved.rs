@@ -48,7 +48,7 @@ pub fn capacity(threads: usize) -> f64 {
     median_min_max(ratios).0
 }
 
-/// Like [`measure_phase`] for several implementations at once, their
+/// Like [`measure_phase`](crate::common::measure_phase) for several implementations at once, their
 /// samples interleaved (sample 1 of each, then sample 2 of each, ...), so
 /// that a slow spell of the machine (this VM's speed varies up to 2x for
 /// tens of milliseconds at a time) hits every implementation alike instead
