@@ -24,10 +24,13 @@
 # missing GPU fail instead. With a GPU, SELVEDGE_REQUIRE_GPU=1 is set, so
 # a GPU the crate cannot open fails the tests rather than skipping them.
 #
-# Ends with one Markdown summary: every step's result and duration, the
-# demonstration's timings and the benchmarks' medians. Exits non-zero if a
-# step failed. Logs, criterion's data and the scaling reports go to
-# GPU_BUNDLE_OUT (default: out/ in the bundle).
+# Ends with one Markdown summary: the bundle's commit, every step's result
+# and duration, the demonstration's timings, the benchmarks' medians and
+# the scaling table. Exits non-zero if a step failed. The summary
+# (summary.md, the last call's, and summary-<UTC time>.md, one per call,
+# kept), logs, criterion's data and the scaling reports go to
+# GPU_BUNDLE_OUT (default: out/ in the bundle); `bench_report --markdown
+# --gpu-machine` makes the summaries a section of BENCHMARKS.md.
 #
 # Settings (environment):
 #   SELVEDGE_CUBLAS           an explicit cuBLAS (libcublas.so.N) to use
@@ -576,7 +579,7 @@ scaling_table() {
   if [ "${#scaling_done[@]}" -gt 0 ]; then
     table=$(scaling_table)
     echo
-    echo "### CPU scaling (bench_report, $scaling_samples samples; the whole reports in $out/scaling-N.md)"
+    echo "### CPU scaling (bench_report, $scaling_samples samples; the whole reports in scaling-N.md beside this summary)"
     echo
     if [ -n "$table" ]; then
       printf '%s\n' "$table"
@@ -584,7 +587,7 @@ scaling_table() {
       echo "(no figures found in the reports: see them)"
     fi
   fi
-} | tee "$out/summary.md"
+} | tee "$out/summary.md" "$out/summary-$(date -u +%Y%m%dT%H%M%SZ).md"
 
 if [ "${#not_run[@]}" -gt 0 ] || [ -n "$scaling_left" ]; then
   echo

@@ -1,15 +1,18 @@
-//! Where atomics, locks, condition variables, threads and race-checked
+//! Where atomics, fences, locks, condition variables and race-checked
 //! cells come from.
 //!
 //! Under `--cfg loom` every primitive is loom's, so the models in `loom-tests/`
 //! explore the real protocol code; otherwise they are std's. Every atomic,
 //! fence, lock and condition variable of the library's code comes from
-//! here, and so does every cell of the modules loom builds. Modules that
+//! here, and so does every `UnsafeCell` of the modules loom builds. What
+//! no model swaps comes from std directly: `Arc`, `Weak`, `Once`,
+//! `OnceLock` and `mpsc`; `Cell` and `RefCell` (one thread's state and
+//! thread-locals); `TryLockError`; `std::thread` (starting, naming,
+//! parking, waking and telling apart threads, yielding, sleeping,
+//! `panicking`, `available_parallelism`); and `UnsafeCell` in the modules
 //! loom never builds (those marked `#[cfg(not(loom))]` in their folder's
-//! `mod.rs`) use std directly for what no model swaps: `Arc`, `Weak`,
-//! `Once`, `OnceLock`, `mpsc`, `UnsafeCell`, `TryLockError`, and the
-//! threads they start, name, park and wake (`std::thread`). Unit tests use
-//! std's atomics, locks and threads to drive the code they test.
+//! `mod.rs`). Unit tests use std's atomics, locks and threads to drive the
+//! code they test.
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{

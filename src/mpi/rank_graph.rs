@@ -112,6 +112,7 @@ impl RankNode {
     /// they were added.
     ///
     /// ```no_run
+    /// // Under `mpirun -n 2`: every rank builds the same graph.
     /// let cluster = selvedge::mpi::Cluster::start()?;
     /// let mut g = selvedge::mpi::RankGraph::<u32>::new(&cluster);
     /// let first = g.node(0, |_| vec![1]);

@@ -1,6 +1,6 @@
-//! The GPU bundle's report as a section of `BENCHMARKS.md`.
+//! The GPU bundle's reports as a section of `BENCHMARKS.md`.
 
-use selvedge_tools::gpu_machine::{read_section, section};
+use selvedge_tools::gpu_machine::{read_section, run, section, NOT_INCLUDED};
 
 /// A report as the bundle's run script writes it (shortened).
 const SUMMARY: &str = "\
@@ -9,11 +9,12 @@ gpu-bundle: step output before the summary
 ## GPU checks: summary
 
 Mode: GPU (NVIDIA H200, 580.65.06); cuBLAS: /x/libcublas.so.13; 16 cores.
-Bundle: commit 0123456789ab, built 2026-11-30 03:00 UTC.
+
+Bundle: commit 0123456789ab, built 2026-11-30 03:00 UTC on x86_64 (Linux).
 
 | step | result | time | note |
 |---|---|---:|---|
-| tests gpu | pass | 41 | |
+| test gpu | pass | 41 | |
 
 ### Demonstration (`batched_gemm --batch 256 --size 256 --threads 16 --samples 11`)
 
@@ -22,7 +23,7 @@ Bundle: commit 0123456789ab, built 2026-11-30 03:00 UTC.
 selvedge gpu 3.1 ms
 ```
 
-### CPU scaling (bench_report, 5 samples; the whole reports in out/scaling-N.md)
+### CPU scaling (bench_report, 5 samples; the whole reports in scaling-N.md beside this summary)
 
 | workload: selvedge / rayon, median ms | 1 thread | 16 threads |
 |---|---:|---:|
@@ -30,12 +31,11 @@ selvedge gpu 3.1 ms
 ";
 
 #[test]
-fn the_report_becomes_a_section_with_its_headings_one_level_down() {
-    let s = section(SUMMARY).expect("a report");
-    assert!(s.starts_with("## A GPU machine\n"), "{s}");
-    // What the run printed before its summary is not part of it.
+fn a_report_becomes_a_subsection_with_its_headings_one_level_down() {
+    let s = run(SUMMARY).expect("a report");
+    assert!(s.starts_with("### A run of the GPU bundle\n"), "{s}");
+    // What the call printed before its summary is not part of it.
     assert!(!s.contains("step output before"), "{s}");
-    assert!(s.contains("\n### The checks\n"), "{s}");
     assert!(!s.contains("GPU checks: summary"), "{s}");
     assert!(s.contains("\n#### Demonstration (`batched_gemm"), "{s}");
     assert!(s.contains("\n#### CPU scaling (bench_report"), "{s}");
@@ -50,27 +50,53 @@ fn the_report_becomes_a_section_with_its_headings_one_level_down() {
 }
 
 #[test]
+fn the_section_holds_every_run_given_in_order_or_says_where_they_come_from() {
+    assert_eq!(section(&[]), NOT_INCLUDED);
+    assert!(NOT_INCLUDED.starts_with("## A GPU machine\n"));
+    let second = SUMMARY.replace("0123456789ab", "ba9876543210");
+    let s = section(&[run(SUMMARY).unwrap(), run(&second).unwrap()]);
+    assert!(s.starts_with("## A GPU machine\n"), "{s}");
+    assert_eq!(s.matches("### A run of the GPU bundle").count(), 2, "{s}");
+    let (first_at, second_at) = (
+        s.find("0123456789ab").unwrap(),
+        s.find("ba9876543210").unwrap(),
+    );
+    assert!(first_at < second_at, "{s}");
+}
+
+#[test]
 fn a_file_that_is_not_a_gpu_runs_report_is_refused_naming_it() {
-    assert!(section("# selvedge benchmarks\n\n| a | b |\n").is_err());
+    assert!(run("# selvedge benchmarks\n\n| a | b |\n").is_err());
     let no_gpu = "## GPU checks: summary\n\nMode: no GPU (no libcuda).\n";
-    let skipped = section(no_gpu).unwrap_err();
+    let skipped = run(no_gpu).unwrap_err();
     assert!(skipped.contains("a run without a GPU"), "{skipped}");
     assert!(skipped.contains("no libcuda"), "{skipped}");
+
     let dir = std::env::temp_dir().join(format!("selvedge-gpu-machine-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let missing = read_section(&dir).unwrap_err();
+    let missing = read_section(std::slice::from_ref(&dir)).unwrap_err();
     assert!(
         missing.contains("cannot read the GPU bundle's report"),
         "{missing}"
     );
     assert!(missing.contains("summary.md"), "{missing}");
     std::fs::write(dir.join("summary.md"), "no report here\n").unwrap();
-    let wrong = read_section(&dir).unwrap_err();
+    let wrong = read_section(std::slice::from_ref(&dir)).unwrap_err();
     assert!(
         wrong.contains("summary.md: not a GPU bundle's report"),
         "{wrong}"
     );
+    // A folder stands for its last call's report; a file is one call's.
     std::fs::write(dir.join("summary.md"), SUMMARY).unwrap();
-    assert_eq!(read_section(&dir).unwrap(), section(SUMMARY).unwrap());
+    let call = dir.join("summary-20261130T030000Z.md");
+    std::fs::write(&call, SUMMARY.replace("0123456789ab", "ba9876543210")).unwrap();
+    let both = read_section(&[call, dir.clone()]).unwrap();
+    assert_eq!(
+        both.matches("### A run of the GPU bundle").count(),
+        2,
+        "{both}"
+    );
+    assert!(both.find("ba9876543210").unwrap() < both.find("0123456789ab").unwrap());
+    assert_eq!(read_section(&[]).unwrap(), NOT_INCLUDED);
     std::fs::remove_dir_all(&dir).unwrap();
 }

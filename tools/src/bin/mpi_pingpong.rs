@@ -94,44 +94,84 @@ fn round_trips(cluster: &Cluster, rounds: usize, len: usize) -> Vec<f64> {
 fn raw_mpi(rounds: usize, len: usize, report: impl Fn(usize, Vec<f64>)) {
     let mut provided = 0;
     let (mut rank, mut size) = (0, 0);
-    // SAFETY: MPI is started once, on this thread, which alone calls it;
-    // the buffers hold `len` u64s.
+    // SAFETY: MPI is started once, on this thread, which alone calls it
+    // (funneled); no command-line arguments are passed.
     unsafe {
         ffi::MPI_Init_thread(
             std::ptr::null_mut(),
             std::ptr::null_mut(),
             ffi::RSMPI_THREAD_FUNNELED,
             &mut provided,
-        );
-        ffi::MPI_Comm_rank(ffi::RSMPI_COMM_WORLD, &mut rank);
-        ffi::MPI_Comm_size(ffi::RSMPI_COMM_WORLD, &mut size);
-    }
+        )
+    };
+    // SAFETY: MPI is started, on this thread; `rank` outlives the call.
+    unsafe { ffi::MPI_Comm_rank(ffi::RSMPI_COMM_WORLD, &mut rank) };
+    // SAFETY: as above, for `size`.
+    unsafe { ffi::MPI_Comm_size(ffi::RSMPI_COMM_WORLD, &mut size) };
     assert_eq!(size, 2, "run with mpirun -n 2");
     let mut buf = vec![0u64; len];
     let mut times = Vec::with_capacity(rounds);
     for round in 0..100 + rounds {
         let tag = (round % 1000) as i32;
         let start = Instant::now();
-        // SAFETY: as above.
-        unsafe {
-            let (world, t) = (ffi::RSMPI_COMM_WORLD, ffi::RSMPI_UINT64_T);
-            let (ptr, count) = (buf.as_mut_ptr().cast::<c_void>(), len as i32);
-            if rank == 0 {
-                buf.fill(round as u64);
-                ffi::MPI_Send(ptr, count, t, 1, tag, world);
-                ffi::MPI_Recv(ptr, count, t, 1, tag, world, ffi::RSMPI_STATUS_IGNORE);
-                assert_eq!(buf[0], round as u64 + 1);
-            } else {
-                ffi::MPI_Recv(ptr, count, t, 0, tag, world, ffi::RSMPI_STATUS_IGNORE);
-                buf.iter_mut().for_each(|v| *v += 1);
-                ffi::MPI_Send(ptr, count, t, 0, tag, world);
-            }
+        if rank == 0 {
+            buf.fill(round as u64);
+            send(&buf, 1, tag);
+            recv(&mut buf, 1, tag);
+            assert_eq!(buf[0], round as u64 + 1);
+        } else {
+            recv(&mut buf, 0, tag);
+            buf.iter_mut().for_each(|v| *v += 1);
+            send(&buf, 0, tag);
         }
         if round >= 100 {
             times.push(start.elapsed().as_secs_f64() * 1e6);
         }
     }
     report(rank as usize, times);
-    // SAFETY: as above; the last MPI call.
+    // SAFETY: MPI was started on this thread, which alone calls it; the
+    // last MPI call.
     unsafe { ffi::MPI_Finalize() };
+}
+
+/// `buf`'s length as MPI's element count.
+fn count(buf: &[u64]) -> i32 {
+    i32::try_from(buf.len())
+        .unwrap_or_else(|_| panic!("{} elements: too many for one MPI message", buf.len()))
+}
+
+/// Sends `buf` to rank `dest` with a blocking `MPI_Send`.
+fn send(buf: &[u64], dest: i32, tag: i32) {
+    let (ptr, n) = (buf.as_ptr().cast::<c_void>(), count(buf));
+    // SAFETY: MPI was started on this thread, which alone calls it; `ptr`
+    // points to `n` u64s, borrowed until the blocking call returns.
+    unsafe {
+        ffi::MPI_Send(
+            ptr,
+            n,
+            ffi::RSMPI_UINT64_T,
+            dest,
+            tag,
+            ffi::RSMPI_COMM_WORLD,
+        )
+    };
+}
+
+/// Receives into `buf` from rank `source` with a blocking `MPI_Recv`.
+fn recv(buf: &mut [u64], source: i32, tag: i32) {
+    let n = count(buf);
+    let ptr = buf.as_mut_ptr().cast::<c_void>();
+    // SAFETY: as in `send`; `ptr` points to `n` u64s, borrowed mutably
+    // until the blocking call returns, and MPI writes at most `n`.
+    unsafe {
+        ffi::MPI_Recv(
+            ptr,
+            n,
+            ffi::RSMPI_UINT64_T,
+            source,
+            tag,
+            ffi::RSMPI_COMM_WORLD,
+            ffi::RSMPI_STATUS_IGNORE,
+        )
+    };
 }

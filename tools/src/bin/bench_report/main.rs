@@ -17,7 +17,7 @@
 //! the median is reported, in milliseconds.
 //!
 //! ```text
-//! cargo run --release -p selvedge-tools --bin bench_report -- [--samples N] [--threads N] [--only weave|dataflow|data|loops|gemm|graph] [--markdown [--gpu-machine DIR]] [--plot DIR]
+//! cargo run --release -p selvedge-tools --bin bench_report -- [--samples N] [--threads N] [--only weave|dataflow|data|loops|gemm|graph] [--markdown [--gpu-machine PATH]...] [--plot DIR]
 //! ```
 //!
 //! The thread count defaults to `SELVEDGE_BENCH_THREADS`, or 2. For the
@@ -53,12 +53,13 @@
 //! ```
 //!
 //! The document ends with the GPU machine's section: with
-//! `--gpu-machine DIR`, the report of a run of the GPU bundle whose output
-//! folder (`.gpu-bundle/out` on the GPU machine) was copied back to `DIR`
-//! (its checks, the GPU benchmarks and the CPU table from 1 to 16
-//! threads: `tools/src/gpu_machine.rs`); without it, a paragraph saying
-//! where those figures come from. The report checks that `DIR/summary.md`
-//! is there before timing anything.
+//! `--gpu-machine PATH` (repeatable), the reports of runs of the GPU
+//! bundle, copied back from the GPU machine: a call's report
+//! (`summary-<UTC time>.md`), or an output folder (`.gpu-bundle/out`) for
+//! its last call's `summary.md` (their checks, the GPU benchmarks and the
+//! CPU table from 1 to 16 threads: `tools/src/gpu_machine.rs`); without
+//! it, a paragraph saying where those figures come from. The reports are
+//! read before anything is timed.
 //!
 //! `--plot DIR` also draws each table of median times as an SVG bar chart
 //! in `DIR` (created where missing; the report stops before timing
@@ -126,9 +127,10 @@ struct Args {
     markdown: bool,
     /// `--plot DIR`: where to write a chart of each table.
     plot: Option<PathBuf>,
-    /// `--gpu-machine DIR`: the GPU bundle's output folder, whose report
-    /// the document ends with.
-    gpu_machine: Option<PathBuf>,
+    /// `--gpu-machine PATH`, repeatable: the GPU bundle's reports (a
+    /// call's report, or an output folder for its last call's), which the
+    /// document ends with.
+    gpu_machine: Vec<PathBuf>,
 }
 
 fn parse_args() -> Args {
@@ -143,7 +145,7 @@ fn parse_args() -> Args {
         graph: true,
         markdown: false,
         plot: None,
-        gpu_machine: None,
+        gpu_machine: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -197,18 +199,18 @@ fn parse_args() -> Args {
                 args.plot = Some(PathBuf::from(dir));
             }
             "--gpu-machine" => {
-                let dir = inline.clone().or_else(|| it.next()).unwrap_or_default();
-                if dir.is_empty() {
-                    usage("--gpu-machine needs the GPU bundle's output folder");
+                let path = inline.clone().or_else(|| it.next()).unwrap_or_default();
+                if path.is_empty() {
+                    usage("--gpu-machine needs a GPU bundle's report or output folder");
                 }
-                args.gpu_machine = Some(PathBuf::from(dir));
+                args.gpu_machine.push(PathBuf::from(path));
             }
             "--bench" => {} // passed by `cargo bench`-style runners; ignore
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown argument `{other}`")),
         }
     }
-    if args.gpu_machine.is_some() && !args.markdown {
+    if !args.gpu_machine.is_empty() && !args.markdown {
         usage("--gpu-machine adds a section to the --markdown document: give both");
     }
     args
@@ -219,7 +221,7 @@ fn usage(msg: &str) -> ! {
         eprintln!("error: {msg}");
     }
     eprintln!(
-        "usage: bench_report [--samples N] [--threads N] [--only weave|dataflow|data|loops|gemm|graph] [--markdown [--gpu-machine DIR]] [--plot DIR]"
+        "usage: bench_report [--samples N] [--threads N] [--only weave|dataflow|data|loops|gemm|graph] [--markdown [--gpu-machine PATH]...] [--plot DIR]"
     );
     std::process::exit(if msg.is_empty() { 0 } else { 2 })
 }
@@ -238,11 +240,8 @@ fn main() {
         .plot
         .as_deref()
         .map(|dir| plot::Plots::open(dir).unwrap_or_else(|e| fail(&e)));
-    // So is the GPU bundle's report.
-    let gpu_machine = args
-        .gpu_machine
-        .as_deref()
-        .map(|dir| gpu_machine::read_section(dir).unwrap_or_else(|e| fail(&e)));
+    // So are the GPU bundle's reports.
+    let gpu_section = gpu_machine::read_section(&args.gpu_machine).unwrap_or_else(|e| fail(&e));
     let started = Instant::now();
     let pools = Pools::new(args.threads);
     let threads = pools.threads;
@@ -321,10 +320,7 @@ fn main() {
     if md {
         handoff_section(&handoffs);
         println!();
-        print!(
-            "{}",
-            gpu_machine.as_deref().unwrap_or(gpu_machine::NOT_INCLUDED)
-        );
+        print!("{gpu_section}");
     }
     let total: Duration = started.elapsed();
     if md {
@@ -436,7 +432,15 @@ fn markdown_header(args: &Args, threads: usize, cores: usize) {
         "| samples | {} per implementation, after {WARMUPS} warm-up runs |",
         args.samples
     );
-    println!("| sections | {} |", sections.join(", "));
+    println!(
+        "| sections | {}; a GPU machine ({}) |",
+        sections.join(", "),
+        match args.gpu_machine.len() {
+            0 => "not included".to_string(),
+            1 => "one run of the GPU bundle".to_string(),
+            n => format!("{n} runs of the GPU bundle"),
+        }
+    );
     if args.weave {
         println!(
             "| consumer task (bpc, spc) | {} rounds of iterative fib(30) = {:.2} µs each, \
