@@ -413,10 +413,12 @@ fn a_replayed_graphs_nodes_are_slices_with_new_arrows_each_run() {
     let first = g.node_named("first", work);
     let wide: Vec<_> = (0..16).map(|_| g.node_named("wide", work)).collect();
     let last = g.node_named(String::from("last (an owned name)"), work);
+    let unnamed = g.node(work);
     for &w in &wide {
         g.precede(first, w);
         g.precede(w, last);
     }
+    g.precede(last, unnamed);
     let json = traced("graph", 2, |rt| {
         for _ in 0..RUNS {
             rt.run_graph(&mut g).unwrap();
@@ -431,6 +433,8 @@ fn a_replayed_graphs_nodes_are_slices_with_new_arrows_each_run() {
     assert_eq!(named("first"), RUNS);
     assert_eq!(named("wide"), 16 * RUNS);
     assert_eq!(named("last (an owned name)"), RUNS);
+    // A node given no name shows as a graph node.
+    assert_eq!(named("graph node"), RUNS);
     // Arrows of nodes that moved between workers: each run's are its own.
     check_task_arrows(&evs);
 }

@@ -538,13 +538,13 @@ impl<'g> Graph<'g> {
     ) -> Node {
         let index = self.next_index();
         let mut task = NodeTask::new(work);
-        task.set_trace_name(match &name {
-            Some(Cow::Borrowed(s)) => SpanName::new(s),
+        match &name {
+            Some(Cow::Borrowed(s)) => task.set_span_name(SpanName::new(s)),
             // An owned name outlives the graph in a trace: interned, once
             // per distinct name.
-            Some(Cow::Owned(s)) => SpanName::interned(s),
-            None => SpanName::new("graph node"),
-        });
+            Some(Cow::Owned(s)) => task.set_span_name(SpanName::interned(s)),
+            None => {}
+        }
         self.nodes.push(task);
         self.names.push(name);
         self.plan = None;

@@ -97,8 +97,8 @@ impl<'g> NodeTask<'g> {
         }
     }
 
-    /// Names the node in a trace.
-    pub(crate) fn set_trace_name(&mut self, name: SpanName) {
+    /// Names the node in a trace (else it is "graph node").
+    pub(crate) fn set_span_name(&mut self, name: SpanName) {
         self.name = name;
     }
 

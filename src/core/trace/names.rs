@@ -43,7 +43,7 @@ pub(crate) fn pending() -> Option<&'static str> {
 /// leaked once each (names given at run time, such as a graph's node
 /// names, are few and repeat).
 #[cfg(feature = "trace")]
-pub(crate) fn intern(name: &str) -> &'static str {
+fn intern(name: &str) -> &'static str {
     use crate::core::sync::Mutex;
     use std::collections::HashSet;
     use std::sync::OnceLock;

@@ -173,26 +173,35 @@ impl DeviceFlow {
     /// Device work is enqueued now, on this thread, for `runtime`.
     pub(crate) fn start(runtime: &Arc<Registry>) -> Self {
         let home = Arc::as_ptr(runtime) as usize;
-        let flow = Self::on_home(home).map_or(0, |w| {
-            w.trace.track.map_or(0, |t| {
+        let flow = match Self::on_home(home).and_then(|w| w.trace.track) {
+            Some(t) => {
                 let flow = t.new_flow();
                 let name = crate::core::trace::record::name_words("device work");
                 t.record(event(Kind::DeviceEnqueued, 0, ticks(), 0, flow, name));
                 flow
-            })
-        });
+            }
+            None => 0,
+        };
         Self { home, flow }
     }
 
     /// The work's completion is handled now, on this thread, by an action
     /// its signal runs.
     pub(crate) fn end(self) {
-        if let Some(w) = Self::on_home(self.home) {
-            if let (Some(t), true) = (w.trace.track, self.flow != 0) {
-                let fired_at = crate::core::signal::fired_at_of_running_action();
-                let done = event(Kind::DeviceDone, 0, fired_at, ticks(), self.flow, (0, 0));
-                t.record(done);
-            }
+        // No arrow began (untraced): no need to look up this thread's worker.
+        if self.flow == 0 {
+            return;
+        }
+        if let Some(t) = Self::on_home(self.home).and_then(|w| w.trace.track) {
+            let fired_at = crate::core::signal::fired_at_of_running_action();
+            t.record(event(
+                Kind::DeviceDone,
+                0,
+                fired_at,
+                ticks(),
+                self.flow,
+                (0, 0),
+            ));
         }
     }
 

@@ -319,7 +319,6 @@ fn main() {
     handoffs.push(note_handoff("after the last section", md));
     if md {
         handoff_section(&handoffs);
-        println!();
         print!("{gpu_section}");
     }
     let total: Duration = started.elapsed();
